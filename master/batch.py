@@ -1,0 +1,49 @@
+"""A batch of row changes: what the core decided, for a store to commit in one transaction.
+
+The core writes every change into the batch that is currently collecting; the committer
+swaps it for a fresh one and commits it, so the changes of many concurrent calls share one
+durable commit (group commit). Changes to the same row within a batch are merged, so a lease
+handed out and finished before the commit costs one insert.
+"""
+from __future__ import annotations
+
+TABLES = ("datasets", "epochs", "leases", "pieces", "workers", "ps")
+
+
+class Batch:
+    __slots__ = ("inserts", "updates", "deletes", "events")
+
+    def __init__(self) -> None:
+        self.inserts: dict[str, dict] = {t: {} for t in TABLES}
+        self.updates: dict[str, dict] = {t: {} for t in TABLES}
+        self.deletes: dict[str, set] = {t: set() for t in TABLES}
+        self.events: list[dict] = []
+
+    def insert(self, table: str, key, row: dict) -> None:
+        self.deletes[table].discard(key)
+        self.inserts[table][key] = row
+
+    def update(self, table: str, key, row: dict) -> None:
+        """Set the columns in `row` (a full or partial row) of an existing row."""
+        pending = self.inserts[table].get(key)
+        if pending is not None:
+            pending.update(row)
+            return
+        previous = self.updates[table].get(key)
+        if previous is None:
+            self.updates[table][key] = dict(row)
+        else:
+            previous.update(row)
+
+    def delete(self, table: str, key) -> None:
+        self.updates[table].pop(key, None)
+        if self.inserts[table].pop(key, None) is None:
+            self.deletes[table].add(key)
+
+    def event(self, row: dict) -> None:
+        self.events.append(row)
+
+    def __bool__(self) -> bool:
+        return bool(self.events) or any(
+            self.inserts[t] or self.updates[t] or self.deletes[t] for t in TABLES
+        )

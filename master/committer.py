@@ -1,0 +1,101 @@
+"""Group commit: run core calls under one lock, answer each only once its changes are durable.
+
+Every call mutates the core under `lock`, which writes into the journal's collecting batch. A
+single committer thread swaps that batch out and commits it while new calls fill the next one,
+so under load one transaction carries the changes of many calls (group commit), and a call
+never waits for more than the batch in flight plus its own.
+
+A call is answered only after the batch holding its changes is durable, and also after any
+batch whose effects it could have seen (a WAIT or END decided on state not yet committed is
+not answered before that state is). If a commit fails, the in-memory state is ahead of the
+database, so the master stops (fail-stop) and a restart resumes from what was committed.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, TypeVar
+
+from .core import MasterCore
+from .errors import ServiceError
+from .store import Store
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Committer:
+    def __init__(self, core: MasterCore, store: Store, on_fatal: Callable[[BaseException], None]):
+        self.core = core
+        self.store = store
+        self.on_fatal = on_fatal
+        self.lock = threading.Lock()
+        self._has_work = threading.Condition(self.lock)
+        self._committed = threading.Condition(self.lock)
+        self._collecting = 1  # sequence number of the batch being collected
+        self._durable = 0  # last committed batch
+        self._stopping = False
+        self.fatal: BaseException | None = None
+        self.commits = 0
+        self._thread = threading.Thread(target=self._run, name="committer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the core; return its result once everything it saw is durable."""
+        with self.lock:
+            if self.fatal is not None:
+                raise ServiceError("UNAVAILABLE", "the master is stopping after a database error")
+            result = fn()
+            if self.core.journal.batch:
+                need = self._collecting
+                self._has_work.notify()
+            else:
+                need = self._collecting - 1
+            while self._durable < need:
+                if self.fatal is not None:
+                    raise ServiceError(
+                        "UNAVAILABLE", f"the master could not commit to its database: {self.fatal}"
+                    )
+                self._committed.wait()
+        return result
+
+    def read(self, fn: Callable[[], T]) -> T:
+        """Run a read-only `fn` under the lock, without waiting for commits."""
+        with self.lock:
+            return fn()
+
+    def flush(self) -> None:
+        """Wait until everything collected so far is durable."""
+        self.call(lambda: None)
+
+    def stop(self) -> None:
+        with self.lock:
+            self._stopping = True
+            self._has_work.notify()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                while not self.core.journal.batch and not self._stopping:
+                    self._has_work.wait()
+                if not self.core.journal.batch:
+                    return  # stopping and nothing left to commit
+                batch = self.core.journal.swap()
+                seq = self._collecting
+                self._collecting += 1
+            try:
+                self.store.apply(batch)
+            except BaseException as exc:  # noqa: BLE001 - any failure is fatal by design
+                log.critical("commit failed; stopping the master: %s", exc)
+                with self.lock:
+                    self.fatal = exc
+                    self._committed.notify_all()
+                self.on_fatal(exc)
+                return
+            with self.lock:
+                self._durable = seq
+                self.commits += 1
+                self._committed.notify_all()

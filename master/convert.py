@@ -1,0 +1,51 @@
+"""Translation between protobuf messages and the core's plain objects."""
+from __future__ import annotations
+
+from protos import master_pb2 as pb
+
+from .core import Report, Result
+from .shards import Lease
+from .spec import DatasetSpec
+
+OUTCOME = {pb.ShardReport.DONE: "DONE", pb.ShardReport.FAILED: "FAILED",
+            pb.ShardReport.PROGRESS: "PROGRESS"}
+GRANT = {"LEASED": pb.GetShardResponse.LEASED, "WAIT": pb.GetShardResponse.WAIT,
+          "END": pb.GetShardResponse.END}
+
+
+def to_reports(reports) -> list[Report]:
+    return [
+        Report(r.lease_id, OUTCOME.get(r.outcome, f"unknown({r.outcome})"), r.records_done,
+               r.message)
+        for r in reports
+    ]
+
+
+def to_results(results: list[Result]) -> list[pb.ReportResult]:
+    return [pb.ReportResult(lease_id=r.lease_id, accepted=r.accepted, duplicate=r.duplicate,
+                            reason=r.reason) for r in results]
+
+
+def to_lease(lease: Lease) -> pb.Lease:
+    return pb.Lease(
+        lease_id=lease.lease_id, dataset=lease.dataset, deadline_ms=lease.deadline_ms,
+        shard=pb.Shard(epoch=lease.epoch, index=lease.index, start=lease.start, end=lease.end),
+    )
+
+
+def spec_to_pb(spec: DatasetSpec) -> pb.DatasetSpec:
+    return pb.DatasetSpec(**spec.as_row())
+
+
+def spec_from_pb(msg: pb.DatasetSpec) -> DatasetSpec:
+    return DatasetSpec(
+        name=msg.name, num_records=msg.num_records, shard_size=msg.shard_size,
+        num_epochs=msg.num_epochs, shuffle=msg.shuffle, seed=msg.seed,
+        lease_timeout_s=msg.lease_timeout_s,
+    )
+
+
+def ps_to_pb(row: dict) -> pb.PSInfo:
+    return pb.PSInfo(address=row["address"], data_address=row["data_address"], index=row["idx"],
+                     num_ps=row["num_ps"], registered_ms=row["registered_ms"],
+                     incarnation=row["incarnation"])

@@ -1,0 +1,113 @@
+"""The master's tables (SQLAlchemy Core). Migrations in master/migrations create them."""
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger, Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text,
+)
+
+metadata = MetaData()
+
+datasets = Table(
+    "datasets", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("num_records", BigInteger, nullable=False),
+    Column("shard_size", BigInteger, nullable=False),
+    Column("num_epochs", Integer, nullable=False),
+    Column("shuffle", Boolean, nullable=False),
+    Column("seed", BigInteger, nullable=False),
+    Column("lease_timeout_s", Float, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    Column("frontier", Integer, nullable=False),
+    Column("cursor", BigInteger, nullable=False),
+)
+
+epochs = Table(
+    "epochs", metadata,
+    Column("dataset", String(128), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("started_ms", BigInteger, nullable=False),
+    Column("finished_ms", BigInteger, nullable=False),
+    Column("records_done", BigInteger, nullable=False),
+    Column("shards_done", BigInteger, nullable=False),
+    Column("handouts", BigInteger, nullable=False),
+    Column("duplicates", BigInteger, nullable=False),
+    Column("records_redone", BigInteger, nullable=False),
+    Column("requeues", Text, nullable=False),
+    Column("quarantined_shards", BigInteger, nullable=False),
+    Column("quarantined_records", BigInteger, nullable=False),
+    Column("rehanded_shards", BigInteger, nullable=False),
+    Column("max_handouts", Integer, nullable=False),
+)
+
+leases = Table(
+    "leases", metadata,
+    Column("lease_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("dataset", String(128), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("shard_index", BigInteger, nullable=False),
+    Column("start_rec", BigInteger, nullable=False),
+    Column("end_rec", BigInteger, nullable=False),
+    Column("worker_id", String(32), nullable=False),
+    Column("handed_ms", BigInteger, nullable=False),
+    Column("deadline_ms", BigInteger, nullable=False),
+    Column("records_done", BigInteger, nullable=False),
+    Column("handout", Integer, nullable=False),
+    Column("failures", Integer, nullable=False),
+    Column("errors", Text, nullable=False),
+    Column("state", String(16), nullable=False),  # doing, done, requeued, failed
+    Column("cause", String(64), nullable=False),
+    Column("ended_ms", BigInteger, nullable=False),
+    Index("ix_leases_state", "state"),
+    Index("ix_leases_dataset_epoch", "dataset", "epoch"),
+)
+
+pieces = Table(
+    "pieces", metadata,
+    Column("key", BigInteger, primary_key=True, autoincrement=False),
+    Column("dataset", String(128), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("shard_index", BigInteger, nullable=False),
+    Column("start_rec", BigInteger, nullable=False),
+    Column("end_rec", BigInteger, nullable=False),
+    Column("handouts", Integer, nullable=False),
+    Column("failures", Integer, nullable=False),
+    Column("errors", Text, nullable=False),
+    Column("quarantined", Boolean, nullable=False),
+)
+
+workers = Table(
+    "workers", metadata,
+    Column("worker_id", String(32), primary_key=True),
+    Column("num", BigInteger, nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("labels", Text, nullable=False),
+    Column("registered_ms", BigInteger, nullable=False),
+    Column("state", String(16), nullable=False),  # alive, left, lost
+    Column("reason", String(64), nullable=False),
+    Column("ended_ms", BigInteger, nullable=False),
+)
+
+ps = Table(
+    "ps", metadata,
+    Column("idx", Integer, primary_key=True, autoincrement=False),
+    Column("address", String(256), nullable=False),
+    Column("data_address", String(256), nullable=False),
+    Column("num_ps", Integer, nullable=False),
+    Column("registered_ms", BigInteger, nullable=False),
+    Column("incarnation", BigInteger, nullable=False),
+)
+
+events = Table(
+    "events", metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("time_ms", BigInteger, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("worker_id", String(32), nullable=False),
+    Column("dataset", String(128), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("shard_index", BigInteger, nullable=False),
+    Column("cause", String(64), nullable=False),
+    Column("detail", Text, nullable=False),
+)
+
+TABLES = {t.name: t for t in (datasets, epochs, leases, pieces, workers, ps)}

@@ -1,0 +1,158 @@
+"""gRPC wiring: a thin servicer that translates messages and status codes for `MasterCore`."""
+from __future__ import annotations
+
+import logging
+from concurrent import futures
+from typing import Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from protos import master_pb2 as pb
+from protos import master_pb2_grpc as pb_grpc
+
+from .committer import Committer
+from .convert import GRANT, ps_to_pb, spec_from_pb, spec_to_pb, to_lease, to_reports, to_results
+from .core import MasterCore
+from .errors import ServiceError
+from .store import Store
+from .views import status_view
+
+log = logging.getLogger(__name__)
+
+MAX_EVENTS = 10_000
+
+
+def _guard(method: Callable) -> Callable:
+    """Turn ServiceError into its gRPC status; anything else is a bug, logged as such."""
+
+    def wrapper(self, request, context):
+        try:
+            return method(self, request, context)
+        except ServiceError as exc:
+            context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+        except Exception:
+            log.exception("internal error in %s", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}")
+
+    wrapper.__name__ = method.__name__
+    return wrapper
+
+
+class MasterServicer(pb_grpc.MasterServicer):
+    def __init__(self, core: MasterCore, committer: Committer, store: Store):
+        self.core = core
+        self.committer = committer
+        self.store = store
+
+    @_guard
+    def RegisterWorker(self, request, context):
+        worker = self.committer.call(
+            lambda: self.core.register_worker(request.name, dict(request.labels))
+        )
+        s = self.core.settings
+        return pb.RegisterWorkerResponse(
+            worker_id=worker.worker_id, heartbeat_interval_s=s.heartbeat_interval,
+            worker_timeout_s=s.worker_timeout,
+        )
+
+    @_guard
+    def Heartbeat(self, request, context):
+        reports = to_reports(request.progress)
+        results = self.committer.call(lambda: self.core.heartbeat(request.worker_id, reports))
+        return pb.HeartbeatResponse(ok=True, results=to_results(results))
+
+    @_guard
+    def LeaveWorker(self, request, context):
+        reports = to_reports(request.reports)
+        results = self.committer.call(
+            lambda: self.core.leave_worker(request.worker_id, request.reason, reports)
+        )
+        return pb.LeaveWorkerResponse(results=to_results(results))
+
+    @_guard
+    def CreateDataset(self, request, context):
+        spec = self.committer.call(lambda: self.core.create_dataset(spec_from_pb(request)))
+        return spec_to_pb(spec)
+
+    @_guard
+    def GetShard(self, request, context):
+        reports = to_reports(request.reports)
+        grant = self.committer.call(
+            lambda: self.core.get_shard(
+                request.worker_id, request.dataset, request.max_shards, reports
+            )
+        )
+        return pb.GetShardResponse(
+            status=GRANT[grant.status], leases=[to_lease(x) for x in grant.leases],
+            results=to_results(grant.results), retry_after_ms=grant.retry_after_ms,
+        )
+
+    @_guard
+    def ReportShard(self, request, context):
+        reports = to_reports(request.reports)
+        results = self.committer.call(lambda: self.core.report(request.worker_id, reports))
+        return pb.ReportShardResponse(results=to_results(results))
+
+    @_guard
+    def GetStatus(self, request, context):
+        return self.committer.read(lambda: status_view(self.core))
+
+    @_guard
+    def GetEvents(self, request, context):
+        if request.since < 0 or request.limit < 0:
+            raise ServiceError("INVALID_ARGUMENT", "since and limit must be >= 0")
+        limit = min(request.limit or 1000, MAX_EVENTS)
+        rows = self.store.events(request.since, limit)
+        events = [pb.Event(**row) for row in rows]
+        return pb.GetEventsResponse(events=events, next=rows[-1]["seq"] if rows else request.since)
+
+    @_guard
+    def RegisterPS(self, request, context):
+        incarnation = self.committer.call(
+            lambda: self.core.register_ps(
+                request.address, request.data_address, request.index, request.num_ps
+            )
+        )
+        return pb.RegisterPSResponse(incarnation=incarnation)
+
+    @_guard
+    def ListPS(self, request, context):
+        rows, num_ps, complete = self.committer.read(self.core.list_ps)
+        return pb.ListPSResponse(ps=[ps_to_pb(r) for r in rows], num_ps=num_ps,
+                                 complete=complete)
+
+    @_guard
+    def Requeue(self, request, context):
+        if not request.quarantined:
+            raise ServiceError("INVALID_ARGUMENT",
+                               "nothing to requeue: set quarantined=true (--quarantined)")
+        n = self.committer.call(lambda: self.core.requeue_quarantined(request.dataset))
+        return pb.RequeueResponse(requeued=n)
+
+
+class PortInUse(Exception):
+    pass
+
+
+def build_server(
+    core: MasterCore, committer: Committer, store: Store, host: str, port: int, threads: int
+) -> tuple[grpc.Server, int, health.HealthServicer]:
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grpc"),
+        # 0: a second master on the same port fails instead of silently sharing it
+        options=[("grpc.so_reuseport", 0)],
+    )
+    pb_grpc.add_MasterServicer_to_server(MasterServicer(core, committer, store), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise PortInUse(f"cannot listen on {address}: {exc}") from exc
+    if bound == 0:
+        raise PortInUse(f"cannot listen on {address}: the port is in use or not allowed")
+    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    health_servicer.set("elasticps.v1.Master", health_pb2.HealthCheckResponse.SERVING)
+    return server, bound, health_servicer

@@ -1,0 +1,168 @@
+"""Durable state through SQLAlchemy: schema migrations, snapshot at start, batched commits.
+
+Any SQLAlchemy URL works; SQLite (the default, an embedded file) runs in WAL mode with
+synchronous=FULL so that a committed batch survives a power cut, and PostgreSQL is tested
+in CI. `apply()` writes a whole `Batch` in one transaction: when it returns, everything in the
+batch is durable, which is what lets the master answer the calls that produced it.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import bindparam, create_engine, event, func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import StaticPool
+
+from . import schema
+from .batch import Batch
+from .core import Snapshot
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+class StoreError(Exception):
+    """The database cannot be opened or used; the message says which URL and why."""
+
+
+def _safe_url(url: str) -> str:
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - only for messages
+        return "<unparseable URL>"
+
+
+def _make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        if ":memory:" in url or url in ("sqlite://", "sqlite:///"):
+            engine = create_engine(
+                url, poolclass=StaticPool, connect_args={"check_same_thread": False}
+            )
+        else:
+            engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")  # acknowledged means on disk
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+class Store:
+    def __init__(self, url: str):
+        self.url = url
+        try:
+            self.engine = _make_engine(url)
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except Exception as exc:  # noqa: BLE001 - the CLI reports it and exits non-zero
+            raise StoreError(f"cannot open database {_safe_url(url)}: {exc}") from exc
+        self._updates = {}
+
+    # ---- schema -----------------------------------------------------------------------------
+
+    def upgrade(self) -> None:
+        """Bring the schema to the newest migration (a no-op when it is there already)."""
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    # ---- start-up ---------------------------------------------------------------------------
+
+    def load(self) -> Snapshot:
+        """Everything the core needs to continue: active leases only, never the history."""
+        with self.engine.connect() as conn:
+
+            def rows(stmt):
+                return [dict(r._mapping) for r in conn.execute(stmt)]
+
+            return Snapshot(
+                datasets=rows(select(schema.datasets)),
+                epochs=rows(select(schema.epochs)),
+                leases=rows(select(schema.leases).where(schema.leases.c.state == "doing")),
+                pieces=rows(select(schema.pieces)),
+                workers=rows(select(schema.workers)),
+                ps=rows(select(schema.ps)),
+                max_lease_id=conn.scalar(select(func.max(schema.leases.c.lease_id))) or 0,
+                max_piece_key=conn.scalar(select(func.max(schema.pieces.c.key))) or 0,
+                max_event_seq=conn.scalar(select(func.max(schema.events.c.seq))) or 0,
+            )
+
+    # ---- commits ----------------------------------------------------------------------------
+
+    def apply(self, batch: Batch) -> None:
+        """Commit the whole batch in one transaction; raises if it did not commit."""
+        with self.engine.begin() as conn:
+            for name, table in schema.TABLES.items():
+                keys = batch.deletes[name]
+                if keys:
+                    (pk,) = table.primary_key.columns
+                    conn.execute(table.delete().where(pk.in_(list(keys))))
+                if batch.inserts[name]:
+                    conn.execute(table.insert(), list(batch.inserts[name].values()))
+                if batch.updates[name]:
+                    self._update(conn, table, batch.updates[name])
+            if batch.events:
+                conn.execute(schema.events.insert(), batch.events)
+
+    def _update(self, conn, table, updates: dict) -> None:
+        # executemany needs one statement per column set; a batch has only a few distinct sets
+        pks = [c.name for c in table.primary_key.columns]
+        groups: dict[tuple, list[dict]] = {}
+        for key, row in updates.items():
+            keyvals = key if isinstance(key, tuple) else (key,)
+            params = {f"pk_{n}": v for n, v in zip(pks, keyvals)}
+            params.update(row)
+            groups.setdefault(tuple(sorted(row)), []).append(params)
+        for columns, params in groups.items():
+            stmt = self._updates.get((table.name, columns))
+            if stmt is None:
+                where = [table.c[n] == bindparam(f"pk_{n}") for n in pks]
+                stmt = table.update().where(*where).values(
+                    {c: bindparam(c) for c in columns}
+                )
+                self._updates[(table.name, columns)] = stmt
+            conn.execute(stmt, params)
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    def lookup_lease(self, lease_id: int) -> dict | None:
+        if lease_id <= 0 or lease_id >= 1 << 63:
+            return None
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(schema.leases).where(schema.leases.c.lease_id == lease_id)
+            ).first()
+        return dict(row._mapping) if row else None
+
+    def events(self, since: int, limit: int) -> list[dict]:
+        with self.engine.connect() as conn:
+            stmt = (
+                select(schema.events)
+                .where(schema.events.c.seq > since)
+                .order_by(schema.events.c.seq)
+                .limit(limit)
+            )
+            return [dict(r._mapping) for r in conn.execute(stmt)]
+
+    def leases_of(self, dataset: str) -> list[dict]:
+        """Every lease ever handed out for `dataset` (audits and the goodput ledger)."""
+        with self.engine.connect() as conn:
+            stmt = select(schema.leases).where(schema.leases.c.dataset == dataset)
+            return [dict(r._mapping) for r in conn.execute(stmt.order_by(schema.leases.c.lease_id))]
+
+    def close(self) -> None:
+        self.engine.dispose()

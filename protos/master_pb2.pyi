@@ -1,0 +1,416 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Shard(_message.Message):
+    __slots__ = ("epoch", "index", "start", "end")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    index: int
+    start: int
+    end: int
+    def __init__(self, epoch: _Optional[int] = ..., index: _Optional[int] = ..., start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class Lease(_message.Message):
+    __slots__ = ("lease_id", "shard", "deadline_ms", "dataset")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    lease_id: int
+    shard: Shard
+    deadline_ms: int
+    dataset: str
+    def __init__(self, lease_id: _Optional[int] = ..., shard: _Optional[_Union[Shard, _Mapping]] = ..., deadline_ms: _Optional[int] = ..., dataset: _Optional[str] = ...) -> None: ...
+
+class ShardReport(_message.Message):
+    __slots__ = ("lease_id", "outcome", "records_done", "message")
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OUTCOME_UNSPECIFIED: _ClassVar[ShardReport.Outcome]
+        DONE: _ClassVar[ShardReport.Outcome]
+        FAILED: _ClassVar[ShardReport.Outcome]
+        PROGRESS: _ClassVar[ShardReport.Outcome]
+    OUTCOME_UNSPECIFIED: ShardReport.Outcome
+    DONE: ShardReport.Outcome
+    FAILED: ShardReport.Outcome
+    PROGRESS: ShardReport.Outcome
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_DONE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    lease_id: int
+    outcome: ShardReport.Outcome
+    records_done: int
+    message: str
+    def __init__(self, lease_id: _Optional[int] = ..., outcome: _Optional[_Union[ShardReport.Outcome, str]] = ..., records_done: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ReportResult(_message.Message):
+    __slots__ = ("lease_id", "accepted", "duplicate", "reason")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    lease_id: int
+    accepted: bool
+    duplicate: bool
+    reason: str
+    def __init__(self, lease_id: _Optional[int] = ..., accepted: _Optional[bool] = ..., duplicate: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RegisterWorkerRequest(_message.Message):
+    __slots__ = ("name", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class RegisterWorkerResponse(_message.Message):
+    __slots__ = ("worker_id", "heartbeat_interval_s", "worker_timeout_s")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    WORKER_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    heartbeat_interval_s: float
+    worker_timeout_s: float
+    def __init__(self, worker_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., worker_timeout_s: _Optional[float] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("worker_id", "progress")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    progress: _containers.RepeatedCompositeFieldContainer[ShardReport]
+    def __init__(self, worker_id: _Optional[str] = ..., progress: _Optional[_Iterable[_Union[ShardReport, _Mapping]]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("ok", "results")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    results: _containers.RepeatedCompositeFieldContainer[ReportResult]
+    def __init__(self, ok: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[ReportResult, _Mapping]]] = ...) -> None: ...
+
+class LeaveWorkerRequest(_message.Message):
+    __slots__ = ("worker_id", "reason", "reports")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    reason: str
+    reports: _containers.RepeatedCompositeFieldContainer[ShardReport]
+    def __init__(self, worker_id: _Optional[str] = ..., reason: _Optional[str] = ..., reports: _Optional[_Iterable[_Union[ShardReport, _Mapping]]] = ...) -> None: ...
+
+class LeaveWorkerResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ReportResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ReportResult, _Mapping]]] = ...) -> None: ...
+
+class DatasetSpec(_message.Message):
+    __slots__ = ("name", "num_records", "shard_size", "num_epochs", "shuffle", "seed", "lease_timeout_s")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    NUM_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NUM_EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    num_records: int
+    shard_size: int
+    num_epochs: int
+    shuffle: bool
+    seed: int
+    lease_timeout_s: float
+    def __init__(self, name: _Optional[str] = ..., num_records: _Optional[int] = ..., shard_size: _Optional[int] = ..., num_epochs: _Optional[int] = ..., shuffle: _Optional[bool] = ..., seed: _Optional[int] = ..., lease_timeout_s: _Optional[float] = ...) -> None: ...
+
+class GetShardRequest(_message.Message):
+    __slots__ = ("worker_id", "dataset", "max_shards", "reports")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    MAX_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    dataset: str
+    max_shards: int
+    reports: _containers.RepeatedCompositeFieldContainer[ShardReport]
+    def __init__(self, worker_id: _Optional[str] = ..., dataset: _Optional[str] = ..., max_shards: _Optional[int] = ..., reports: _Optional[_Iterable[_Union[ShardReport, _Mapping]]] = ...) -> None: ...
+
+class GetShardResponse(_message.Message):
+    __slots__ = ("status", "leases", "results", "retry_after_ms")
+    class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATUS_UNSPECIFIED: _ClassVar[GetShardResponse.Status]
+        LEASED: _ClassVar[GetShardResponse.Status]
+        WAIT: _ClassVar[GetShardResponse.Status]
+        END: _ClassVar[GetShardResponse.Status]
+    STATUS_UNSPECIFIED: GetShardResponse.Status
+    LEASED: GetShardResponse.Status
+    WAIT: GetShardResponse.Status
+    END: GetShardResponse.Status
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    status: GetShardResponse.Status
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    results: _containers.RepeatedCompositeFieldContainer[ReportResult]
+    retry_after_ms: int
+    def __init__(self, status: _Optional[_Union[GetShardResponse.Status, str]] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., results: _Optional[_Iterable[_Union[ReportResult, _Mapping]]] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+
+class ReportShardRequest(_message.Message):
+    __slots__ = ("worker_id", "reports")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    reports: _containers.RepeatedCompositeFieldContainer[ShardReport]
+    def __init__(self, worker_id: _Optional[str] = ..., reports: _Optional[_Iterable[_Union[ShardReport, _Mapping]]] = ...) -> None: ...
+
+class ReportShardResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ReportResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ReportResult, _Mapping]]] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QuarantinedShard(_message.Message):
+    __slots__ = ("shard", "failures", "errors")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    shard: Shard
+    failures: int
+    errors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, shard: _Optional[_Union[Shard, _Mapping]] = ..., failures: _Optional[int] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class EpochStatus(_message.Message):
+    __slots__ = ("epoch", "todo", "doing", "done", "records_done", "records_total", "handouts", "duplicates", "requeues", "records_redone", "quarantined", "finished", "rehanded_shards", "max_handouts")
+    class RequeuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TODO_FIELD_NUMBER: _ClassVar[int]
+    DOING_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_DONE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    HANDOUTS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    REQUEUES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_REDONE_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    REHANDED_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_HANDOUTS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    todo: int
+    doing: int
+    done: int
+    records_done: int
+    records_total: int
+    handouts: int
+    duplicates: int
+    requeues: _containers.ScalarMap[str, int]
+    records_redone: int
+    quarantined: int
+    finished: bool
+    rehanded_shards: int
+    max_handouts: int
+    def __init__(self, epoch: _Optional[int] = ..., todo: _Optional[int] = ..., doing: _Optional[int] = ..., done: _Optional[int] = ..., records_done: _Optional[int] = ..., records_total: _Optional[int] = ..., handouts: _Optional[int] = ..., duplicates: _Optional[int] = ..., requeues: _Optional[_Mapping[str, int]] = ..., records_redone: _Optional[int] = ..., quarantined: _Optional[int] = ..., finished: _Optional[bool] = ..., rehanded_shards: _Optional[int] = ..., max_handouts: _Optional[int] = ...) -> None: ...
+
+class DatasetStatus(_message.Message):
+    __slots__ = ("spec", "epoch", "todo", "doing", "done", "records_done", "records_total", "handouts", "duplicates", "requeues", "quarantined", "epochs", "finished")
+    class RequeuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TODO_FIELD_NUMBER: _ClassVar[int]
+    DOING_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_DONE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    HANDOUTS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    REQUEUES_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    spec: DatasetSpec
+    epoch: int
+    todo: int
+    doing: int
+    done: int
+    records_done: int
+    records_total: int
+    handouts: int
+    duplicates: int
+    requeues: _containers.ScalarMap[str, int]
+    quarantined: _containers.RepeatedCompositeFieldContainer[QuarantinedShard]
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochStatus]
+    finished: bool
+    def __init__(self, spec: _Optional[_Union[DatasetSpec, _Mapping]] = ..., epoch: _Optional[int] = ..., todo: _Optional[int] = ..., doing: _Optional[int] = ..., done: _Optional[int] = ..., records_done: _Optional[int] = ..., records_total: _Optional[int] = ..., handouts: _Optional[int] = ..., duplicates: _Optional[int] = ..., requeues: _Optional[_Mapping[str, int]] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedShard, _Mapping]]] = ..., epochs: _Optional[_Iterable[_Union[EpochStatus, _Mapping]]] = ..., finished: _Optional[bool] = ...) -> None: ...
+
+class WorkerStatus(_message.Message):
+    __slots__ = ("worker_id", "name", "labels", "last_heartbeat_ms", "leases", "state", "registered_ms")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_MS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    name: str
+    labels: _containers.ScalarMap[str, str]
+    last_heartbeat_ms: int
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    state: str
+    registered_ms: int
+    def __init__(self, worker_id: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., last_heartbeat_ms: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., state: _Optional[str] = ..., registered_ms: _Optional[int] = ...) -> None: ...
+
+class PSInfo(_message.Message):
+    __slots__ = ("address", "data_address", "index", "num_ps", "registered_ms", "incarnation")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_MS_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    data_address: str
+    index: int
+    num_ps: int
+    registered_ms: int
+    incarnation: int
+    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., registered_ms: _Optional[int] = ..., incarnation: _Optional[int] = ...) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("datasets", "workers", "ps", "time_ms")
+    DATASETS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    PS_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    datasets: _containers.RepeatedCompositeFieldContainer[DatasetStatus]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
+    ps: _containers.RepeatedCompositeFieldContainer[PSInfo]
+    time_ms: int
+    def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., ps: _Optional[_Iterable[_Union[PSInfo, _Mapping]]] = ..., time_ms: _Optional[int] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("seq", "time_ms", "kind", "worker_id", "dataset", "epoch", "shard_index", "cause", "detail")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SHARD_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    time_ms: int
+    kind: str
+    worker_id: str
+    dataset: str
+    epoch: int
+    shard_index: int
+    cause: str
+    detail: str
+    def __init__(self, seq: _Optional[int] = ..., time_ms: _Optional[int] = ..., kind: _Optional[str] = ..., worker_id: _Optional[str] = ..., dataset: _Optional[str] = ..., epoch: _Optional[int] = ..., shard_index: _Optional[int] = ..., cause: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class GetEventsRequest(_message.Message):
+    __slots__ = ("since", "limit")
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    since: int
+    limit: int
+    def __init__(self, since: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class GetEventsResponse(_message.Message):
+    __slots__ = ("events", "next")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    next: int
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next: _Optional[int] = ...) -> None: ...
+
+class RegisterPSRequest(_message.Message):
+    __slots__ = ("address", "data_address", "index", "num_ps")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    data_address: str
+    index: int
+    num_ps: int
+    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ...) -> None: ...
+
+class RegisterPSResponse(_message.Message):
+    __slots__ = ("incarnation",)
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    incarnation: int
+    def __init__(self, incarnation: _Optional[int] = ...) -> None: ...
+
+class ListPSRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPSResponse(_message.Message):
+    __slots__ = ("ps", "num_ps", "complete")
+    PS_FIELD_NUMBER: _ClassVar[int]
+    NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    ps: _containers.RepeatedCompositeFieldContainer[PSInfo]
+    num_ps: int
+    complete: bool
+    def __init__(self, ps: _Optional[_Iterable[_Union[PSInfo, _Mapping]]] = ..., num_ps: _Optional[int] = ..., complete: _Optional[bool] = ...) -> None: ...
+
+class RequeueRequest(_message.Message):
+    __slots__ = ("dataset", "quarantined")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    quarantined: bool
+    def __init__(self, dataset: _Optional[str] = ..., quarantined: _Optional[bool] = ...) -> None: ...
+
+class RequeueResponse(_message.Message):
+    __slots__ = ("requeued",)
+    REQUEUED_FIELD_NUMBER: _ClassVar[int]
+    requeued: int
+    def __init__(self, requeued: _Optional[int] = ...) -> None: ...
