@@ -14,7 +14,7 @@ from .settings import MasterSettings, parse
 from .store import Store, StoreError
 
 log = logging.getLogger("elastic-master")
-TICK_S = 0.1
+TICK_S = 0.05  # loss detection lag on top of --worker-timeout
 
 
 def _core_settings(s: MasterSettings) -> Settings:

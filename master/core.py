@@ -30,7 +30,7 @@ class Settings:
     min_workers: int = 0
     max_wait: float = 0.0
     max_shards_per_call: int = 256
-    wait_retry_ms: int = 200
+    wait_retry_ms: int = 100
 
 
 @dataclass
@@ -173,10 +173,12 @@ class MasterCore:
         self._open_gate()
         return worker
 
-    def heartbeat(self, worker_id: str, progress: list[Report]) -> list[Result]:
+    def heartbeat(self, worker_id: str, progress: list[Report]) -> tuple[list[Result], list[Lease]]:
+        """Apply progress reports; answer with every lease the worker holds."""
         worker = self.workers.get(worker_id, self.clock())
         self._check_reports(progress)
-        return self._apply_reports(worker, progress)
+        results = self._apply_reports(worker, progress)
+        return results, [self.leases[i] for i in sorted(worker.leases)]
 
     def leave_worker(self, worker_id: str, reason: str, reports: list[Report]) -> list[Result]:
         worker = self.workers.get(worker_id, self.clock())

@@ -59,8 +59,12 @@ class MasterServicer(pb_grpc.MasterServicer):
     @_guard
     def Heartbeat(self, request, context):
         reports = to_reports(request.progress)
-        results = self.committer.call(lambda: self.core.heartbeat(request.worker_id, reports))
-        return pb.HeartbeatResponse(ok=True, results=to_results(results))
+        results, held = self.committer.call(
+            lambda: self.core.heartbeat(request.worker_id, reports)
+        )
+        return pb.HeartbeatResponse(
+            ok=True, results=to_results(results), leases=[to_lease(x) for x in held]
+        )
 
     @_guard
     def LeaveWorker(self, request, context):

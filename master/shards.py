@@ -169,7 +169,7 @@ class DatasetQueue:
             self._open_add(p.epoch, p.index, p.end - p.start)
         for lease in leases:
             self.leases[lease.lease_id] = lease
-            self._open_add(lease.epoch, lease.index, lease.size - lease.records_done)
+            self._open_add(lease.epoch, lease.index, lease.size)  # progress is credited at the end
 
     def _open_add(self, epoch: int, index: int, records: int) -> None:
         self.open[(epoch, index)] = self.open.get((epoch, index), 0) + records

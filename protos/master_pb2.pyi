@@ -99,12 +99,14 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., progress: _Optional[_Iterable[_Union[ShardReport, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("ok", "results")
+    __slots__ = ("ok", "results", "leases")
     OK_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     results: _containers.RepeatedCompositeFieldContainer[ReportResult]
-    def __init__(self, ok: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[ReportResult, _Mapping]]] = ...) -> None: ...
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    def __init__(self, ok: _Optional[bool] = ..., results: _Optional[_Iterable[_Union[ReportResult, _Mapping]]] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ...) -> None: ...
 
 class LeaveWorkerRequest(_message.Message):
     __slots__ = ("worker_id", "reason", "reports")

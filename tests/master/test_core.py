@@ -503,3 +503,13 @@ def test_ps_registry(h):
     h.restart()
     rows, num_ps, complete = h.core.list_ps()
     assert complete and rows[0]["address"] == "h:5" and rows[0]["incarnation"] == 2
+
+
+def test_heartbeat_answers_the_leases_held_so_a_lost_reply_is_recovered(h):
+    h.dataset()
+    w = h.worker()
+    granted = h.get(w, n=2).leases  # imagine this reply never arrived
+    results, held = h.core.heartbeat(w, [])
+    assert results == [] and [x.lease_id for x in held] == [x.lease_id for x in granted]
+    h.done(w, held[0])
+    assert [x.lease_id for x in h.core.heartbeat(w, [])[1]] == [granted[1].lease_id]
