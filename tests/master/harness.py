@@ -79,15 +79,19 @@ class Harness:
         return self.core.datasets[dataset].epochs[epoch]
 
     def audit(self, dataset="d"):
-        """Per epoch, the record ranges counted done, from the durable lease history."""
-        ranges: dict[int, list[tuple[int, int]]] = {}
-        for row in self.store.leases_of(dataset):
-            if row["state"] == "done":
-                ranges.setdefault(row["epoch"], []).append((row["start_rec"], row["end_rec"]))
-            elif row["state"] in ("requeued", "failed") and row["records_done"]:
-                start = row["start_rec"]
-                ranges.setdefault(row["epoch"], []).append((start, start + row["records_done"]))
-        return {e: sorted(r) for e, r in ranges.items()}
+        return audit(self.store, dataset)
+
+
+def audit(store: Store, dataset: str) -> dict[int, list[tuple[int, int]]]:
+    """Per epoch, the record ranges counted done, from the durable lease history."""
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    for row in store.leases_of(dataset):
+        if row["state"] == "done":
+            ranges.setdefault(row["epoch"], []).append((row["start_rec"], row["end_rec"]))
+        elif row["state"] in ("requeued", "failed") and row["records_done"]:
+            start = row["start_rec"]
+            ranges.setdefault(row["epoch"], []).append((start, start + row["records_done"]))
+    return {e: sorted(r) for e, r in ranges.items()}
 
 
 def assert_exactly_once(ranges: list[tuple[int, int]], num_records: int) -> None:

@@ -70,3 +70,13 @@ def test_bad_urls_are_refused_with_the_reason(url, words):
         Store(url)
     assert words in str(info.value)
     assert "secret" not in str(info.value)
+
+
+@pytest.mark.postgres
+def test_migrations_produce_exactly_the_schema_on_postgres(pg_url):
+    store = Store(pg_url)
+    store.upgrade()
+    with store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    assert diff == []
+    store.close()
