@@ -176,3 +176,35 @@ class SimWorker:
     def close(self) -> None:
         self.stop.set()
         self.channel.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m master.simworker --master HOST:PORT --dataset NAME`: one simulated worker."""
+    import argparse
+    import signal
+
+    p = argparse.ArgumentParser(prog="python -m master.simworker", description=main.__doc__)
+    p.add_argument("--master", required=True)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--name", default="sim")
+    p.add_argument("--max-shards", type=int, default=4)
+    p.add_argument("--seconds-per-record", type=float, default=0.0005)
+    p.add_argument("--max-seconds", type=float, default=600)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    worker = SimWorker(args.master, args.dataset, name=args.name, max_shards=args.max_shards,
+                       seconds_per_record=args.seconds_per_record)
+    preempted = threading.Event()
+
+    def on_sigterm(*_):
+        preempted.set()
+        worker.stop.set()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    worker.run(max_seconds=args.max_seconds)
+    worker.leave("preempted" if preempted.is_set() else "finished")
+    print(f"{args.name}: trained {worker.records_trained} records in {worker.leases_done} leases")
+
+
+if __name__ == "__main__":
+    main()

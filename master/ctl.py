@@ -1,0 +1,185 @@
+"""`elastic-ctl`: look at and steer a running master from a terminal.
+
+    elastic-ctl --master HOST:PORT status
+    elastic-ctl --master HOST:PORT events [--since N] [--follow] [--limit N]
+    elastic-ctl --master HOST:PORT watch [--interval S]
+    elastic-ctl --master HOST:PORT requeue DATASET --quarantined
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from datetime import datetime, timezone
+
+import grpc
+
+from protos import master_pb2 as pb
+from protos import master_pb2_grpc as pb_grpc
+
+
+def _ago(ms: int, now_ms: int) -> str:
+    seconds = max(0.0, (now_ms - ms) / 1000)
+    return f"{seconds:.1f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def _requeues(m) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(m.items())) or "-"
+
+
+def format_status(s: pb.GetStatusResponse) -> str:
+    out = []
+    rows = []
+    for d in s.datasets:
+        state = "finished" if d.finished else f"epoch {d.epoch + 1}/{d.spec.num_epochs}"
+        for e in d.epochs:
+            shards = -(-d.spec.num_records // d.spec.shard_size)
+            rows.append([
+                d.spec.name, str(e.epoch), "finished" if e.finished else state
+                if e.epoch == d.epoch else "running",
+                str(e.todo), str(e.doing), f"{e.done}/{shards}",
+                f"{e.records_done}/{e.records_total}", str(e.handouts), str(e.records_redone),
+                str(e.duplicates), _requeues(e.requeues), str(e.quarantined),
+            ])
+    out.append("DATASETS")
+    out.append(_table(["dataset", "epoch", "state", "todo", "doing", "done", "records",
+                       "handouts", "redone", "dups", "requeues", "quarantined"], rows)
+               if rows else "  (none)")
+    for d in s.datasets:
+        for q in d.quarantined:
+            out.append(
+                f"  quarantined: {d.spec.name} epoch {q.shard.epoch} shard {q.shard.index} "
+                f"[{q.shard.start}, {q.shard.end}) after {q.failures} failures; last errors: "
+                + " | ".join(q.errors)
+            )
+    out.append("")
+    out.append("WORKERS")
+    rows = [
+        [w.worker_id, w.name, ",".join(f"{k}={v}" for k, v in sorted(w.labels.items())) or "-",
+         _ago(w.last_heartbeat_ms, s.time_ms),
+         " ".join(f"{x.dataset}:e{x.shard.epoch}/s{x.shard.index}" for x in w.leases) or "-"]
+        for w in s.workers
+    ]
+    out.append(_table(["id", "name", "labels", "last call", "leases"], rows)
+               if rows else "  (none)")
+    out.append("")
+    out.append("PARAMETER SERVERS")
+    rows = [[f"{p.index}/{p.num_ps}", p.address, p.data_address, str(p.incarnation),
+             _ago(p.registered_ms, s.time_ms)] for p in s.ps]
+    out.append(_table(["ps", "grpc", "data", "incarnation", "registered"], rows)
+               if rows else "  (none)")
+    return "\n".join(out)
+
+
+def format_event(e: pb.Event) -> str:
+    when = datetime.fromtimestamp(e.time_ms / 1000, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+    parts = [f"{e.seq:>6}", when, f"{e.kind:<18}"]
+    if e.worker_id:
+        parts.append(e.worker_id)
+    if e.dataset:
+        where = e.dataset
+        if e.epoch >= 0:
+            where += f" epoch {e.epoch}"
+        if e.shard_index >= 0:
+            where += f" shard {e.shard_index}"
+        parts.append(where)
+    if e.cause:
+        parts.append(f"cause={e.cause}")
+    if e.detail:
+        parts.append(e.detail)
+    return "  ".join(parts)
+
+
+def cmd_status(stub, args) -> int:
+    print(format_status(stub.GetStatus(pb.GetStatusRequest(), timeout=args.timeout)))
+    return 0
+
+
+def cmd_events(stub, args) -> int:
+    since = args.since
+    while True:
+        reply = stub.GetEvents(pb.GetEventsRequest(since=since, limit=args.limit),
+                               timeout=args.timeout)
+        for e in reply.events:
+            print(format_event(e), flush=True)
+        since = reply.next
+        if not args.follow:
+            return 0
+        if not reply.events:
+            time.sleep(args.interval)
+
+
+def cmd_watch(stub, args) -> int:
+    for _ in range(args.count or sys.maxsize):
+        text = format_status(stub.GetStatus(pb.GetStatusRequest(), timeout=args.timeout))
+        if sys.stdout.isatty():
+            print("\033[2J\033[H", end="")
+        print(f"{datetime.now():%H:%M:%S}  master {args.master}\n{text}\n", flush=True)
+        time.sleep(args.interval)
+    return 0
+
+
+def cmd_requeue(stub, args) -> int:
+    if not args.quarantined:
+        print("elastic-ctl: say what to requeue: --quarantined", file=sys.stderr)
+        return 2
+    reply = stub.Requeue(pb.RequeueRequest(dataset=args.dataset, quarantined=True),
+                         timeout=args.timeout)
+    print(f"{reply.requeued} quarantined piece(s) of {args.dataset!r} are back in TODO")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="elastic-ctl", description="Inspect and steer a master.")
+    p.add_argument("--master", default=os.environ.get("ELASTIC_PS_MASTER", "localhost:50051"),
+                   help="master address HOST:PORT (env ELASTIC_PS_MASTER)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("status", help="datasets, workers and PS").set_defaults(fn=cmd_status)
+    ev = sub.add_parser("events", help="the elasticity timeline")
+    ev.add_argument("--since", type=int, default=0, help="only events after this seq")
+    ev.add_argument("--limit", type=int, default=1000)
+    ev.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    ev.add_argument("--interval", type=float, default=0.5)
+    ev.set_defaults(fn=cmd_events)
+    w = sub.add_parser("watch", help="status, refreshed")
+    w.add_argument("--interval", type=float, default=1.0)
+    w.add_argument("--count", type=int, default=0, help="stop after N refreshes (0: never)")
+    w.set_defaults(fn=cmd_watch)
+    rq = sub.add_parser("requeue", help="put quarantined shards back into TODO")
+    rq.add_argument("dataset")
+    rq.add_argument("--quarantined", action="store_true")
+    rq.set_defaults(fn=cmd_requeue)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    channel = grpc.insecure_channel(args.master)
+    try:
+        code = args.fn(pb_grpc.MasterStub(channel), args)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAVAILABLE:
+            print(f"elastic-ctl: cannot reach the master at {args.master}: {exc.details()}",
+                  file=sys.stderr)
+        else:
+            print(f"elastic-ctl: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        channel.close()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

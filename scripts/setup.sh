@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install elastic-ps with its test tools. Idempotent.
+# Needs Python 3.10+ with pip and venv; nothing else.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+. .venv/bin/activate
+stamp=.venv/.elastic-ps-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  python -m pip install -q --upgrade pip
+  # torch first and pinned: this CPU build is what the project is tested with
+  python -m pip install -q "torch==2.13.0"
+  python -m pip install -q -e ".[dev,train,postgres]"
+  touch "$stamp"
+fi
