@@ -1,0 +1,68 @@
+"""elastic-ctl against a real master."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import grpc
+import pytest
+
+from protos import master_pb2 as pb
+from protos import master_pb2_grpc as pb_grpc
+from tests import procs
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def master(tmp_path):
+    proc = procs.master(f"sqlite:///{tmp_path}/m.db")
+    yield proc
+    proc.kill()
+
+
+def ctl(master_address, *args):
+    return subprocess.run([sys.executable, "-m", "master.ctl", "--master", master_address, *args],
+                          capture_output=True, text=True, timeout=30, cwd=procs.ROOT)
+
+
+def test_status_shows_datasets_workers_and_ps(master):
+    stub = pb_grpc.MasterStub(grpc.insecure_channel(master.address))
+    stub.CreateDataset(pb.DatasetSpec(name="clicks", num_records=100, shard_size=10,
+                                      num_epochs=2))
+    wid = stub.RegisterWorker(pb.RegisterWorkerRequest(name="trainer-a",
+                                                       labels={"market": "spot"})).worker_id
+    lease = stub.GetShard(pb.GetShardRequest(worker_id=wid, dataset="clicks")).leases[0]
+    stub.RegisterPS(pb.RegisterPSRequest(address="127.0.0.1:1", data_address="tcp://x:2",
+                                         index=0, num_ps=1))
+    out = ctl(master.address, "status")
+    assert out.returncode == 0, out.stderr
+    assert "clicks" in out.stdout and "0/10" in out.stdout and "0/100" in out.stdout
+    assert "trainer-a" in out.stdout and "market=spot" in out.stdout
+    assert f"clicks:e0/s{lease.shard.index}" in out.stdout
+    assert "tcp://x:2" in out.stdout
+
+
+def test_events_lists_the_timeline_and_since_filters(master):
+    stub = pb_grpc.MasterStub(grpc.insecure_channel(master.address))
+    wid = stub.RegisterWorker(pb.RegisterWorkerRequest(name="a")).worker_id
+    stub.LeaveWorker(pb.LeaveWorkerRequest(worker_id=wid, reason="preempted"))
+    out = ctl(master.address, "events")
+    assert out.returncode == 0
+    lines = out.stdout.splitlines()
+    assert "master_started" in lines[0] and "worker_registered" in lines[1]
+    assert "worker_left" in lines[2] and "cause=preempted" in lines[2]
+    later = ctl(master.address, "events", "--since", "2").stdout.splitlines()
+    assert later == lines[2:]
+
+
+def test_requeue_needs_a_what_and_unknown_dataset_is_reported(master):
+    out = ctl(master.address, "requeue", "nope")
+    assert out.returncode == 2 and "--quarantined" in out.stderr
+    out = ctl(master.address, "requeue", "nope", "--quarantined")
+    assert out.returncode == 1 and "NOT_FOUND" in out.stderr and "nope" in out.stderr
+
+
+def test_unreachable_master_is_a_clear_error():
+    out = ctl("127.0.0.1:1", "--timeout", "2", "status")
+    assert out.returncode == 1 and "cannot reach the master" in out.stderr
