@@ -1,0 +1,381 @@
+"""The worker's connection to the master: registration, heartbeats, retries, re-registration.
+
+`MasterClient` promises:
+
+* Every call is retried with bounded exponential backoff (0.1 s doubling to 2 s, logged at
+  WARNING) while the master is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED: each attempt has its
+  own deadline), and gives up with `MasterUnavailable` after `RetryPolicy.total_s` (120 s by
+  default; `ELASTIC_PS_RETRY_TIMEOUT_S`). A master restarted on its database keeps the worker's
+  id, so calls simply succeed again.
+* When the master no longer knows the worker (declared lost after missing heartbeats, or it has
+  forgotten it), the client registers again under a new id and drops every lease of its attached
+  lease tables: the master has already given them back, and the rest of them is done elsewhere.
+  Nothing of them is reported later (were it, the master would answer it as a duplicate and count
+  nothing).
+* Reports travel on calls the worker makes anyway: every GetShard, Heartbeat and LeaveWorker
+  carries the pending reports of all attached lease tables (DONE for trained leases, PROGRESS
+  offsets), and the master's answers go back to the tables. One report-carrying call is in flight
+  at a time, so a lease is never reported by two calls at once.
+* A background thread heartbeats at the interval the master asked for, carrying PROGRESS for
+  every held lease, so the master keeps trained offsets durably and a lease taken back for its
+  timeout is noticed (its report is answered as a duplicate).
+
+Thread-safe.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import replace
+from typing import Callable
+
+import grpc
+
+from protos import master_pb2 as pb
+from protos import master_pb2_grpc as pb_grpc
+
+from .errors import Cancelled, DatasetSpecMismatch, ElasticError, MasterError, MasterUnavailable
+from .leases import LeaseTable, Report, Result
+from .retry import RETRYABLE, Backoff, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+_OUTCOME = {"DONE": pb.ShardReport.DONE, "PROGRESS": pb.ShardReport.PROGRESS,
+            "FAILED": pb.ShardReport.FAILED}
+_CHANNEL_OPTIONS = [
+    # grpc's own reconnect backoff grows to 120 s by default: a restarted master would then be
+    # found late. Keep it in step with our retry backoff.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+_WARN_EVERY_S = 5.0
+_MAX_REREGISTER = 3
+
+
+def default_master() -> str:
+    return os.environ.get("ELASTIC_PS_MASTER", "localhost:50051")
+
+
+def labels_from_env() -> dict[str, str]:
+    """`ELASTIC_PS_WORKER_LABELS="market=spot,zone=a"` -> {"market": "spot", "zone": "a"}."""
+    labels = {}
+    for item in os.environ.get("ELASTIC_PS_WORKER_LABELS", "").split(","):
+        if "=" in item:
+            key, value = item.split("=", 1)
+            labels[key.strip()] = value.strip()
+    return labels
+
+
+def default_policy() -> RetryPolicy:
+    total = os.environ.get("ELASTIC_PS_RETRY_TIMEOUT_S")
+    return RetryPolicy(total_s=float(total)) if total else RetryPolicy()
+
+
+def _worker_gone(details: str) -> bool:
+    """A NOT_FOUND about this worker (not about a dataset): the master asks us to register."""
+    return "worker" in details and "register" in details.lower()
+
+
+class MasterClient:
+    """A registered worker's calls to the master. See the module docstring for the promises."""
+
+    def __init__(
+        self,
+        master: str | None = None,
+        name: str | None = None,
+        labels: dict[str, str] | None = None,
+        *,
+        policy: RetryPolicy | None = None,
+        heartbeat: bool = True,
+    ):
+        self.address = master or default_master()
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.labels = dict(labels) if labels is not None else labels_from_env()
+        self.policy = policy or default_policy()
+        self._channel = grpc.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+        self._stub = pb_grpc.MasterStub(self._channel)
+        self._lock = threading.RLock()  # registration state
+        self._report_lock = threading.RLock()  # one report-carrying call at a time
+        self._tables: list[LeaseTable] = []
+        self._listeners: list[Callable[[str], None]] = []
+        self._heartbeat_enabled = heartbeat
+        self._heartbeat_thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._closed = False
+        self.worker_id: str | None = None
+        self.heartbeat_interval_s = 1.0
+        self.worker_timeout_s = 3.0
+        self.registrations = 0
+        self._warned_at = 0.0
+
+    # ---- report sources and listeners ------------------------------------------------------
+
+    def attach(self, table: LeaseTable) -> None:
+        """Carry `table`'s reports on this worker's calls; drop its leases if we are lost."""
+        with self._report_lock:
+            if table not in self._tables:
+                self._tables.append(table)
+
+    def detach(self, table: LeaseTable) -> None:
+        with self._report_lock:
+            if table in self._tables:
+                self._tables.remove(table)
+
+    def on_reregister(self, callback: Callable[[str], None]) -> None:
+        """`callback(why)` runs after the worker registered again because it was lost."""
+        self._listeners.append(callback)
+
+    # ---- registration -------------------------------------------------------------------------
+
+    def register(self) -> str:
+        """Register (again) as a new worker; returns the worker id."""
+        with self._lock:
+            if self._closed:
+                raise ElasticError("this MasterClient is closed")
+            response, _ = self._call(
+                "RegisterWorker",
+                lambda _: pb.RegisterWorkerRequest(name=self.name, labels=self.labels),
+                needs_worker=False,
+            )
+            self.worker_id = response.worker_id
+            self.heartbeat_interval_s = response.heartbeat_interval_s or 1.0
+            self.worker_timeout_s = response.worker_timeout_s or 3.0
+            self.registrations += 1
+            log.info("registered with the master at %s as worker %s (%s), heartbeat every %.2g s",
+                     self.address, self.worker_id, self.name, self.heartbeat_interval_s)
+            self._start_heartbeats()
+            return self.worker_id
+
+    def ensure_registered(self) -> str:
+        with self._lock:
+            worker_id = self.worker_id
+            return worker_id if worker_id is not None else self.register()
+
+    def _reregister(self, stale_id: str | None, why: str) -> None:
+        with self._report_lock, self._lock:
+            if self.worker_id != stale_id:
+                return  # another thread did it already
+            log.warning("the master no longer knows worker %s (%s): registering again; its leases "
+                        "went back to the master and are done elsewhere", stale_id, why)
+            self.worker_id = None
+            for table in self._tables:
+                table.drop_all("this worker was declared lost")
+            if self._closed:
+                raise ElasticError("this MasterClient is closed")
+            self.register()
+        for callback in list(self._listeners):
+            callback(why)
+
+    # ---- the retry loop -------------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        build: Callable[[str | None], object],
+        *,
+        needs_worker: bool = True,
+        reregister: bool = True,
+        policy: RetryPolicy | None = None,
+        cancel: threading.Event | None = None,
+    ) -> tuple[object, bool]:
+        """Call `method` with the request `build(worker_id)`; returns (response, whether any
+        attempt failed in a way that may have reached the master)."""
+        policy = policy or self.policy
+        backoff = Backoff(policy)
+        reregistered = 0
+        uncertain = False
+        last = ""
+        while True:
+            worker_id = self.ensure_registered() if needs_worker else None
+            request = build(worker_id)
+            try:
+                response = getattr(self._stub, method)(request, timeout=policy.call_timeout_s)
+            except grpc.RpcError as exc:
+                code, details = exc.code(), exc.details() or ""
+                if code in RETRYABLE:
+                    uncertain = True
+                    last = f"{code.name}: {details}"
+                    delay = backoff.next_delay()
+                    if delay is None:
+                        raise MasterUnavailable(
+                            f"the master at {self.address} did not answer {method} for "
+                            f"{backoff.elapsed:.0f} s ({last}); is it running? (the retry budget "
+                            f"is {policy.total_s:g} s: ELASTIC_PS_RETRY_TIMEOUT_S)"
+                        ) from None
+                    self._warn(f"master at {self.address} unreachable for {method} ({last}); "
+                               f"retrying in {delay:.1f} s")
+                    self._sleep(delay, cancel, method)
+                    continue
+                if (code == grpc.StatusCode.NOT_FOUND and needs_worker and reregister
+                        and _worker_gone(details) and reregistered < _MAX_REREGISTER):
+                    reregistered += 1
+                    self._reregister(worker_id, details)
+                    continue
+                raise MasterError(code.name, details) from None
+            if backoff.attempts:
+                log.info("the master at %s answered %s again after %.1f s", self.address, method,
+                         backoff.elapsed)
+            return response, uncertain
+
+    def _sleep(self, delay: float, cancel: threading.Event | None, method: str) -> None:
+        if (cancel or self._stop).wait(delay) or self._stop.is_set():
+            raise Cancelled(f"{method} abandoned: the worker is shutting down") from None
+
+    def _warn(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= _WARN_EVERY_S:
+            self._warned_at = now
+            log.warning(message)
+
+    def _exchange(self, method: str, build, *, every: bool = False, **kw) -> tuple[object, bool]:
+        """A call that carries the attached tables' pending reports and hands back the answers."""
+        with self._report_lock:
+            sent: list[tuple[LeaseTable, list[Report]]] = []
+
+            def build_with_reports(worker_id):
+                sent.clear()  # gathered again on every attempt: a retry may follow a drop
+                for table in self._tables:
+                    sent.append((table, table.reports(every)))
+                reports = [_to_pb(r) for _, rs in sent for r in rs]
+                return build(worker_id, reports)
+
+            response, uncertain = self._call(method, build_with_reports, **kw)
+            results = [Result(r.lease_id, r.accepted, r.duplicate, r.reason)
+                       for r in response.results]
+            offset = 0
+            for table, reports in sent:
+                table.apply(reports, results[offset:offset + len(reports)])
+                offset += len(reports)
+            return response, uncertain
+
+    # ---- calls ------------------------------------------------------------------------------------
+
+    def create_dataset(self, spec: pb.DatasetSpec) -> pb.DatasetSpec:
+        """Create the dataset, or check that it exists with the same spec (idempotent)."""
+        try:
+            response, _ = self._call("CreateDataset", lambda _: spec, needs_worker=False)
+        except MasterError as exc:
+            if exc.code == "ALREADY_EXISTS":
+                raise DatasetSpecMismatch(exc.code, exc.message) from None
+            raise
+        return response
+
+    def get_shard(self, dataset: str, max_shards: int,
+                  cancel: threading.Event | None = None) -> tuple[pb.GetShardResponse, bool]:
+        """Lease up to `max_shards` shards, carrying pending reports. Returns (response,
+        uncertain): uncertain means an earlier attempt may have been applied and its answer
+        lost, so leases may have been granted that the response does not list
+        (see `worker_leases`)."""
+        return self._exchange(
+            "GetShard",
+            lambda wid, reports: pb.GetShardRequest(worker_id=wid, dataset=dataset,
+                                                    max_shards=max_shards, reports=reports),
+            cancel=cancel,
+        )
+
+    def report(self) -> None:
+        """Send the pending reports now (ReportShard), if there are any."""
+        with self._report_lock:
+            if self.worker_id is None or not any(t.reports() for t in self._tables):
+                return
+            self._exchange("ReportShard", lambda wid, reports: pb.ReportShardRequest(
+                worker_id=wid, reports=reports))
+
+    def heartbeat(self, policy: RetryPolicy | None = None) -> None:
+        """One heartbeat now, carrying PROGRESS for every held lease."""
+        with self._report_lock:
+            if self.worker_id is None:
+                return
+            self._exchange("Heartbeat", lambda wid, reports: pb.HeartbeatRequest(
+                worker_id=wid, progress=reports), every=True, policy=policy)
+
+    def leave(self, reason: str, *, policy: RetryPolicy | None = None,
+              lock_timeout_s: float | None = None) -> list[Result]:
+        """LeaveWorker(reason) with the trained progress of every held lease: the master counts
+        what was trained and gives the rest of each lease back at once. Afterwards the worker is
+        unregistered (a later call registers it again)."""
+        locked = self._report_lock.acquire(timeout=-1 if lock_timeout_s is None else lock_timeout_s)
+        try:
+            if self.worker_id is None:
+                return []
+            try:
+                response, _ = self._exchange(
+                    "LeaveWorker",
+                    lambda wid, reports: pb.LeaveWorkerRequest(worker_id=wid, reason=reason,
+                                                               reports=reports),
+                    reregister=False, policy=policy,
+                )
+                results = [Result(r.lease_id, r.accepted, r.duplicate, r.reason)
+                           for r in response.results]
+            except MasterError as exc:
+                if exc.code != "NOT_FOUND":
+                    raise
+                results = []  # already gone: lost or left before
+            log.info("worker %s left the master (%s)", self.worker_id, reason)
+            with self._lock:
+                self.worker_id = None
+            for table in self._tables:
+                table.drop_all(f"left ({reason})")
+            return results
+        finally:
+            if locked:
+                self._report_lock.release()
+
+    def status(self) -> pb.GetStatusResponse:
+        response, _ = self._call("GetStatus", lambda _: pb.GetStatusRequest(), needs_worker=False)
+        return response
+
+    def worker_leases(self, dataset: str) -> list[pb.Lease]:
+        """The leases the master says this worker holds for `dataset` (GetStatus)."""
+        worker_id = self.worker_id
+        for worker in self.status().workers:
+            if worker.worker_id == worker_id:
+                return [lease for lease in worker.leases if lease.dataset == dataset]
+        return []
+
+    # ---- heartbeats ---------------------------------------------------------------------------
+
+    def _start_heartbeats(self) -> None:
+        if not self._heartbeat_enabled or self._heartbeat_thread is not None:
+            return
+        self._heartbeat_thread = threading.Thread(
+            target=self._heartbeat_loop, name="elastic-heartbeat", daemon=True)
+        self._heartbeat_thread.start()
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.heartbeat_interval_s):
+            # one attempt per beat: the next beat is the retry, and the report lock is not held
+            # through a long outage
+            policy = replace(self.policy, total_s=0.0,
+                             call_timeout_s=max(2.0, self.heartbeat_interval_s))
+            try:
+                self.heartbeat(policy)
+            except MasterUnavailable as exc:
+                self._warn(f"heartbeat failed: {exc}")
+            except Exception:  # noqa: BLE001 - the thread must outlive any one bad beat
+                log.exception("heartbeat failed")
+
+    # ---- closing ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop heartbeats and close the channel (does not leave: call `leave` first)."""
+        with self._lock:
+            self._closed = True
+        self._stop.set()
+        thread = self._heartbeat_thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self.policy.call_timeout_s)
+        self._channel.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+def _to_pb(report: Report) -> pb.ShardReport:
+    return pb.ShardReport(lease_id=report.lease_id, outcome=_OUTCOME[report.outcome],
+                          records_done=report.records_done, message=report.message)

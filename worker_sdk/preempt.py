@@ -1,0 +1,135 @@
+"""SIGTERM, the spot reclaim notice: hand the leases back with their progress, then exit 0.
+
+What happens when the process gets SIGTERM while an ElasticDataset that handles it is open:
+
+1. The handler (it runs in the main thread, between two bytecodes of whatever was running)
+   only sets `stopping` and starts the `elastic-preempt` thread; it takes no lock. Any previous
+   Python handler is then called too (chained).
+2. From now on no sample is handed out: the next time the training loop asks an ElasticDataset
+   for data it parks there (a safe point: its last step has finished, and in the "next" ack mode
+   that request acknowledged it first). A GetShard retry loop or a WAIT sleep is abandoned.
+3. The preempt thread waits until the loop is parked, or at most `GRACE_S` (a step in flight may
+   still finish and push), then freezes every lease table (nothing may be acknowledged any more:
+   a push that completes later does not count) and calls LeaveWorker(reason="preempted") with
+   DONE for every fully trained lease and PROGRESS with the trained offset for the others. The
+   master credits those records and requeues only the untrained remainder, at once, without
+   counting it against the shard's failure budget.
+4. The process exits with status 0: the parked loop raises SystemExit(0); if the main thread is
+   elsewhere it is woken with SIGTERM again, which now raises SystemExit(0) wherever it is; if it
+   still has not exited after `EXIT_DEADLINE_S` (stuck in a long C call, or it swallowed
+   SystemExit), the thread calls os._exit(0).
+
+The handler is installed only from the main thread, by datasets created with
+`handle_sigterm=True` (the default), and removed (the previous one restored) when the last of
+them is closed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import weakref
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+GRACE_S = 2.0  # how long a training step in flight may take to finish and be acknowledged
+EXIT_DEADLINE_S = 3.0  # after the leave: how long the process has to exit by itself
+PARK_TIMEOUT_S = 15.0  # a parked loop never waits longer than this for the leave
+
+
+class Member(Protocol):
+    def _preempt_freeze(self) -> None: ...
+
+    def _preempt_leave(self) -> None: ...
+
+
+stopping = threading.Event()  # SIGTERM seen: hand out nothing more
+_parked = threading.Event()  # a training loop reached a safe point and waits
+_left = threading.Event()  # the leave is done: the loop may exit
+_lock = threading.Lock()
+_members: "weakref.WeakSet[Member]" = weakref.WeakSet()
+_previous = None
+_installed = False
+_state = "idle"  # idle, stopping, left
+
+
+def install(member: Member) -> bool:
+    """Handle SIGTERM for `member`; False when that is impossible (not the main thread)."""
+    global _previous, _installed
+    if threading.current_thread() is not threading.main_thread():
+        log.info("not installing the SIGTERM handler: ElasticDataset was created outside the "
+                 "main thread (pass handle_sigterm=False to silence this)")
+        return False
+    with _lock:
+        _members.add(member)
+        if not _installed:
+            _previous = signal.signal(signal.SIGTERM, _on_sigterm)
+            _installed = True
+    return True
+
+
+def uninstall(member: Member) -> None:
+    global _installed
+    with _lock:
+        _members.discard(member)
+        if _installed and not _members and _state == "idle":
+            if threading.current_thread() is threading.main_thread():
+                if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                    signal.signal(signal.SIGTERM, _previous)
+                _installed = False
+
+
+def checkpoint() -> None:
+    """Called by the data iterators at every safe point: park and exit if we were told to."""
+    if not stopping.is_set():
+        return
+    _parked.set()
+    _left.wait(PARK_TIMEOUT_S)
+    raise SystemExit(0)
+
+
+def _on_sigterm(signum, frame) -> None:
+    global _state
+    if _state == "left":
+        raise SystemExit(0)
+    if _state == "stopping":
+        return
+    _state = "stopping"
+    stopping.set()
+    threading.Thread(target=_preempt, name="elastic-preempt", daemon=False).start()
+    previous = _previous
+    if callable(previous) and previous is not _on_sigterm:
+        previous(signum, frame)
+
+
+def _preempt() -> None:
+    global _state
+    if not _parked.wait(GRACE_S):
+        log.warning("SIGTERM: the training loop did not come back for data within %.1f s; "
+                    "its step in flight will be redone elsewhere", GRACE_S)
+    members = list(_members)
+    for member in members:  # first stop every acknowledgement, then report
+        member._preempt_freeze()
+    for member in members:
+        try:
+            member._preempt_leave()
+        except Exception:  # noqa: BLE001 - leave what can be left; the master times out the rest
+            log.exception("SIGTERM: could not hand the leases back")
+    _state = "left"
+    _left.set()
+    main = threading.main_thread()
+    if main.is_alive() and not _parked.is_set():
+        os.kill(os.getpid(), signal.SIGTERM)  # wakes a sleeping main thread: SystemExit(0)
+    main.join(EXIT_DEADLINE_S)
+    if main.is_alive():
+        log.warning("SIGTERM: the main thread did not exit within %.1f s; exiting now",
+                    EXIT_DEADLINE_S)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(0)
