@@ -2,6 +2,8 @@
 
     elastic-ctl --master HOST:PORT status
     elastic-ctl --master HOST:PORT events [--since N] [--follow] [--limit N]
+    elastic-ctl --master HOST:PORT report [--dataset NAME]
+    elastic-ctl --master HOST:PORT cost [--price LABEL=PRICE ...]
     elastic-ctl --master HOST:PORT watch [--interval S]
     elastic-ctl --master HOST:PORT requeue DATASET --quarantined
 """
@@ -99,6 +101,79 @@ def format_event(e: pb.Event) -> str:
     return "  ".join(parts)
 
 
+def format_report(r: pb.GetLedgerResponse) -> str:
+    rows = [
+        [e.dataset, str(e.epoch), "finished" if e.finished else "running",
+         f"{e.records_done}/{e.records_total}", str(e.records_first_try), str(e.records_handed),
+         str(e.records_redone), str(e.handouts), str(e.duplicates), _requeues(e.requeues),
+         f"{e.goodput:.1%}"]
+        for e in r.epochs
+    ]
+    out = ["GOODPUT LEDGER",
+           _table(["dataset", "epoch", "state", "done", "first try", "handed", "redone",
+                   "handouts", "dups", "requeues", "goodput"], rows) if rows else "  (none)",
+           "",
+           "WORKER-SECONDS BY LABEL",
+           _table(["label", "workers", "worker-seconds"],
+                  [[x.label, str(x.workers), f"{x.worker_seconds:.1f}"]
+                   for x in r.worker_seconds]) if r.worker_seconds else "  (none)",
+           "",
+           f"total: {r.records_done} records done of {r.records_handed} handed out "
+           f"({r.records_redone} redone), goodput {r.goodput:.1%}; "
+           f"{r.worker_seconds_total:.1f} worker-seconds; workers lost: {r.workers_lost}; "
+           "left: " + (", ".join(f"{k}={v}" for k, v in sorted(r.workers_left.items()))
+                       or "none")]
+    return "\n".join(out)
+
+
+def parse_prices(items: list[str]) -> dict[str, float]:
+    prices = {}
+    for item in items:
+        label, _, price = item.rpartition("=")
+        try:
+            prices[label] = float(price)
+        except ValueError:
+            raise SystemExit(f"elastic-ctl: --price {item!r}: expected LABEL=PRICE, "
+                             "e.g. market=spot=0.12 (per worker-hour)") from None
+        if not label or "=" not in label and label != "(no labels)":
+            raise SystemExit(f"elastic-ctl: --price {item!r}: LABEL is key=value")
+    return prices
+
+
+def format_cost(r: pb.GetLedgerResponse, prices: dict[str, float], default: float) -> str:
+    rows = []
+    total = 0.0
+    for x in r.worker_seconds:
+        if prices and x.label not in prices:
+            continue
+        price = prices.get(x.label, default)
+        cost = x.worker_seconds / 3600 * price
+        total += cost
+        rows.append([x.label, f"{x.worker_seconds / 3600:.3f}", f"{price:.4f}", f"{cost:.4f}"])
+    wasted = total * (1 - r.goodput)
+    per_m = total / r.records_done * 1e6 if r.records_done else 0.0
+    return "\n".join([
+        "COST (from the goodput ledger)",
+        _table(["label", "worker-hours", "price/hour", "cost"], rows) if rows else "  (none)",
+        "",
+        f"total {total:.4f}; per million records done {per_m:.4f}; "
+        f"spent on redone records (1 - goodput {r.goodput:.1%}): {wasted:.4f}",
+    ])
+
+
+def cmd_report(stub, args) -> int:
+    print(format_report(stub.GetLedger(pb.GetLedgerRequest(dataset=args.dataset),
+                                       timeout=args.timeout)))
+    return 0
+
+
+def cmd_cost(stub, args) -> int:
+    prices = parse_prices(args.price)
+    ledger = stub.GetLedger(pb.GetLedgerRequest(dataset=args.dataset), timeout=args.timeout)
+    print(format_cost(ledger, prices, args.default_price))
+    return 0
+
+
 def cmd_status(stub, args) -> int:
     print(format_status(stub.GetStatus(pb.GetStatusRequest(), timeout=args.timeout)))
     return 0
@@ -155,6 +230,17 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument("--interval", type=float, default=1.0)
     w.add_argument("--count", type=int, default=0, help="stop after N refreshes (0: never)")
     w.set_defaults(fn=cmd_watch)
+    rp = sub.add_parser("report", help="the goodput ledger")
+    rp.add_argument("--dataset", default="", help="one dataset (default: all)")
+    rp.set_defaults(fn=cmd_report)
+    co = sub.add_parser("cost", help="what the worker-hours cost, from the ledger")
+    co.add_argument("--dataset", default="")
+    co.add_argument("--price", action="append", default=[], metavar="LABEL=PRICE",
+                    help="price per worker-hour of workers with this label, e.g. "
+                    "market=spot=0.12 (repeatable); labels without a price are left out")
+    co.add_argument("--default-price", type=float, default=1.0,
+                    help="price per worker-hour when no --price is given (default 1.0)")
+    co.set_defaults(fn=cmd_cost)
     rq = sub.add_parser("requeue", help="put quarantined shards back into TODO")
     rq.add_argument("dataset")
     rq.add_argument("--quarantined", action="store_true")

@@ -15,6 +15,7 @@ from .committer import Committer
 from .convert import GRANT, ps_to_pb, spec_from_pb, spec_to_pb, to_lease, to_reports, to_results
 from .core import MasterCore
 from .errors import ServiceError
+from .ledger import epoch_ledgers, worker_seconds
 from .store import Store
 from .views import status_view
 
@@ -133,6 +134,27 @@ class MasterServicer(pb_grpc.MasterServicer):
                                "nothing to requeue: set quarantined=true (--quarantined)")
         n = self.committer.call(lambda: self.core.requeue_quarantined(request.dataset))
         return pb.RequeueResponse(requeued=n)
+
+
+    @_guard
+    def GetLedger(self, request, context):
+        if request.dataset:
+            self.committer.read(lambda: self.core._dataset(request.dataset))  # NOT_FOUND
+        totals = self.store.lease_totals(request.dataset)
+        workers = self.store.workers_all()
+        epochs, now_ms = self.committer.read(
+            lambda: (epoch_ledgers(totals, self.core.datasets), self.core.journal.now_ms())
+        )
+        labels, total, lost, left = worker_seconds(workers, now_ms)
+        done = sum(e["records_done"] for e in epochs)
+        handed = sum(e["records_handed"] for e in epochs)
+        return pb.GetLedgerResponse(
+            epochs=[pb.EpochLedger(**e) for e in epochs],
+            worker_seconds=[pb.LabelSeconds(**x) for x in labels],
+            worker_seconds_total=total, records_done=done, records_handed=handed,
+            records_redone=sum(e["records_redone"] for e in epochs),
+            goodput=done / handed if handed else 1.0, workers_lost=lost, workers_left=left,
+        )
 
 
 class PortInUse(Exception):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import bindparam, create_engine, event, func, select
+from sqlalchemy import and_, bindparam, case, create_engine, event, func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 
@@ -163,6 +163,30 @@ class Store:
         with self.engine.connect() as conn:
             stmt = select(schema.leases).where(schema.leases.c.dataset == dataset)
             return [dict(r._mapping) for r in conn.execute(stmt.order_by(schema.leases.c.lease_id))]
+
+    def lease_totals(self, dataset: str = "") -> list[dict]:
+        """Per (dataset, epoch): records handed out, redone, done, done on the first try."""
+        lz = schema.leases.c
+        size = lz.end_rec - lz.start_rec
+        done = case((lz.state == "done", size), else_=lz.records_done)
+        stmt = select(
+            lz.dataset, lz.epoch,
+            func.count().label("handouts"),
+            func.sum(size).label("records_handed"),
+            func.sum(case((lz.handout > 1, size), else_=0)).label("records_redone"),
+            func.sum(case((lz.state == "doing", 0), else_=done)).label("records_done"),
+            func.sum(case((and_(lz.handout == 1, lz.state != "doing"), done),
+                          else_=0)).label("records_first_try"),
+        ).group_by(lz.dataset, lz.epoch).order_by(lz.dataset, lz.epoch)
+        if dataset:
+            stmt = stmt.where(lz.dataset == dataset)
+        with self.engine.connect() as conn:
+            return [{k: (int(v) if k != "dataset" else v) for k, v in r._mapping.items()}
+                    for r in conn.execute(stmt)]
+
+    def workers_all(self) -> list[dict]:
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(select(schema.workers))]
 
     def close(self) -> None:
         self.engine.dispose()

@@ -416,3 +416,87 @@ class RequeueResponse(_message.Message):
     REQUEUED_FIELD_NUMBER: _ClassVar[int]
     requeued: int
     def __init__(self, requeued: _Optional[int] = ...) -> None: ...
+
+class EpochLedger(_message.Message):
+    __slots__ = ("dataset", "epoch", "records_total", "records_done", "records_first_try", "records_handed", "records_redone", "handouts", "duplicates", "requeues", "goodput", "finished", "started_ms", "finished_ms")
+    class RequeuesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_DONE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIRST_TRY_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_HANDED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_REDONE_FIELD_NUMBER: _ClassVar[int]
+    HANDOUTS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    REQUEUES_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    epoch: int
+    records_total: int
+    records_done: int
+    records_first_try: int
+    records_handed: int
+    records_redone: int
+    handouts: int
+    duplicates: int
+    requeues: _containers.ScalarMap[str, int]
+    goodput: float
+    finished: bool
+    started_ms: int
+    finished_ms: int
+    def __init__(self, dataset: _Optional[str] = ..., epoch: _Optional[int] = ..., records_total: _Optional[int] = ..., records_done: _Optional[int] = ..., records_first_try: _Optional[int] = ..., records_handed: _Optional[int] = ..., records_redone: _Optional[int] = ..., handouts: _Optional[int] = ..., duplicates: _Optional[int] = ..., requeues: _Optional[_Mapping[str, int]] = ..., goodput: _Optional[float] = ..., finished: _Optional[bool] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ...) -> None: ...
+
+class LabelSeconds(_message.Message):
+    __slots__ = ("label", "worker_seconds", "workers")
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    WORKER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    label: str
+    worker_seconds: float
+    workers: int
+    def __init__(self, label: _Optional[str] = ..., worker_seconds: _Optional[float] = ..., workers: _Optional[int] = ...) -> None: ...
+
+class GetLedgerRequest(_message.Message):
+    __slots__ = ("dataset",)
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    def __init__(self, dataset: _Optional[str] = ...) -> None: ...
+
+class GetLedgerResponse(_message.Message):
+    __slots__ = ("epochs", "worker_seconds", "worker_seconds_total", "records_done", "records_handed", "records_redone", "goodput", "workers_lost", "workers_left")
+    class WorkersLeftEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_DONE_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_HANDED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_REDONE_FIELD_NUMBER: _ClassVar[int]
+    GOODPUT_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_LOST_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_LEFT_FIELD_NUMBER: _ClassVar[int]
+    epochs: _containers.RepeatedCompositeFieldContainer[EpochLedger]
+    worker_seconds: _containers.RepeatedCompositeFieldContainer[LabelSeconds]
+    worker_seconds_total: float
+    records_done: int
+    records_handed: int
+    records_redone: int
+    goodput: float
+    workers_lost: int
+    workers_left: _containers.ScalarMap[str, int]
+    def __init__(self, epochs: _Optional[_Iterable[_Union[EpochLedger, _Mapping]]] = ..., worker_seconds: _Optional[_Iterable[_Union[LabelSeconds, _Mapping]]] = ..., worker_seconds_total: _Optional[float] = ..., records_done: _Optional[int] = ..., records_handed: _Optional[int] = ..., records_redone: _Optional[int] = ..., goodput: _Optional[float] = ..., workers_lost: _Optional[int] = ..., workers_left: _Optional[_Mapping[str, int]] = ...) -> None: ...

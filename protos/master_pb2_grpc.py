@@ -89,6 +89,11 @@ class MasterStub:
                 request_serializer=protos_dot_master__pb2.RequeueRequest.SerializeToString,
                 response_deserializer=protos_dot_master__pb2.RequeueResponse.FromString,
                 _registered_method=True)
+        self.GetLedger = channel.unary_unary(
+                '/elasticps.v1.Master/GetLedger',
+                request_serializer=protos_dot_master__pb2.GetLedgerRequest.SerializeToString,
+                response_deserializer=protos_dot_master__pb2.GetLedgerResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -160,6 +165,12 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLedger(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +228,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.Requeue,
                     request_deserializer=protos_dot_master__pb2.RequeueRequest.FromString,
                     response_serializer=protos_dot_master__pb2.RequeueResponse.SerializeToString,
+            ),
+            'GetLedger': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLedger,
+                    request_deserializer=protos_dot_master__pb2.GetLedgerRequest.FromString,
+                    response_serializer=protos_dot_master__pb2.GetLedgerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -516,6 +532,33 @@ class Master:
             '/elasticps.v1.Master/Requeue',
             protos_dot_master__pb2.RequeueRequest.SerializeToString,
             protos_dot_master__pb2.RequeueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLedger(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.Master/GetLedger',
+            protos_dot_master__pb2.GetLedgerRequest.SerializeToString,
+            protos_dot_master__pb2.GetLedgerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -66,3 +66,39 @@ def test_requeue_needs_a_what_and_unknown_dataset_is_reported(master):
 def test_unreachable_master_is_a_clear_error():
     out = ctl("127.0.0.1:1", "--timeout", "2", "status")
     assert out.returncode == 1 and "cannot reach the master" in out.stderr
+
+
+def test_ledger_report_and_cost(master):
+    stub = pb_grpc.MasterStub(grpc.insecure_channel(master.address))
+    stub.CreateDataset(pb.DatasetSpec(name="d", num_records=100, shard_size=10, num_epochs=1))
+    spot = stub.RegisterWorker(pb.RegisterWorkerRequest(name="s", labels={"market": "spot"}))
+    lease = stub.GetShard(pb.GetShardRequest(worker_id=spot.worker_id, dataset="d")).leases[0]
+    stub.LeaveWorker(pb.LeaveWorkerRequest(
+        worker_id=spot.worker_id, reason="preempted",
+        reports=[pb.ShardReport(lease_id=lease.lease_id, outcome=pb.ShardReport.PROGRESS,
+                                records_done=4)]))
+    od = stub.RegisterWorker(pb.RegisterWorkerRequest(name="o", labels={"market": "on-demand"}))
+    while True:
+        reply = stub.GetShard(pb.GetShardRequest(worker_id=od.worker_id, dataset="d",
+                                                 max_shards=4))
+        if reply.status == pb.GetShardResponse.END:
+            break
+        stub.ReportShard(pb.ReportShardRequest(worker_id=od.worker_id, reports=[
+            pb.ShardReport(lease_id=x.lease_id, outcome=pb.ShardReport.DONE)
+            for x in reply.leases]))
+    ledger = stub.GetLedger(pb.GetLedgerRequest(dataset="d"))
+    (e,) = ledger.epochs
+    assert (e.records_done, e.records_handed, e.records_redone) == (100, 106, 6)
+    assert e.records_first_try == 94 and e.handouts == 11 and e.finished
+    assert abs(e.goodput - 100 / 106) < 1e-9
+    assert dict(e.requeues) == {"preempted": 1}
+    assert {x.label for x in ledger.worker_seconds} == {"market=spot", "market=on-demand"}
+    assert dict(ledger.workers_left) == {"preempted": 1}
+    out = ctl(master.address, "report")
+    assert out.returncode == 0 and "94.3%" in out.stdout and "market=spot" in out.stdout
+    out = ctl(master.address, "cost", "--price", "market=spot=0.1", "--price",
+              "market=on-demand=0.3")
+    assert out.returncode == 0 and "per million records done" in out.stdout
+    out = ctl(master.address, "cost", "--price", "spot")
+    assert out.returncode != 0 and "LABEL=PRICE" in out.stderr
+    assert ctl(master.address, "report", "--dataset", "nope").returncode == 1

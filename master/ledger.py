@@ -1,0 +1,57 @@
+"""The goodput ledger: what training cost and how much of it was useful, per dataset epoch.
+
+Derived, never kept on the side: record counts come from the durable lease history (every
+lease ever handed out, with how much of it was counted done), worker-seconds from the worker
+table (registration to leave / loss, or to now), so the ledger is right after any restart.
+"""
+from __future__ import annotations
+
+import json
+
+from .shards import DatasetQueue
+
+NO_LABELS = "(no labels)"
+
+
+def epoch_ledgers(totals: list[dict], datasets: dict[str, DatasetQueue]) -> list[dict]:
+    out = []
+    for row in totals:
+        queue = datasets.get(row["dataset"])
+        stats = queue.epochs.get(row["epoch"]) if queue else None
+        handed = row["records_handed"]
+        out.append(dict(
+            dataset=row["dataset"], epoch=row["epoch"],
+            records_total=queue.spec.num_records if queue else 0,
+            records_done=row["records_done"], records_first_try=row["records_first_try"],
+            records_handed=handed, records_redone=row["records_redone"],
+            handouts=row["handouts"], duplicates=stats.duplicates if stats else 0,
+            requeues=dict(stats.requeues) if stats else {},
+            goodput=row["records_done"] / handed if handed else 1.0,
+            finished=bool(stats and stats.finished_ms),
+            started_ms=stats.started_ms if stats else 0,
+            finished_ms=stats.finished_ms if stats else 0,
+        ))
+    return out
+
+
+def worker_seconds(workers: list[dict], now_ms: int) -> tuple[list[dict], float, int, dict]:
+    """Worker-seconds by label (each key=value a row), the total, losses, leaves by reason."""
+    by_label: dict[str, list] = {}
+    total = 0.0
+    lost = 0
+    left: dict[str, int] = {}
+    for w in workers:
+        end = w["ended_ms"] or now_ms
+        seconds = max(0, end - w["registered_ms"]) / 1000
+        total += seconds
+        if w["state"] == "lost":
+            lost += 1
+        elif w["state"] == "left":
+            left[w["reason"]] = left.get(w["reason"], 0) + 1
+        labels = json.loads(w["labels"] or "{}")
+        for label in [f"{k}={v}" for k, v in sorted(labels.items())] or [NO_LABELS]:
+            entry = by_label.setdefault(label, [0.0, 0])
+            entry[0] += seconds
+            entry[1] += 1
+    rows = [dict(label=k, worker_seconds=v[0], workers=v[1]) for k, v in sorted(by_label.items())]
+    return rows, total, lost, left
