@@ -9,6 +9,7 @@ import threading
 
 from .committer import Committer
 from .core import MasterCore, Settings
+from .ps_monitor import PSMonitor
 from .server import PortInUse, build_server
 from .settings import MasterSettings, parse
 from .store import Store, StoreError
@@ -69,8 +70,11 @@ def run(settings: MasterSettings) -> int:
                     log.exception("tick failed")
 
     threading.Thread(target=ticker, name="ticker", daemon=True).start()
+    monitor = PSMonitor(core, committer, timeout=settings.worker_timeout)
+    monitor.start()
     stop.wait()
     log.info("stopping")
+    monitor.stop.set()
     health.enter_graceful_shutdown()
     server.stop(grace=2).wait()
     committer.stop()

@@ -45,7 +45,7 @@ def spec_from_pb(msg: pb.DatasetSpec) -> DatasetSpec:
     )
 
 
-def ps_to_pb(row: dict) -> pb.PSInfo:
+def ps_to_pb(row: dict, lost: bool = False) -> pb.PSInfo:
     return pb.PSInfo(address=row["address"], data_address=row["data_address"], index=row["idx"],
                      num_ps=row["num_ps"], registered_ms=row["registered_ms"],
-                     incarnation=row["incarnation"])
+                     incarnation=row["incarnation"], state="lost" if lost else "alive")

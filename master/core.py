@@ -89,6 +89,7 @@ class MasterCore:
         self.datasets: dict[str, DatasetQueue] = {}
         self.leases: dict[int, Lease] = {}
         self.ps: dict[int, dict] = {}
+        self.ps_lost: set[int] = set()  # this run's view; every PS is presumed alive at start
         self.recent_ended: OrderedDict[int, tuple[str, int, str]] = OrderedDict()
         self.next_lease_id = snapshot.max_lease_id + 1
         self._piece_key = snapshot.max_piece_key
@@ -381,6 +382,7 @@ class MasterCore:
             incarnation=(previous["incarnation"] + 1) if previous else 1,
         )
         self.ps[index] = row
+        self.ps_lost.discard(index)
         if previous:
             self.journal.batch.update("ps", index, row)
         else:
@@ -391,6 +393,16 @@ class MasterCore:
             f"incarnation {row['incarnation']}",
         )
         return row["incarnation"]
+
+    def mark_ps_lost(self, index: int, incarnation: int, why: str) -> bool:
+        """Record that PS `index` stopped answering; a no-op if it registered again since."""
+        row = self.ps.get(index)
+        if row is None or row["incarnation"] != incarnation or index in self.ps_lost:
+            return False
+        self.ps_lost.add(index)
+        self.journal.event("ps_lost", cause="health_check",
+                           detail=f"ps {index} at {row['address']}: {why}")
+        return True
 
     def list_ps(self) -> tuple[list[dict], int, bool]:
         rows = [self.ps[i] for i in sorted(self.ps)]

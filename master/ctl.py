@@ -75,9 +75,9 @@ def format_status(s: pb.GetStatusResponse) -> str:
                if rows else "  (none)")
     out.append("")
     out.append("PARAMETER SERVERS")
-    rows = [[f"{p.index}/{p.num_ps}", p.address, p.data_address, str(p.incarnation),
+    rows = [[f"{p.index}/{p.num_ps}", p.state, p.address, p.data_address, str(p.incarnation),
              _ago(p.registered_ms, s.time_ms)] for p in s.ps]
-    out.append(_table(["ps", "grpc", "data", "incarnation", "registered"], rows)
+    out.append(_table(["ps", "state", "grpc", "data", "incarnation", "registered"], rows)
                if rows else "  (none)")
     return "\n".join(out)
 

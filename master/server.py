@@ -123,9 +123,11 @@ class MasterServicer(pb_grpc.MasterServicer):
 
     @_guard
     def ListPS(self, request, context):
-        rows, num_ps, complete = self.committer.read(self.core.list_ps)
-        return pb.ListPSResponse(ps=[ps_to_pb(r) for r in rows], num_ps=num_ps,
-                                 complete=complete)
+        rows, num_ps, complete, lost = self.committer.read(
+            lambda: (*self.core.list_ps(), set(self.core.ps_lost))
+        )
+        return pb.ListPSResponse(ps=[ps_to_pb(r, r["idx"] in lost) for r in rows],
+                                 num_ps=num_ps, complete=complete)
 
     @_guard
     def Requeue(self, request, context):

@@ -513,3 +513,15 @@ def test_heartbeat_answers_the_leases_held_so_a_lost_reply_is_recovered(h):
     assert results == [] and [x.lease_id for x in held] == [x.lease_id for x in granted]
     h.done(w, held[0])
     assert [x.lease_id for x in h.core.heartbeat(w, [])[1]] == [granted[1].lease_id]
+
+
+def test_ps_lost_only_for_the_incarnation_that_failed(h):
+    h.core.register_ps("h:1", "tcp://h:2", 0, 1)
+    assert h.core.mark_ps_lost(0, 1, "down")
+    assert not h.core.mark_ps_lost(0, 1, "down")  # once
+    h.core.register_ps("h:1", "tcp://h:2", 0, 1)  # back, incarnation 2
+    assert 0 not in h.core.ps_lost
+    assert not h.core.mark_ps_lost(0, 1, "stale failure of the old incarnation")
+    h.commit()
+    kinds = [e["kind"] for e in h.store.events(0, 100)]
+    assert kinds.count("ps_lost") == 1 and kinds.count("ps_registered") == 2

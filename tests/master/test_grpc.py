@@ -225,3 +225,29 @@ def test_sigterm_stops_cleanly_and_env_vars_configure(tmp_path):
         assert proc.terminate() == 0
     finally:
         proc.kill()
+
+
+def test_a_ps_that_stops_answering_is_recorded_lost_until_it_registers_again(master):
+    from concurrent import futures
+
+    from grpc_health.v1 import health, health_pb2_grpc
+
+    fake_ps = grpc.server(futures.ThreadPoolExecutor(2))
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), fake_ps)
+    port = fake_ps.add_insecure_port("127.0.0.1:0")
+    fake_ps.start()
+    stub, _ = stub_for(master.address)
+    stub.RegisterPS(pb.RegisterPSRequest(address=f"127.0.0.1:{port}", data_address="tcp://x:1",
+                                         index=0, num_ps=1))
+    time.sleep(1.5)
+    assert stub.ListPS(pb.ListPSRequest()).ps[0].state == "alive"
+    fake_ps.stop(0)
+    deadline = time.monotonic() + 15
+    while stub.ListPS(pb.ListPSRequest()).ps[0].state != "lost":
+        assert time.monotonic() < deadline, "the PS was never declared lost"
+        time.sleep(0.2)
+    lost = [e for e in stub.GetEvents(pb.GetEventsRequest()).events if e.kind == "ps_lost"]
+    assert len(lost) == 1 and "ps 0" in lost[0].detail
+    stub.RegisterPS(pb.RegisterPSRequest(address=f"127.0.0.1:{port}", data_address="tcp://x:1",
+                                         index=0, num_ps=1))
+    assert stub.ListPS(pb.ListPSRequest()).ps[0].state == "alive"
