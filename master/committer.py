@@ -48,7 +48,7 @@ class Committer:
             if self.fatal is not None:
                 raise ServiceError("UNAVAILABLE", "the master is stopping after a database error")
             result = fn()
-            if self.core.journal.batch:
+            if self.core.journal.pending():
                 need = self._collecting
                 self._has_work.notify()
             else:
@@ -79,9 +79,9 @@ class Committer:
     def _run(self) -> None:
         while True:
             with self.lock:
-                while not self.core.journal.batch and not self._stopping:
+                while not self.core.journal.pending() and not self._stopping:
                     self._has_work.wait()
-                if not self.core.journal.batch:
+                if not self.core.journal.pending():
                     return  # stopping and nothing left to commit
                 batch = self.core.journal.swap()
                 seq = self._collecting

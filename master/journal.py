@@ -12,12 +12,24 @@ class Journal:
         self.clock = clock
         self.batch = Batch()
         self.next_event_seq = next_event_seq
+        # rows to serialise once per batch rather than at every change (hot counters)
+        self._touched: dict[tuple, Callable[[], dict]] = {}
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
+    def touch(self, table: str, key, row: Callable[[], dict]) -> None:
+        """Update `table[key]` to `row()` as it is when the batch is handed over."""
+        self._touched[(table, key)] = row
+
+    def pending(self) -> bool:
+        return bool(self._touched) or bool(self.batch)
+
     def swap(self) -> Batch:
         """Hand the collecting batch to the committer and start a fresh one."""
+        for (table, key), row in self._touched.items():
+            self.batch.update(table, key, row())
+        self._touched.clear()
         batch, self.batch = self.batch, Batch()
         return batch
 

@@ -186,8 +186,8 @@ class DatasetQueue:
         self.journal.event("epoch_started", dataset=self.spec.name, epoch=epoch)
 
     def _save_epoch(self, stats: EpochStats) -> None:
-        self.journal.batch.update(
-            "epochs", (self.spec.name, stats.epoch), stats.to_row(self.spec.name)
+        self.journal.touch(
+            "epochs", (self.spec.name, stats.epoch), lambda: stats.to_row(self.spec.name)
         )
 
     def _order(self, epoch: int):

@@ -42,14 +42,14 @@ def test_bad_spec_is_refused_and_changes_nothing(h, field, value, words):
     code, message = codes(lambda: h.core.create_dataset(DatasetSpec(**kw)))
     assert code == "INVALID_ARGUMENT"
     assert words in message
-    assert not h.core.datasets and not h.core.journal.batch
+    assert not h.core.datasets and not h.core.journal.pending()
 
 
 def test_same_spec_again_is_a_noop_and_a_different_one_already_exists(h):
     h.dataset(num_records=100, shard_size=10)
     events_before = h.core.journal.next_event_seq
     assert h.core.create_dataset(DatasetSpec("d", 100, 10)) == DatasetSpec("d", 100, 10)
-    assert not h.core.journal.batch and h.core.journal.next_event_seq == events_before
+    assert not h.core.journal.pending() and h.core.journal.next_event_seq == events_before
     code, message = codes(lambda: h.core.create_dataset(DatasetSpec("d", 100, 20)))
     assert code == "ALREADY_EXISTS"
     assert "shard_size=10 (asked: 20)" in message
