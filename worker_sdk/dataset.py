@@ -47,7 +47,7 @@ from protos import master_pb2 as pb
 
 from . import ack as ack_ledger
 from . import preempt
-from .errors import Cancelled, ElasticError
+from .errors import Cancelled, ElasticError, MasterError
 from .leases import HeldLease, LeaseTable
 from .master_client import MasterClient
 from .order import ShardLayout
@@ -155,6 +155,7 @@ class ElasticDataset(IterableDataset):
         self._ended = False  # the master answered END: nothing more will ever come
         self._pass_over = False  # the last pass ran out of data (END, or the tail of the job)
         self._closed = False
+        self._pass = 0  # the current pass over the data; a new iteration supersedes the last
         self._close_lock = threading.Lock()
         self._sigterm = handle_sigterm and preempt.install(self)
         _open.add(self)
@@ -193,7 +194,7 @@ class ElasticDataset(IterableDataset):
         """Yield samples. With a DataLoader(num_workers=0) its batch size is found here, so that
         the "next" ack mode acknowledges whole batches."""
         self._refuse_worker_processes()
-        step = _dataloader_step()
+        step = _dataloader_step(self)
         if step is None and not self.push_acks:
             raise ValueError(
                 "ElasticDataset cannot tell the batch boundaries of this DataLoader (it has a "
@@ -202,10 +203,19 @@ class ElasticDataset(IterableDataset):
             )
         return self._samples(step or 1)
 
+    def _begin_pass(self) -> int:
+        """A new pass supersedes any earlier one (only one is read at a time): whatever the
+        last one handed out was trained ("next" mode), and what it read but never handed out
+        is read again."""
+        self._pass += 1
+        self._next_step()
+        self.table.rewind()
+        return self._pass
+
     def _samples(self, step: int) -> Iterator[Any]:
-        self._next_step()  # a new pass: whatever the last one handed out was trained
+        this_pass = self._begin_pass()
         handed = 0
-        while True:
+        while self._pass == this_pass:
             if handed % step == 0:
                 self._next_step()
             item = self._next_record()
@@ -240,7 +250,8 @@ class ElasticDataset(IterableDataset):
         return self._batches(batch_size, drop_last, collate)
 
     def _batches(self, batch_size: int, drop_last: bool, collate) -> Iterator[Any]:
-        while True:
+        this_pass = self._begin_pass()
+        while self._pass == this_pass:
             self._next_step()
             pairs: list[tuple[HeldLease, Any]] = []
             item = None
@@ -296,8 +307,16 @@ class ElasticDataset(IterableDataset):
                     continue  # taken away while we read it
                 if self._ended:
                     return _END
-                response, uncertain = self.client.get_shard(
-                    self.spec.name, self.max_shards, cancel=preempt.stopping)
+                try:
+                    response, uncertain = self.client.get_shard(
+                        self.spec.name, self.max_shards, cancel=preempt.stopping)
+                except MasterError as exc:
+                    if exc.code != "NOT_FOUND" or "unknown dataset" not in exc.message:
+                        raise
+                    log.warning("the master does not know dataset %r (was its database "
+                                "replaced?); creating it again", self.spec.name)
+                    self.client.create_dataset(self.spec)
+                    continue
                 leases = list(response.leases)
                 if uncertain:
                     leases += self._orphans(leases)
@@ -393,6 +412,9 @@ class ElasticDataset(IterableDataset):
             if self._owns_client:
                 self.client.close()
 
+    def _preempt_busy(self) -> bool:
+        return self.table.in_flight() > 0
+
     def _preempt_freeze(self) -> None:
         self.table.freeze()
 
@@ -439,7 +461,7 @@ class ElasticDataset(IterableDataset):
         return self.spec.num_records
 
 
-def _dataloader_step() -> int | None:
+def _dataloader_step(dataset: ElasticDataset) -> int | None:
     """Samples per training step for the iterator being created: a DataLoader's batch size when
     a DataLoader(num_workers=0) is creating it (found in the caller's frames), 1 otherwise (a
     plain loop: one sample per step), None when a DataLoader's batches are of unknown size."""
@@ -448,7 +470,7 @@ def _dataloader_step() -> int | None:
         if frame is None:
             break
         loader = frame.f_locals.get("loader")
-        if isinstance(loader, DataLoader):
+        if isinstance(loader, DataLoader) and loader.dataset is dataset:
             if loader.batch_sampler is None:
                 return 1  # batch_size=None: the loop gets one sample per step
             return loader.batch_size or None

@@ -79,6 +79,13 @@ class LeaseTable:
                 self.leases[lease_id] = lease
             return lease
 
+    def rewind(self) -> None:
+        """Positions read but never delivered (a pass that ended in the middle of a batch, or a
+        __getitem__ that raised) go back to be read again."""
+        with self.lock:
+            for lease in self.leases.values():
+                lease.read = lease.delivered
+
     def holds(self, lease: HeldLease) -> bool:
         return self.leases.get(lease.lease_id) is lease
 

@@ -9,13 +9,14 @@ What happens when the process gets SIGTERM while an ElasticDataset that handles 
    for data it parks there (a safe point: its last step has finished, and in the "next" ack mode
    that request acknowledged it first). A GetShard retry loop or a WAIT sleep is abandoned.
 3. The preempt thread waits until the loop is parked, or at most `GRACE_S` (a step in flight may
-   still finish and push), then freezes every lease table (nothing may be acknowledged any more:
+   still finish and push; no wait when the loop holds no unacknowledged record), then freezes every lease table (nothing may be acknowledged any more:
    a push that completes later does not count) and calls LeaveWorker(reason="preempted") with
    DONE for every fully trained lease and PROGRESS with the trained offset for the others. The
    master credits those records and requeues only the untrained remainder, at once, without
    counting it against the shard's failure budget.
 4. The process exits with status 0: the parked loop raises SystemExit(0); if the main thread is
-   elsewhere it is woken with SIGTERM again, which now raises SystemExit(0) wherever it is; if it
+   elsewhere it is sent SIGTERM again (pthread_kill, so a blocking sleep or read is interrupted),
+   which now raises SystemExit(0) wherever it is; if it
    still has not exited after `EXIT_DEADLINE_S` (stuck in a long C call, or it swallowed
    SystemExit), the thread calls os._exit(0).
 
@@ -41,6 +42,8 @@ PARK_TIMEOUT_S = 15.0  # a parked loop never waits longer than this for the leav
 
 
 class Member(Protocol):
+    def _preempt_busy(self) -> bool: ...
+
     def _preempt_freeze(self) -> None: ...
 
     def _preempt_leave(self) -> None: ...
@@ -107,10 +110,11 @@ def _on_sigterm(signum, frame) -> None:
 
 def _preempt() -> None:
     global _state
-    if not _parked.wait(GRACE_S):
+    members = list(_members)
+    busy = any(member._preempt_busy() for member in members)  # a step holds our records
+    if busy and not _parked.wait(GRACE_S):
         log.warning("SIGTERM: the training loop did not come back for data within %.1f s; "
                     "its step in flight will be redone elsewhere", GRACE_S)
-    members = list(_members)
     for member in members:  # first stop every acknowledgement, then report
         member._preempt_freeze()
     for member in members:
@@ -122,7 +126,9 @@ def _preempt() -> None:
     _left.set()
     main = threading.main_thread()
     if main.is_alive() and not _parked.is_set():
-        os.kill(os.getpid(), signal.SIGTERM)  # wakes a sleeping main thread: SystemExit(0)
+        # to the main thread itself: a process-wide signal may land on another thread and
+        # leave a main thread blocked in sleep() or a socket undisturbed
+        signal.pthread_kill(main.ident, signal.SIGTERM)  # now raises SystemExit(0) there
     main.join(EXIT_DEADLINE_S)
     if main.is_alive():
         log.warning("SIGTERM: the main thread did not exit within %.1f s; exiting now",

@@ -1,0 +1,162 @@
+"""PSClient and ElasticEmbedding: a torch model whose parameters live on the PS set.
+
+    client = PSClient(master="localhost:50051")          # finds the PS set with ListPS
+    client.init_parameters(model, optimizer="adagrad", lr=0.05)   # the first worker wins
+    for x, y in ds.batches(64):
+        client.pull(model)                               # dense tensors, one request per PS
+        loss_fn(model(x), y).backward()                  # embeddings pull only the batch's rows
+        client.push(model)                               # dense grads + embedding row grads
+
+Dense tensors are placed on the PS by `ps.partition` (by name, balanced by size) and moved
+over the ZeroMQ data plane, one request per PS in parallel. An `ElasticEmbedding` holds no
+parameter locally: its forward pulls the rows of the ids in the batch, and `push` sends their
+gradients as rows. `push` is also the acknowledgement point of the SDK: once it has returned,
+every record delivered to the loop before it started counts as trained (worker_sdk.ack).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from ps.client import DataClient, PushOutcome, StaleGradient
+from ps.embedding import TableSpec
+from ps.partition import check_row_ids
+
+from . import ack
+
+log = logging.getLogger(__name__)
+
+
+class ElasticEmbedding(nn.Module):
+    """An embedding table on the PS: rows are created there lazily, the first time an id is
+    pulled, deterministically from (seed, id); `num_embeddings=None` means unbounded ids."""
+
+    def __init__(self, num_embeddings: int | None = None, dim: int = 16, *, table: str,
+                 initializer: str = "normal", init_a: float = 0.0, init_b: float = 0.01,
+                 seed: int = 0, optimizer: dict | None = None):
+        super().__init__()
+        if num_embeddings is not None and num_embeddings <= 0:
+            raise ValueError("num_embeddings must be positive (or None for unbounded ids)")
+        self.num_embeddings = num_embeddings
+        self.dim = dim
+        self.spec = TableSpec(name=table, dim=dim, initializer=initializer, init_a=init_a,
+                              init_b=init_b, seed=seed)
+        self.spec.check()
+        self.optimizer = optimizer  # row-wise sgd/adagrad config; None: the dense optimizer's
+        self.client: PSClient | None = None
+        self._pulled: list[tuple[torch.Tensor, torch.Tensor]] = []  # (ids, rows) this step
+
+    @property
+    def table(self) -> str:
+        return self.spec.name
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.client is None:
+            raise RuntimeError(f"ElasticEmbedding {self.table!r} has no PS client: call "
+                               "PSClient.init_parameters(model) first")
+        ids = torch.as_tensor(ids, dtype=torch.int64)
+        flat = ids.reshape(-1)
+        if self.num_embeddings is not None and flat.numel() and int(flat.max()) >= \
+                self.num_embeddings:
+            raise ValueError(f"id {int(flat.max())} is outside table {self.table!r} "
+                             f"(num_embeddings={self.num_embeddings})")
+        check_row_ids(flat)
+        unique, inverse = torch.unique(flat, return_inverse=True)
+        rows = self.client.data.pull_rows(self.table, unique).clone()
+        if rows.numel() == 0:
+            rows = torch.zeros(unique.numel(), self.dim)
+        if self.training and torch.is_grad_enabled():
+            rows.requires_grad_(True)
+            self._pulled.append((unique, rows))
+        return rows[inverse].reshape(*ids.shape, self.dim)
+
+    def _take_grads(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        pulled, self._pulled = self._pulled, []
+        for ids, rows in pulled:
+            if rows.grad is not None:
+                yield ids, rows.grad
+
+    def extra_repr(self) -> str:
+        return f"table={self.table!r}, num_embeddings={self.num_embeddings}, dim={self.dim}"
+
+
+def _embeddings(model: nn.Module) -> list[ElasticEmbedding]:
+    return [m for m in model.modules() if isinstance(m, ElasticEmbedding)]
+
+
+class PSClient:
+    """The worker's handle on the PS set (found through the master's ListPS)."""
+
+    def __init__(self, master: str, *, timeout_s: float = 10.0, max_attempts: int = 8,
+                 discovery_timeout_s: float = 60.0):
+        self.data = DataClient(master=master, timeout_s=timeout_s, max_attempts=max_attempts,
+                               discovery_timeout_s=discovery_timeout_s)
+        ack.use_push_acks(True)  # records count as trained once their gradients are pushed
+        self.pushes = 0
+        self.stale_refusals = 0
+        self.max_staleness_seen = 0
+
+    def init_parameters(self, model: nn.Module, optimizer: str = "adagrad",
+                        **hyperparameters) -> bool:
+        """Declare the model on the PS set: dense parameters, embedding tables and the
+        optimizer (`sgd`, `adagrad` or `adam`, with torch.optim's hyperparameters). The first
+        call wins; later ones change nothing. Returns True if this call initialised the PS.
+        Either way the local model is then loaded with the PS's parameters."""
+        tables = []
+        for emb in _embeddings(model):
+            emb.client = self
+            tables.append({**emb.spec.__dict__, **({"optimizer": emb.optimizer}
+                                                   if emb.optimizer else {})})
+        dense = {name: p.detach() for name, p in model.named_parameters()}
+        first = self.data.init_parameters(dense, optimizer=optimizer, tables=tables,
+                                          **hyperparameters)
+        self.pull(model)
+        return first
+
+    def pull(self, model: nn.Module) -> None:
+        """Load the newest dense parameters from the PS into `model` (in place)."""
+        params = dict(model.named_parameters())
+        if not params:
+            return
+        tensors = self.data.pull(list(params))
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(tensors[name])
+
+    def push(self, model: nn.Module) -> PushOutcome | None:
+        """Send the gradients of the last backward (dense and embedding rows), clear them, and
+        acknowledge the records delivered before this call as trained.
+
+        A PS that refuses a gradient as too stale (`--max-staleness`) has dropped it; the
+        client re-pulls so the next step starts from fresh parameters, and counts it.
+        """
+        mark = ack.mark()
+        grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+        outcome = None
+        if grads:
+            try:
+                outcome = self.data.push(grads)
+                self.max_staleness_seen = max(self.max_staleness_seen, outcome.max_staleness)
+            except StaleGradient as exc:
+                self.stale_refusals += 1
+                log.info("stale gradient refused (%s); pulling fresh parameters", exc)
+                self.pull(model)
+        for emb in _embeddings(model):
+            for ids, grad in emb._take_grads():
+                self.data.push_rows(emb.table, ids, grad)
+        model.zero_grad(set_to_none=True)
+        self.pushes += 1
+        ack.trained(mark)
+        return outcome
+
+    def close(self) -> None:
+        self.data.close()
+
+    def __enter__(self) -> "PSClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
