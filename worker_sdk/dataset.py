@@ -35,11 +35,8 @@ import atexit
 import logging
 import sys
 import threading
-import time
-import weakref
 from typing import Any, Callable, Iterator
 
-import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from torch.utils.data import default_collate
 
@@ -379,7 +376,7 @@ class ElasticDataset(IterableDataset):
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
-    def close(self, error: bool = False) -> None:
+    def close(self, error: bool = False, reason: str | None = None) -> None:
         """Report what was trained and leave the master (if this object registered the worker).
 
         After a pass that ran out of data, in the "next" ack mode, the loop's last step counts
@@ -397,7 +394,8 @@ class ElasticDataset(IterableDataset):
             if self._pass_over and not error and not self.push_acks:
                 self.table.mark_trained()
             if self._owns_client:
-                reason = "error" if error else ("finished" if self._pass_over else "closed")
+                reason = reason or (
+                    "error" if error else ("finished" if self._pass_over else "closed"))
                 self.client.leave(reason, policy=RetryPolicy(total_s=CLOSE_RETRY_S))
             else:
                 self.client.report()
@@ -440,7 +438,9 @@ class ElasticDataset(IterableDataset):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close(error=exc_type is not None and not issubclass(exc_type, SystemExit))
+        failed = exc_type is not None and not issubclass(exc_type, SystemExit)
+        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        self.close(error=failed, reason="interrupted" if interrupted else None)
 
     def __getstate__(self):
         raise TypeError(WORKER_PROCESSES_REFUSED)
@@ -478,13 +478,15 @@ def _dataloader_step(dataset: ElasticDataset) -> int | None:
     return 1
 
 
-_open: "weakref.WeakSet[ElasticDataset]" = weakref.WeakSet()
+# open datasets, held until closed so that the end of the program still reports and leaves
+_open: "set[ElasticDataset]" = set()
 
 
 @atexit.register
 def _close_at_exit() -> None:
     """The program is ending: report and leave. An uncaught exception (sys.last_value is set
     before atexit runs) means the last step may not have finished: it is not acknowledged."""
-    error = getattr(sys, "last_value", None) is not None
+    error = getattr(sys, "last_value", None)
     for ds in list(_open):
-        ds.close(error=error)
+        ds.close(error=error is not None,
+                 reason="interrupted" if isinstance(error, KeyboardInterrupt) else None)
