@@ -231,8 +231,10 @@ class MasterClient:
             self._warned_at = now
             log.warning(message)
 
-    def _exchange(self, method: str, build, *, every: bool = False, **kw) -> tuple[object, bool]:
-        """A call that carries the attached tables' pending reports and hands back the answers."""
+    def _exchange(self, method: str, build, *, every: bool = False, extra: tuple = (),
+                  **kw) -> tuple[object, bool]:
+        """A call that carries the attached tables' pending reports (then `extra` reports) and
+        hands the answers back to the tables."""
         with self._report_lock:
             sent: list[tuple[LeaseTable, list[Report]]] = []
 
@@ -241,7 +243,7 @@ class MasterClient:
                 for table in self._tables:
                     sent.append((table, table.reports(every)))
                 reports = [_to_pb(r) for _, rs in sent for r in rs]
-                return build(worker_id, reports)
+                return build(worker_id, reports + [_to_pb(r) for r in extra])
 
             response, uncertain = self._call(method, build_with_reports, **kw)
             results = [Result(r.lease_id, r.accepted, r.duplicate, r.reason)
@@ -293,11 +295,13 @@ class MasterClient:
             self._exchange("Heartbeat", lambda wid, reports: pb.HeartbeatRequest(
                 worker_id=wid, progress=reports), every=True, policy=policy)
 
-    def leave(self, reason: str, *, policy: RetryPolicy | None = None,
+    def leave(self, reason: str, reports: tuple[Report, ...] = (), *,
+              policy: RetryPolicy | None = None,
               lock_timeout_s: float | None = None) -> list[Result]:
-        """LeaveWorker(reason) with the trained progress of every held lease: the master counts
-        what was trained and gives the rest of each lease back at once. Afterwards the worker is
-        unregistered (a later call registers it again)."""
+        """LeaveWorker(reason) with the trained progress of every lease of the attached tables,
+        plus `reports` (leases.Report) of leases kept elsewhere: the master counts what was
+        trained and gives the rest of each lease back at once. Returns the answers, in that
+        order. Afterwards the worker is unregistered (a later call registers it again)."""
         locked = self._report_lock.acquire(timeout=-1 if lock_timeout_s is None else lock_timeout_s)
         try:
             if self.worker_id is None:
@@ -307,7 +311,7 @@ class MasterClient:
                     "LeaveWorker",
                     lambda wid, reports: pb.LeaveWorkerRequest(worker_id=wid, reason=reason,
                                                                reports=reports),
-                    reregister=False, policy=policy,
+                    reregister=False, policy=policy, extra=tuple(reports),
                 )
                 results = [Result(r.lease_id, r.accepted, r.duplicate, r.reason)
                            for r in response.results]

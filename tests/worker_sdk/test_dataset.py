@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from worker_sdk import DatasetSpecMismatch, ElasticDataset
+from worker_sdk import DatasetSpecMismatch, ElasticDataset, MasterUnavailable
 from worker_sdk.order import ShardLayout
 
 pytestmark = pytest.mark.timeout(60)
@@ -141,3 +141,44 @@ def test_push_mode_reports_nothing_until_marked(master):
     assert next(it) == 4  # the GetShard for the next lease carries the DONE
     assert master.dataset("push").epochs[0].records_done == 4
     ds.close()
+
+
+def test_steady_state_is_one_get_shard_call_per_max_shards_leases(master):
+    ds = _ds(master, list(range(40)), name="calls", shard_size=4, max_shards=2)
+    calls = []
+    get_shard = ds.client.get_shard
+    ds.client.get_shard = lambda *a, **kw: calls.append(1) or get_shard(*a, **kw)
+    assert len(list(ds)) == 40
+    assert len(calls) == 10 // 2 + 1  # five calls of two leases each, then END
+    assert master.dataset("calls").epochs[0].records_done == 40
+
+
+def test_a_failed_step_is_reported_and_a_poison_shard_quarantined(master):
+    ds = _ds(master, list(range(12)), name="poison", shard_size=4, max_shards=1)
+    trained = []
+    for x in ds:
+        if x == 5:
+            ds.mark_failed("record 5 is poison")
+            continue
+        trained.append(x)
+    status = master.dataset("poison")
+    (q,) = status.quarantined
+    assert (q.shard.index, q.shard.start, q.shard.end, q.failures) == (1, 5, 8, 3)
+    assert list(q.errors) == ["record 5 is poison"] * 3
+    assert status.epochs[0].records_done == 9 and status.epochs[0].finished
+    assert sorted(trained) == [0, 1, 2, 3, 4, 8, 9, 10, 11]
+
+
+def test_closing_after_an_error_does_not_acknowledge_the_step_in_flight(master):
+    ds = _ds(master, list(range(12)), name="err", shard_size=6)
+    batches = list(DataLoader(ds, batch_size=5))  # the pass ends mid-batch: [10, 11] in flight
+    assert [len(b) for b in batches] == [5, 5, 2]
+    ds.close(error=True)  # e.g. the last step raised
+    epoch = master.dataset("err").epochs[0]
+    assert epoch.records_done == 10 and epoch.requeues["error"] == 1
+
+
+def test_an_unreachable_master_is_retried_then_reported_clearly():
+    with pytest.raises(MasterUnavailable, match="did not answer CreateDataset"):
+        ElasticDataset(list(range(4)), master="127.0.0.1:9", retry_timeout_s=0.5,
+                       handle_sigterm=False)
