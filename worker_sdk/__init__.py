@@ -9,8 +9,9 @@ from .dataset import ElasticDataset
 from .errors import (Cancelled, DatasetSpecMismatch, ElasticError, MasterError,
                      MasterUnavailable)
 from .master_client import MasterClient
+from .ps_client import ElasticEmbedding, PSClient
 
 __all__ = [
-    "ElasticDataset", "MasterClient", "ack", "ElasticError", "MasterError", "MasterUnavailable",
-    "DatasetSpecMismatch", "Cancelled",
+    "ElasticDataset", "PSClient", "ElasticEmbedding", "MasterClient", "ack", "ElasticError",
+    "MasterError", "MasterUnavailable", "DatasetSpecMismatch", "Cancelled",
 ]

@@ -287,13 +287,15 @@ class MasterClient:
             self._exchange("ReportShard", lambda wid, reports: pb.ReportShardRequest(
                 worker_id=wid, reports=reports))
 
-    def heartbeat(self, policy: RetryPolicy | None = None) -> None:
-        """One heartbeat now, carrying PROGRESS for every held lease."""
+    def heartbeat(self, policy: RetryPolicy | None = None) -> list[pb.Lease]:
+        """One heartbeat now, carrying PROGRESS for every held lease; returns every lease the
+        master holds for this worker."""
         with self._report_lock:
             if self.worker_id is None:
-                return
-            self._exchange("Heartbeat", lambda wid, reports: pb.HeartbeatRequest(
+                return []
+            response, _ = self._exchange("Heartbeat", lambda wid, reports: pb.HeartbeatRequest(
                 worker_id=wid, progress=reports), every=True, policy=policy)
+            return list(response.leases)
 
     def leave(self, reason: str, reports: tuple[Report, ...] = (), *,
               policy: RetryPolicy | None = None,
@@ -334,12 +336,9 @@ class MasterClient:
         return response
 
     def worker_leases(self, dataset: str) -> list[pb.Lease]:
-        """The leases the master says this worker holds for `dataset` (GetStatus)."""
-        worker_id = self.worker_id
-        for worker in self.status().workers:
-            if worker.worker_id == worker_id:
-                return [lease for lease in worker.leases if lease.dataset == dataset]
-        return []
+        """The leases the master holds for this worker in `dataset` (a Heartbeat answers
+        them, cheaply, where GetStatus would describe every worker)."""
+        return [lease for lease in self.heartbeat() if lease.dataset == dataset]
 
     # ---- heartbeats ---------------------------------------------------------------------------
 

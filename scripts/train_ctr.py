@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Train a click-through-rate model on the PS set: the example to copy.
+
+Start a master and the PS, generate data (scripts/make_ctr_data.py), then start as many copies
+of this script as you like, on any machines, at any time; kill any of them (SIGKILL, SIGTERM)
+and start more. They train one model together and every record of every epoch is trained
+exactly once:
+
+    python scripts/train_ctr.py --master localhost:50051 --data data/ctr
+
+The model: one embedding table on the PS for all categorical fields (each field's ids are
+offset into it, so a step pulls its rows in one request per PS) and a small MLP over the
+embeddings and the dense features. `--eval` only evaluates the PS's current model on the
+held-out split and prints the AUC.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from make_ctr_data import auc  # noqa: E402
+from worker_sdk import ElasticDataset  # noqa: E402
+from worker_sdk.ps_client import ElasticEmbedding, PSClient  # noqa: E402
+
+log = logging.getLogger("train_ctr")
+
+
+class ClickLog(torch.utils.data.Dataset):
+    """One split of the generated click log, memory-mapped: (ids, dense, label) per record."""
+
+    def __init__(self, directory: str | Path, split: str = "train"):
+        d = Path(directory)
+        self.meta = json.loads((d / "meta.json").read_text())
+        self.cat = np.load(d / f"{split}_cat.npy", mmap_mode="r")
+        self.dense = np.load(d / f"{split}_dense.npy", mmap_mode="r")
+        self.y = np.load(d / f"{split}_y.npy", mmap_mode="r")
+        self.offsets = np.cumsum([0] + self.meta["vocab"][:-1]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        return (torch.from_numpy(self.cat[i] + self.offsets),
+                torch.from_numpy(np.array(self.dense[i])), torch.tensor(float(self.y[i])))
+
+    def tensors(self):
+        """The whole split as tensors (for evaluation)."""
+        return (torch.from_numpy(np.asarray(self.cat) + self.offsets),
+                torch.from_numpy(np.asarray(self.dense)), torch.from_numpy(np.asarray(self.y)))
+
+
+class CTRModel(nn.Module):
+    def __init__(self, num_ids: int, fields: int, dense: int, dim: int = 8, hidden: int = 64):
+        super().__init__()
+        self.embedding = ElasticEmbedding(num_ids, dim, table="ids", seed=7)
+        self.mlp = nn.Sequential(
+            nn.Linear(fields * dim + dense, hidden), nn.ReLU(),
+            nn.Linear(hidden, hidden // 2), nn.ReLU(),
+            nn.Linear(hidden // 2, 1),
+        )
+
+    def forward(self, ids: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        emb = self.embedding(ids).flatten(1)
+        return self.mlp(torch.cat([emb, dense], dim=1)).squeeze(1)
+
+
+def build_model(meta: dict) -> CTRModel:
+    torch.manual_seed(0)  # the same initial dense weights in every worker (the first one wins)
+    return CTRModel(sum(meta["vocab"]), len(meta["vocab"]), meta["dense"])
+
+
+def evaluate(client: PSClient, model: CTRModel, test: ClickLog, batch: int = 8192) -> float:
+    client.pull(model)
+    model.eval()
+    cat, dense, y = test.tensors()
+    scores = []
+    with torch.no_grad():
+        for i in range(0, len(y), batch):
+            scores.append(model(cat[i:i + batch], dense[i:i + batch]))
+    model.train()
+    return auc(torch.cat(scores).numpy(), y.numpy())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--master", default=os.environ.get("ELASTIC_PS_MASTER", "localhost:50051"))
+    p.add_argument("--data", default="data/ctr", help="directory from make_ctr_data.py")
+    p.add_argument("--dataset", default="ctr-train", help="dataset name on the master")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--shard-size", type=int, default=2048)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--name", default=f"{socket.gethostname()}-{os.getpid()}")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="worker label, e.g. market=spot (repeatable)")
+    p.add_argument("--eval", action="store_true", help="only evaluate the current model")
+    p.add_argument("--log-every", type=float, default=5.0, help="seconds between progress lines")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    labels = dict(item.split("=", 1) for item in args.label if "=" in item)
+    if len(labels) != len(args.label):
+        p.error("--label takes KEY=VALUE")
+    train = ClickLog(args.data, "train")
+    model = build_model(train.meta)
+    client = PSClient(master=args.master)
+    client.init_parameters(model, optimizer="adagrad", lr=args.lr)
+    if args.eval:
+        print(f"test AUC {evaluate(client, model, ClickLog(args.data, 'test')):.4f} "
+              f"(best reachable {train.meta['optimal_test_auc']:.4f})")
+        return 0
+
+    ds = ElasticDataset(train, master=args.master, name=args.dataset,
+                        shard_size=args.shard_size, num_epochs=args.epochs, shuffle=True,
+                        seed=args.seed, worker_name=args.name, labels=labels)
+    loss_fn = nn.BCEWithLogitsLoss()
+    steps = records = 0
+    started = last_log = time.monotonic()
+    for ids, dense, y in ds.batches(args.batch_size):
+        client.pull(model)
+        loss = loss_fn(model(ids, dense), y)
+        loss.backward()
+        client.push(model)  # the batch's records count as trained from here on
+        steps += 1
+        records += len(y)
+        now = time.monotonic()
+        if now - last_log >= args.log_every:
+            log.info("%s: %d steps, %d records, %.0f records/s, loss %.4f", args.name, steps,
+                     records, records / (now - started), loss.item())
+            last_log = now
+    log.info("%s: done: %d steps, %d records in %.1f s", args.name, steps, records,
+             time.monotonic() - started)
+    client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
