@@ -1,0 +1,319 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TensorMeta(_message.Message):
+    __slots__ = ("name", "dtype", "shape")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class OptimizerConfig(_message.Message):
+    __slots__ = ("name", "lr", "momentum", "dampening", "weight_decay", "nesterov", "betas", "eps", "amsgrad", "lr_decay", "initial_accumulator_value", "maximize")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LR_FIELD_NUMBER: _ClassVar[int]
+    MOMENTUM_FIELD_NUMBER: _ClassVar[int]
+    DAMPENING_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_DECAY_FIELD_NUMBER: _ClassVar[int]
+    NESTEROV_FIELD_NUMBER: _ClassVar[int]
+    BETAS_FIELD_NUMBER: _ClassVar[int]
+    EPS_FIELD_NUMBER: _ClassVar[int]
+    AMSGRAD_FIELD_NUMBER: _ClassVar[int]
+    LR_DECAY_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_ACCUMULATOR_VALUE_FIELD_NUMBER: _ClassVar[int]
+    MAXIMIZE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    lr: float
+    momentum: float
+    dampening: float
+    weight_decay: float
+    nesterov: bool
+    betas: _containers.RepeatedScalarFieldContainer[float]
+    eps: float
+    amsgrad: bool
+    lr_decay: float
+    initial_accumulator_value: float
+    maximize: bool
+    def __init__(self, name: _Optional[str] = ..., lr: _Optional[float] = ..., momentum: _Optional[float] = ..., dampening: _Optional[float] = ..., weight_decay: _Optional[float] = ..., nesterov: _Optional[bool] = ..., betas: _Optional[_Iterable[float]] = ..., eps: _Optional[float] = ..., amsgrad: _Optional[bool] = ..., lr_decay: _Optional[float] = ..., initial_accumulator_value: _Optional[float] = ..., maximize: _Optional[bool] = ...) -> None: ...
+
+class TableSpec(_message.Message):
+    __slots__ = ("name", "dim", "initializer", "init_a", "init_b", "seed", "optimizer")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    INITIALIZER_FIELD_NUMBER: _ClassVar[int]
+    INIT_A_FIELD_NUMBER: _ClassVar[int]
+    INIT_B_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dim: int
+    initializer: str
+    init_a: float
+    init_b: float
+    seed: int
+    optimizer: OptimizerConfig
+    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., initializer: _Optional[str] = ..., init_a: _Optional[float] = ..., init_b: _Optional[float] = ..., seed: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ...) -> None: ...
+
+class InitParameters(_message.Message):
+    __slots__ = ("tensors", "optimizer", "tables")
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    tensors: _containers.RepeatedCompositeFieldContainer[TensorMeta]
+    optimizer: OptimizerConfig
+    tables: _containers.RepeatedCompositeFieldContainer[TableSpec]
+    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tables: _Optional[_Iterable[_Union[TableSpec, _Mapping]]] = ...) -> None: ...
+
+class Pull(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Push(_message.Message):
+    __slots__ = ("tensors", "versions")
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    tensors: _containers.RepeatedCompositeFieldContainer[TensorMeta]
+    versions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., versions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PullRows(_message.Message):
+    __slots__ = ("table",)
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    table: str
+    def __init__(self, table: _Optional[str] = ...) -> None: ...
+
+class PushRows(_message.Message):
+    __slots__ = ("table",)
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    table: str
+    def __init__(self, table: _Optional[str] = ...) -> None: ...
+
+class DataRequest(_message.Message):
+    __slots__ = ("client_id", "seq", "init_parameters", "pull", "push", "pull_rows", "push_rows")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    INIT_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    PULL_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    PULL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    PUSH_ROWS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    seq: int
+    init_parameters: InitParameters
+    pull: Pull
+    push: Push
+    pull_rows: PullRows
+    push_rows: PushRows
+    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ...) -> None: ...
+
+class InitParametersResult(_message.Message):
+    __slots__ = ("initialized", "versions")
+    class VersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    INITIALIZED_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    initialized: bool
+    versions: _containers.ScalarMap[str, int]
+    def __init__(self, initialized: _Optional[bool] = ..., versions: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class PullResult(_message.Message):
+    __slots__ = ("tensors", "versions")
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    tensors: _containers.RepeatedCompositeFieldContainer[TensorMeta]
+    versions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., versions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PushResult(_message.Message):
+    __slots__ = ("versions", "max_staleness", "duplicate")
+    class VersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STALENESS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.ScalarMap[str, int]
+    max_staleness: int
+    duplicate: bool
+    def __init__(self, versions: _Optional[_Mapping[str, int]] = ..., max_staleness: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class PullRowsResult(_message.Message):
+    __slots__ = ("dim", "created")
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    dim: int
+    created: int
+    def __init__(self, dim: _Optional[int] = ..., created: _Optional[int] = ...) -> None: ...
+
+class PushRowsResult(_message.Message):
+    __slots__ = ("rows", "duplicate")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    duplicate: bool
+    def __init__(self, rows: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class DataResponse(_message.Message):
+    __slots__ = ("code", "message", "seq", "init_parameters", "pull", "push", "pull_rows", "push_rows")
+    class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OK: _ClassVar[DataResponse.Code]
+        CANCELLED: _ClassVar[DataResponse.Code]
+        UNKNOWN: _ClassVar[DataResponse.Code]
+        INVALID_ARGUMENT: _ClassVar[DataResponse.Code]
+        DEADLINE_EXCEEDED: _ClassVar[DataResponse.Code]
+        NOT_FOUND: _ClassVar[DataResponse.Code]
+        ALREADY_EXISTS: _ClassVar[DataResponse.Code]
+        PERMISSION_DENIED: _ClassVar[DataResponse.Code]
+        RESOURCE_EXHAUSTED: _ClassVar[DataResponse.Code]
+        FAILED_PRECONDITION: _ClassVar[DataResponse.Code]
+        ABORTED: _ClassVar[DataResponse.Code]
+        OUT_OF_RANGE: _ClassVar[DataResponse.Code]
+        UNIMPLEMENTED: _ClassVar[DataResponse.Code]
+        INTERNAL: _ClassVar[DataResponse.Code]
+        UNAVAILABLE: _ClassVar[DataResponse.Code]
+        DATA_LOSS: _ClassVar[DataResponse.Code]
+        UNAUTHENTICATED: _ClassVar[DataResponse.Code]
+    OK: DataResponse.Code
+    CANCELLED: DataResponse.Code
+    UNKNOWN: DataResponse.Code
+    INVALID_ARGUMENT: DataResponse.Code
+    DEADLINE_EXCEEDED: DataResponse.Code
+    NOT_FOUND: DataResponse.Code
+    ALREADY_EXISTS: DataResponse.Code
+    PERMISSION_DENIED: DataResponse.Code
+    RESOURCE_EXHAUSTED: DataResponse.Code
+    FAILED_PRECONDITION: DataResponse.Code
+    ABORTED: DataResponse.Code
+    OUT_OF_RANGE: DataResponse.Code
+    UNIMPLEMENTED: DataResponse.Code
+    INTERNAL: DataResponse.Code
+    UNAVAILABLE: DataResponse.Code
+    DATA_LOSS: DataResponse.Code
+    UNAUTHENTICATED: DataResponse.Code
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    INIT_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    PULL_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    PULL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    PUSH_ROWS_FIELD_NUMBER: _ClassVar[int]
+    code: DataResponse.Code
+    message: str
+    seq: int
+    init_parameters: InitParametersResult
+    pull: PullResult
+    push: PushResult
+    pull_rows: PullRowsResult
+    push_rows: PushRowsResult
+    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ...) -> None: ...
+
+class CheckpointRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CheckpointResponse(_message.Message):
+    __slots__ = ("path", "bytes", "seconds", "number")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    bytes: int
+    seconds: float
+    number: int
+    def __init__(self, path: _Optional[str] = ..., bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., number: _Optional[int] = ...) -> None: ...
+
+class GetPSStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TensorStatus(_message.Message):
+    __slots__ = ("meta", "version")
+    META_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    meta: TensorMeta
+    version: int
+    def __init__(self, meta: _Optional[_Union[TensorMeta, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+
+class TableStatus(_message.Message):
+    __slots__ = ("spec", "rows", "pushes")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    PUSHES_FIELD_NUMBER: _ClassVar[int]
+    spec: TableSpec
+    rows: int
+    pushes: int
+    def __init__(self, spec: _Optional[_Union[TableSpec, _Mapping]] = ..., rows: _Optional[int] = ..., pushes: _Optional[int] = ...) -> None: ...
+
+class GetPSStatusResponse(_message.Message):
+    __slots__ = ("index", "num_ps", "address", "data_address", "initialized", "optimizer", "tensors", "tables", "pushes", "pulls", "duplicates", "refused_stale", "staleness", "max_staleness_seen", "checkpoints", "last_checkpoint", "last_checkpoint_ms", "restored_from", "started_ms", "max_staleness_allowed")
+    class StalenessEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    INITIALIZED_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    PUSHES_FIELD_NUMBER: _ClassVar[int]
+    PULLS_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_STALE_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STALENESS_SEEN_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHECKPOINT_MS_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_FROM_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STALENESS_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    num_ps: int
+    address: str
+    data_address: str
+    initialized: bool
+    optimizer: OptimizerConfig
+    tensors: _containers.RepeatedCompositeFieldContainer[TensorStatus]
+    tables: _containers.RepeatedCompositeFieldContainer[TableStatus]
+    pushes: int
+    pulls: int
+    duplicates: int
+    refused_stale: int
+    staleness: _containers.ScalarMap[int, int]
+    max_staleness_seen: int
+    checkpoints: int
+    last_checkpoint: str
+    last_checkpoint_ms: int
+    restored_from: str
+    started_ms: int
+    max_staleness_allowed: int
+    def __init__(self, index: _Optional[int] = ..., num_ps: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., initialized: _Optional[bool] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorStatus, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableStatus, _Mapping]]] = ..., pushes: _Optional[int] = ..., pulls: _Optional[int] = ..., duplicates: _Optional[int] = ..., refused_stale: _Optional[int] = ..., staleness: _Optional[_Mapping[int, int]] = ..., max_staleness_seen: _Optional[int] = ..., checkpoints: _Optional[int] = ..., last_checkpoint: _Optional[str] = ..., last_checkpoint_ms: _Optional[int] = ..., restored_from: _Optional[str] = ..., started_ms: _Optional[int] = ..., max_staleness_allowed: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,140 @@
+"""`elastic-ps` / `python -m ps`: one parameter server, until SIGTERM or SIGINT.
+
+Start-up: restore the newest good checkpoint, bind the data plane and the gRPC port (exit 1
+with a message when either is taken), print one line with both addresses, register with the
+master. SIGTERM: refuse new mutations (clients retry elsewhere in time), write a checkpoint
+with everything applied so far, stop, exit 0 (exit 1 when that checkpoint could not be
+written, so a supervisor sees the loss).
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+
+from .checkpoint import CheckpointDir, Checkpointer
+from .settings import PSSettings, parse
+
+log = logging.getLogger("elastic-ps")
+
+
+def _tune_malloc() -> None:
+    """Keep freed large buffers in glibc's heap instead of returning them to the kernel.
+
+    Every received tensor frame is a fresh allocation; glibc serves big ones with mmap and
+    unmaps them on free, so each message pays page faults on fresh zeroed pages. Raising the
+    mmap threshold to its maximum (32 MiB) makes buffers up to that size reuse heap memory.
+    Best effort: glibc only.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 32 * 1024 * 1024)   # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 512 * 1024 * 1024)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
+def run(settings: PSSettings) -> int:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    _tune_malloc()
+
+    import torch
+
+    from .dataplane import BindError, DataPlane
+    from .registrar import Registrar, connect
+    from .server import Identity, PortInUse, PSServicer, build_server, now_ms
+    from .store import Store
+
+    if settings.torch_threads:
+        torch.set_num_threads(settings.torch_threads)
+    store = Store(settings.index, settings.num_ps, settings.max_staleness,
+                  settings.applied_capacity)
+    checkpointer = Checkpointer(store, CheckpointDir(settings.checkpoint_dir, settings.index,
+                                                     settings.num_ps, settings.keep_checkpoints))
+    try:
+        restored = checkpointer.restore()
+    except Exception as exc:  # noqa: BLE001 - e.g. an unreadable directory
+        print(f"elastic-ps: cannot restore from {settings.checkpoint_dir}: {exc}", file=sys.stderr)
+        return 1
+    if restored:
+        log.info("restored %s: %d tensors, %d tables, initialized=%s", restored.path.name,
+                 len(store.dense), len(store.tables), store.initialized)
+    else:
+        log.info("no checkpoint in %s: starting empty", settings.checkpoint_dir)
+
+    data = DataPlane(store, settings.host, settings.data_port, settings.threads,
+                     settings.max_frame_mb * 1024 * 1024)
+    try:
+        data_port = data.bind()
+    except BindError as exc:
+        print(f"elastic-ps: {exc}", file=sys.stderr)
+        data.stop()
+        return 1
+    public = settings.public_host
+    host_part = f"[{public}]" if ":" in public else public
+    me = Identity(settings.index, settings.num_ps, data_address=f"tcp://{host_part}:{data_port}",
+                  started_ms=now_ms())
+    try:
+        server, port, health = build_server(PSServicer(store, checkpointer, me), settings.host,
+                                            settings.port, settings.grpc_threads)
+    except PortInUse as exc:
+        print(f"elastic-ps: {exc}", file=sys.stderr)
+        data.stop()
+        return 1
+    me.address = f"{host_part}:{port}"
+    data.start()
+    server.start()
+    log.info("settings: %s", settings.describe())
+    print(f"elastic-ps {settings.index}/{settings.num_ps} listening on grpc {me.address} "
+          f"data {me.data_address} (pid {os.getpid()})", flush=True)
+
+    background = []
+    channel = None
+    if not settings.standalone:
+        stub, channel = connect(settings.master)
+        registrar = Registrar(stub, me.address, me.data_address, settings.index,
+                              settings.num_ps, settings.register_interval)
+        background.append(threading.Thread(target=registrar.run, args=(stop,),
+                                           name="registrar", daemon=True))
+    if settings.checkpoint_interval > 0:
+        background.append(threading.Thread(
+            target=checkpointer.run_periodic, args=(settings.checkpoint_interval, stop),
+            name="checkpointer", daemon=True))
+    for t in background:
+        t.start()
+
+    stop.wait()
+    log.info("stopping: refusing new pushes and writing a final checkpoint")
+    health.enter_graceful_shutdown()
+    code = 0
+    store.stop_mutations()
+    try:
+        info = checkpointer.write()
+        log.info("final checkpoint %s written", info.path.name)
+    except Exception as exc:  # noqa: BLE001 - say so and exit non-zero
+        log.exception("the final checkpoint failed")
+        print(f"elastic-ps: the final checkpoint failed: {exc}", file=sys.stderr)
+        code = 1
+    server.stop(grace=1).wait()
+    data.stop()
+    if channel is not None:
+        channel.close()
+    return code
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = parse(argv)
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    sys.exit(run(settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""Checkpoints of one PS's partition: numbered files, written atomically, verified on load.
+
+Each PS writes its own files `ps-<index>-of-<num_ps>-<number>.ckpt` into the checkpoint
+directory (several PS can share one directory and checkpoint in parallel). A file is written
+as `.<name>.tmp-<pid>`, flushed and fsynced, then renamed (atomic on POSIX), and the directory
+is fsynced: a reader sees a whole checkpoint or none. A file is
+
+    MAGIC | torch.save payload | TRAILER_MAGIC | payload length (8 bytes) | sha256 (32 bytes)
+
+so a truncated or damaged file is recognized. On start the newest file that verifies is
+restored; a newest file that does not is refused with a log line saying why, renamed to
+`*.corrupt` (kept for a person to look at), and the one before it is used.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import re
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"EPSCKPT1"
+TRAILER_MAGIC = b"EPSEND01"
+TRAILER_LEN = len(TRAILER_MAGIC) + 8 + 32
+
+
+class CorruptCheckpoint(Exception):
+    pass
+
+
+@dataclass
+class CheckpointInfo:
+    path: Path
+    number: int
+    bytes: int = 0
+    seconds: float = 0.0
+    time_ms: int = 0
+
+
+class _HashingWriter:
+    """A write-only file wrapper that hashes and counts what goes through it."""
+
+    def __init__(self, f):
+        self.f = f
+        self.sha = hashlib.sha256()
+        self.n = 0
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        self.n += len(memoryview(data).cast("B"))
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def encode(state: dict, f) -> int:
+    """Write a checkpoint file body to the open binary file `f`; returns its size."""
+    f.write(MAGIC)
+    w = _HashingWriter(f)
+    torch.save(state, w)
+    f.write(TRAILER_MAGIC + struct.pack("<Q", w.n) + w.sha.digest())
+    return len(MAGIC) + w.n + TRAILER_LEN
+
+
+def decode(data: bytes) -> dict:
+    """The state in a checkpoint file's bytes; CorruptCheckpoint if it does not verify."""
+    if len(data) < len(MAGIC) + TRAILER_LEN or not data.startswith(MAGIC):
+        raise CorruptCheckpoint("not a checkpoint file (bad header or too short)")
+    trailer = data[-TRAILER_LEN:]
+    if not trailer.startswith(TRAILER_MAGIC):
+        raise CorruptCheckpoint("the file is truncated (no trailer)")
+    (length,) = struct.unpack("<Q", trailer[len(TRAILER_MAGIC):len(TRAILER_MAGIC) + 8])
+    payload = data[len(MAGIC):-TRAILER_LEN]
+    if length != len(payload):
+        raise CorruptCheckpoint(f"the payload is {len(payload)} bytes, the trailer says {length}")
+    if hashlib.sha256(payload).digest() != trailer[-32:]:
+        raise CorruptCheckpoint("the sha256 checksum does not match: the file is damaged")
+    try:
+        return torch.load(io.BytesIO(payload), weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any failure to read it means unusable
+        raise CorruptCheckpoint(f"the payload does not load: {exc}") from exc
+
+
+class CheckpointDir:
+    """The checkpoint files of PS `index` of `num_ps` in `directory`."""
+
+    def __init__(self, directory: str | Path, index: int, num_ps: int, keep: int = 3):
+        self.directory = Path(directory)
+        self.index = index
+        self.num_ps = num_ps
+        self.keep = max(1, keep)
+        self._pattern = re.compile(rf"ps-{index}-of-{num_ps}-(\d+)\.ckpt$")
+
+    def name(self, number: int) -> str:
+        return f"ps-{self.index}-of-{self.num_ps}-{number:08d}.ckpt"
+
+    def files(self) -> list[tuple[int, Path]]:
+        """(number, path) of this PS's checkpoint files, oldest first."""
+        out = []
+        for p in self.directory.iterdir() if self.directory.is_dir() else ():
+            m = self._pattern.match(p.name)
+            if m:
+                out.append((int(m.group(1)), p))
+        return sorted(out)
+
+    def others(self) -> list[str]:
+        """Checkpoint files of this index written with another PS count (not usable)."""
+        other = re.compile(rf"ps-{self.index}-of-(\d+)-\d+\.ckpt$")
+        return sorted(p.name for p in self.directory.glob(f"ps-{self.index}-of-*.ckpt")
+                      if (m := other.match(p.name)) and int(m.group(1)) != self.num_ps)
+
+    def write(self, state: dict, number: int) -> CheckpointInfo:
+        start = time.perf_counter()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        final = self.directory / self.name(number)
+        tmp = self.directory / f".{final.name}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                size = encode(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.directory)
+        self._prune()
+        return CheckpointInfo(final, number, size, time.perf_counter() - start,
+                              int(time.time() * 1000))
+
+    def _prune(self) -> None:
+        files = self.files()
+        for _, path in files[: max(0, len(files) - self.keep)]:
+            path.unlink(missing_ok=True)
+
+    def clean_temporaries(self) -> None:
+        """Remove half-written files left by a process that died while writing."""
+        for p in self.directory.glob(f".ps-{self.index}-of-{self.num_ps}-*.ckpt.tmp-*"):
+            p.unlink(missing_ok=True)
+
+    def load_newest(self) -> tuple[dict, CheckpointInfo] | None:
+        """The newest checkpoint that verifies (older ones are tried when it does not)."""
+        for number, path in reversed(self.files()):
+            try:
+                state = decode(path.read_bytes())
+            except (CorruptCheckpoint, OSError) as exc:
+                log.error("refusing checkpoint %s: %s; it is renamed to %s.corrupt and the "
+                          "previous checkpoint is tried", path.name, exc, path.name)
+                try:
+                    path.rename(path.with_name(path.name + ".corrupt"))
+                except OSError:
+                    pass
+                continue
+            return state, CheckpointInfo(path, number, path.stat().st_size)
+        return None
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class Checkpointer:
+    """Takes checkpoints of a Store into a CheckpointDir, one at a time, and restores one.
+
+    The snapshot is taken under the store's exclusive gate (pushes pause for the time it takes
+    to copy the state in memory); serializing and writing happen after, while pushes go on.
+    """
+
+    def __init__(self, store: Store, directory: CheckpointDir):
+        self.store = store
+        self.dir = directory
+        self._lock = threading.Lock()
+        self.written = 0
+        self.last: CheckpointInfo | None = None
+        self.restored: CheckpointInfo | None = None
+        self._last_mutations = -1
+        self._next_number = 1
+
+    def restore(self) -> CheckpointInfo | None:
+        self.dir.clean_temporaries()
+        others = self.dir.others()
+        if others:
+            log.warning("ignoring checkpoints written with another PS count (%s): this PS is "
+                        "%d of %d and rows are split by id %% num_ps", ", ".join(others[:3]),
+                        self.dir.index, self.dir.num_ps)
+        files = self.dir.files()
+        self._next_number = (files[-1][0] + 1) if files else 1
+        found = self.dir.load_newest()
+        self._last_mutations = self._mutations()
+        if found is None:
+            if files:
+                log.error("no checkpoint in %s could be used; starting empty", self.dir.directory)
+            return None
+        state, info = found
+        self.store.restore(state)
+        self.restored = self.last = info
+        self._last_mutations = self._mutations()
+        return info
+
+    def _mutations(self) -> int:
+        s = self.store.stats
+        return s.pushes + s.row_pushes + int(self.store.initialized)
+
+    def write(self, only_if_changed: bool = False) -> CheckpointInfo | None:
+        with self._lock:
+            mutations = self._mutations()
+            if only_if_changed and mutations == self._last_mutations:
+                return None
+            state = self.store.snapshot()
+            info = self.dir.write(state, self._next_number)
+            self._next_number += 1
+            self.written += 1
+            self.last = info
+            self._last_mutations = mutations
+            log.info("checkpoint %s: %d bytes in %.3fs", info.path.name, info.bytes, info.seconds)
+            return info
+
+    def run_periodic(self, interval: float, stop: threading.Event) -> None:
+        """Write a checkpoint every `interval` seconds when something changed, until `stop`."""
+        while not stop.wait(interval):
+            try:
+                self.write(only_if_changed=True)
+            except Exception:  # noqa: BLE001 - keep serving; the next try may succeed
+                log.exception("periodic checkpoint failed")

@@ -1,0 +1,378 @@
+"""A data-plane client of a set of PS: partitioned, parallel, retried, at-most-once pushes.
+
+`DataClient` speaks the ZeroMQ data plane to every PS of a job (one DEALER socket each). It
+splits tensors and embedding ids with `ps.partition`, sends the parts to all PS at once and
+waits for the answers with a bounded poll. A PS that does not answer within `timeout_s` (it
+died, restarted, or the reply was lost) gets its socket closed and the same request again
+(same client_id and seq, so a push is applied at most once) after a bounded exponential
+backoff, to the PS's current address (asked from the master again when the client was given
+one), up to `max_attempts` tries; then `PSUnavailable`. A PS that answers UNAVAILABLE (it is
+shutting down) is retried the same way. Any other refusal raises `PSError` with the PS's code
+and message; FAILED_PRECONDITION from a push is `StaleGradient` (pull again, recompute).
+
+Tensors go out as frames over the tensors' own memory (no copy): do not change a gradient
+while `push` runs. Pulled tensors are views of the received frames (no copy).
+
+A client is not thread-safe: give each thread its own (each gets its own client_id).
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Sequence
+
+import torch
+import zmq
+
+from protos import ps_pb2
+
+from . import partition
+from .embedding import TableSpec
+from .errors import PSError
+from .optim import config_to_pb, make_config
+from .wire import as_buffer, check_meta, code_name, from_frame, meta_of
+
+
+class PSUnavailable(PSError):
+    """A PS did not answer after every retry."""
+
+    def __init__(self, message: str):
+        super().__init__("UNAVAILABLE", message)
+
+
+class StaleGradient(PSError):
+    """A push was refused for staleness (--max-staleness): pull again and recompute."""
+
+    def __init__(self, message: str, versions: dict[str, int]):
+        super().__init__("FAILED_PRECONDITION", message)
+        self.versions = versions
+
+
+@dataclass
+class PushOutcome:
+    versions: dict[str, int] = field(default_factory=dict)  # after the push, per tensor
+    max_staleness: int = 0
+    duplicate: bool = False  # a retry found the push already applied
+
+
+def master_endpoints(master: str, timeout_s: float = 30.0, poll_s: float = 0.2) -> list[str]:
+    """The data addresses of the PS set, by index, from the master's ListPS (waits until every
+    index registered, at most `timeout_s`)."""
+    import grpc
+
+    from protos import master_pb2, master_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    with grpc.insecure_channel(master) as channel:
+        stub = master_pb2_grpc.MasterStub(channel)
+        while True:
+            try:
+                resp = stub.ListPS(master_pb2.ListPSRequest(), timeout=max(0.5, poll_s * 5))
+                if resp.complete:
+                    return [p.data_address for p in sorted(resp.ps, key=lambda p: p.index)]
+                last = f"{len(resp.ps)} of {resp.num_ps} PS registered"
+            except grpc.RpcError as exc:
+                last = f"{exc.code().name}: {exc.details()}"
+            if time.monotonic() >= deadline:
+                raise PSUnavailable(f"the master at {master} did not list a complete PS set "
+                                    f"within {timeout_s:.0f}s ({last})")
+            time.sleep(poll_s)
+
+
+class _Connection:
+    """One DEALER socket to one PS, created lazily and thrown away on a timeout."""
+
+    def __init__(self, ctx: zmq.Context, endpoint: str):
+        self.ctx = ctx
+        self.endpoint = endpoint
+        self.socket: zmq.Socket | None = None
+
+    def send(self, parts: list) -> zmq.Socket:
+        if self.socket is None:
+            s = self.ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(self.endpoint)
+            self.socket = s
+        self.socket.send_multipart(parts, copy=False)
+        return self.socket
+
+    def reset(self) -> None:
+        if self.socket is not None:
+            self.socket.close(0)
+            self.socket = None
+
+
+class DataClient:
+    def __init__(self, endpoints: Sequence[str] | None = None, *, master: str | None = None,
+                 client_id: str | None = None, timeout_s: float = 10.0, max_attempts: int = 8,
+                 backoff_s: float = 0.05, max_backoff_s: float = 2.0,
+                 discovery_timeout_s: float = 30.0, context: zmq.Context | None = None):
+        if (endpoints is None) == (master is None):
+            raise ValueError("give either endpoints (tcp://host:port per PS) or master")
+        self.master = master
+        self._resolve: Callable[[], list[str]] = (
+            (lambda: list(endpoints)) if endpoints is not None
+            else (lambda: master_endpoints(master, discovery_timeout_s)))
+        self.client_id = client_id or uuid.uuid4().hex
+        self.timeout_s = timeout_s
+        self.max_attempts = max_attempts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._own_ctx = context is None
+        self.ctx = context or zmq.Context()
+        self._conns = [_Connection(self.ctx, e) for e in self._resolve()]
+        if not self._conns:
+            raise ValueError("no PS endpoints")
+        self._seq = 0
+        self.owner: dict[str, int] = {}       # dense tensor name -> PS index
+        self.versions: dict[str, int] = {}    # versions of the last pull, per tensor
+
+    @property
+    def num_ps(self) -> int:
+        return len(self._conns)
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [c.endpoint for c in self._conns]
+
+    def close(self) -> None:
+        for c in self._conns:
+            c.reset()
+        if self._own_ctx:
+            self.ctx.term()
+
+    def __enter__(self) -> "DataClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the API ------------------------------------------------------------------------------
+
+    def init_parameters(self, tensors: Mapping[str, torch.Tensor] | Iterable[tuple],
+                        optimizer: str | dict = "sgd", tables: Iterable = (),
+                        **hyperparameters) -> bool:
+        """Send each PS its part of the model (by `ps.partition`), the optimizer (a torch.optim
+        name and its hyperparameters) and the tables. True when this call initialized at least
+        one PS; False when every PS already was (the first call wins)."""
+        tensors = dict(tensors.items() if isinstance(tensors, Mapping) else tensors)
+        cfg = make_config(optimizer, **hyperparameters) if isinstance(optimizer, str) \
+            else dict(optimizer)
+        self.set_layout({n: t.numel() * t.element_size() for n, t in tensors.items()})
+        table_pbs = [_table_pb(t) for t in tables]
+        requests = {}
+        for index in range(self.num_ps):
+            body = ps_pb2.InitParameters(optimizer=config_to_pb(cfg), tables=table_pbs)
+            frames = []
+            for name in sorted(n for n, i in self.owner.items() if i == index):
+                body.tensors.append(meta_of(name, tensors[name]))
+                frames.append(as_buffer(tensors[name]))
+            requests[index] = (ps_pb2.DataRequest(init_parameters=body), frames)
+        answers = self._call(requests)
+        for resp, _ in answers.values():
+            self.versions.update(resp.init_parameters.versions)
+        return any(resp.init_parameters.initialized for resp, _ in answers.values())
+
+    def set_layout(self, sizes: Mapping[str, int]) -> None:
+        """Place tensors (name -> bytes) on PS by the shared rule, without talking to them."""
+        self.owner = partition.place_dense(sizes, self.num_ps)
+
+    def pull(self, names: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
+        """Tensors by name (all of every PS when `names` is None), as views of the received
+        frames; remembers their versions for the next push."""
+        if names is None:
+            groups = {i: [] for i in range(self.num_ps)}
+        else:
+            groups = self._group(names)
+        requests = {i: (ps_pb2.DataRequest(pull=ps_pb2.Pull(names=n)), [])
+                    for i, n in groups.items()}
+        out: dict[str, torch.Tensor] = {}
+        for index, (resp, frames) in self._call(requests).items():
+            metas = resp.pull.tensors
+            if len(frames) != len(metas):
+                raise PSError("INTERNAL", f"PS {index} answered {len(metas)} tensors with "
+                              f"{len(frames)} frames")
+            for meta, version, frame in zip(metas, resp.pull.versions, frames):
+                dtype, shape, _ = check_meta(meta)
+                out[meta.name] = from_frame(frame, dtype, shape, meta.name)
+                self.versions[meta.name] = version
+                self.owner.setdefault(meta.name, index)
+        return out
+
+    def push(self, grads: Mapping[str, torch.Tensor],
+             versions: Mapping[str, int] | None = None) -> PushOutcome:
+        """Apply gradients on their PS. `versions` default to those of the last pull. Raises
+        StaleGradient when a PS refused as too stale (the other PS applied theirs)."""
+        versions = self.versions if versions is None else versions
+        requests = {}
+        for index, names in self._group(grads).items():
+            body = ps_pb2.Push(versions=[int(versions.get(n, 0)) for n in names])
+            frames = []
+            for name in names:
+                body.tensors.append(meta_of(name, grads[name]))
+                frames.append(as_buffer(grads[name]))
+            requests[index] = (ps_pb2.DataRequest(push=body), frames)
+        outcome = PushOutcome()
+        stale = []
+        for index, (resp, _) in self._call(requests, allow=("FAILED_PRECONDITION",)).items():
+            outcome.versions.update(resp.push.versions)
+            outcome.max_staleness = max(outcome.max_staleness, resp.push.max_staleness)
+            outcome.duplicate |= resp.push.duplicate
+            if resp.code != 0:
+                stale.append(f"PS {index}: {resp.message}")
+        if stale:
+            raise StaleGradient("; ".join(stale), outcome.versions)
+        return outcome
+
+    def pull_rows(self, table: str, ids) -> torch.Tensor:
+        """Rows [len(ids), dim] of an embedding table (rows are created on first use)."""
+        ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
+        parts = [(i, pos, sub) for i, (pos, sub) in
+                 enumerate(partition.split_rows(ids, self.num_ps)) if sub.numel()]
+        if not parts:
+            return torch.empty(0, 0)
+        requests = {i: (ps_pb2.DataRequest(pull_rows=ps_pb2.PullRows(table=table)),
+                        [as_buffer(sub)]) for i, _, sub in parts}
+        answers = self._call(requests)
+        if len(parts) == 1:
+            i = parts[0][0]
+            resp, frames = answers[i]
+            return _rows(resp, frames, ids.numel())
+        dim = answers[parts[0][0]][0].pull_rows.dim
+        out = torch.empty(ids.numel(), dim)
+        for i, pos, sub in parts:
+            resp, frames = answers[i]
+            out.index_copy_(0, pos, _rows(resp, frames, sub.numel()))
+        return out
+
+    def push_rows(self, table: str, ids, grads: torch.Tensor) -> int:
+        """Apply row gradients [len(ids), dim] (duplicate ids are summed); returns the number
+        of distinct rows updated."""
+        ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
+        grads = grads.detach().to(torch.float32).contiguous()
+        requests = {}
+        for i, (pos, sub) in enumerate(partition.split_rows(ids, self.num_ps)):
+            if not sub.numel():
+                continue
+            g = grads if self.num_ps == 1 else grads.index_select(0, pos)
+            requests[i] = (ps_pb2.DataRequest(push_rows=ps_pb2.PushRows(table=table)),
+                           [as_buffer(sub), as_buffer(g)])
+        if not requests:
+            return 0
+        return sum(resp.push_rows.rows for resp, _ in self._call(requests).values())
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _group(self, names: Iterable[str]) -> dict[int, list[str]]:
+        groups: dict[int, list[str]] = {}
+        for name in names:
+            index = self.owner.get(name)
+            if index is None:
+                raise KeyError(f"tensor {name!r} has no PS yet: call init_parameters (or "
+                               "set_layout, or pull) first")
+            groups.setdefault(index, []).append(name)
+        return groups
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _call(self, requests: dict[int, tuple[ps_pb2.DataRequest, list]],
+              allow: tuple[str, ...] = ()) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
+        """Send each PS its request (same seq) and collect the answers, retrying what is not
+        answered. Raises PSError for a refusal not in `allow`."""
+        seq = self.next_seq()
+        wire = {}
+        for index, (req, frames) in requests.items():
+            req.client_id, req.seq = self.client_id, seq
+            wire[index] = [req.SerializeToString(), *frames]
+        results: dict[int, tuple] = {}
+        pending = set(wire)
+        backoff = self.backoff_s
+        why = ""
+        for attempt in range(1, self.max_attempts + 1):
+            waiting = {}
+            for index in pending:
+                waiting[self._conns[index].send(wire[index])] = index
+            poller = zmq.Poller()
+            for sock in waiting:
+                poller.register(sock, zmq.POLLIN)
+            deadline = time.monotonic() + self.timeout_s
+            while waiting:
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    break
+                for sock, _ in poller.poll(left_ms):
+                    frames = sock.recv_multipart(copy=False)
+                    resp = ps_pb2.DataResponse()
+                    try:
+                        resp.ParseFromString(frames[0].bytes)
+                    except Exception:  # noqa: BLE001 - not an answer we can use
+                        continue
+                    if resp.seq != seq:
+                        continue  # a late answer to an earlier request
+                    index = waiting.pop(sock)
+                    poller.unregister(sock)
+                    if resp.code == 14:  # UNAVAILABLE: the PS is stopping; try again
+                        why = f"PS {index}: {resp.message}"
+                        continue
+                    pending.discard(index)
+                    code = code_name(resp.code)
+                    if resp.code != 0 and code not in allow:
+                        raise PSError(code, f"PS {index} ({self._conns[index].endpoint}): "
+                                      f"{resp.message}")
+                    results[index] = (resp, frames[1:])
+            if not pending:
+                return results
+            for index in waiting.values():
+                why = f"PS {index} at {self._conns[index].endpoint} did not answer within " \
+                      f"{self.timeout_s:.1f}s"
+            if attempt == self.max_attempts:
+                break
+            for index in pending:
+                self._conns[index].reset()
+            time.sleep(backoff)
+            backoff = min(backoff * 2, self.max_backoff_s)
+            self._refresh(pending)
+        raise PSUnavailable(f"no answer after {self.max_attempts} tries ({why})")
+
+    def _refresh(self, indexes: Iterable[int]) -> None:
+        """Look the PS up again (a restarted PS may listen elsewhere)."""
+        if self.master is None:
+            return
+        try:
+            endpoints = master_endpoints(self.master, timeout_s=self.timeout_s)
+        except PSUnavailable:
+            return
+        if len(endpoints) != self.num_ps:
+            return
+        for i in indexes:
+            if self._conns[i].endpoint != endpoints[i]:
+                self._conns[i].reset()
+                self._conns[i].endpoint = endpoints[i]
+
+
+def _rows(resp: ps_pb2.DataResponse, frames: list, n: int) -> torch.Tensor:
+    dim = resp.pull_rows.dim
+    if len(frames) != 1:
+        raise PSError("INTERNAL", f"PullRows answer has {len(frames)} frames, expected 1")
+    return from_frame(frames[0], torch.float32, (n, dim), "rows")
+
+
+def _table_pb(t) -> ps_pb2.TableSpec:
+    if isinstance(t, ps_pb2.TableSpec):
+        return t
+    cfg = None
+    if isinstance(t, tuple):
+        t, cfg = t
+    if isinstance(t, Mapping):
+        t = dict(t)
+        cfg = t.pop("optimizer", cfg)
+        t = TableSpec(**t)
+    msg = ps_pb2.TableSpec(name=t.name, dim=t.dim, initializer=t.initializer, init_a=t.init_a,
+                           init_b=t.init_b, seed=t.seed)
+    if cfg:
+        msg.optimizer.CopyFrom(config_to_pb(cfg))
+    return msg

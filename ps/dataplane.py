@@ -1,0 +1,260 @@
+"""The PS's data plane: a ZeroMQ ROUTER socket that moves tensors without copying them.
+
+A client's multipart message [DataRequest, buffer, ...] arrives on a ROUTER socket bound to
+`--data-port`; `zmq.proxy` (C code, no GIL) hands it over an in-process socket to one of
+`threads` handler threads, which decode it, call the `Store`, and send back
+[DataResponse, buffer, ...] the same way. Received tensor frames are wrapped with
+`torch.frombuffer` (no copy); a pulled tensor is sent from the tensor's own memory (no copy)
+and its tracker pins it until ZeroMQ has written the bytes (see `ps.store`).
+
+Bad input never takes the PS down: a header that does not parse is answered INVALID_ARGUMENT,
+a message without a body frame is dropped, frames larger than `max_frame_bytes` make ZeroMQ
+drop the peer, and any unexpected error is answered INTERNAL and logged.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+
+import torch
+import zmq
+from google.protobuf.message import DecodeError
+
+from protos import ps_pb2
+
+from .embedding import TableSpec
+from .errors import PSError, invalid
+from .optim import config_from_pb
+from .store import Store
+from .wire import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number, error_response,
+                   from_frame, meta_of)
+
+log = logging.getLogger(__name__)
+
+# Below this size a tensor is copied into the reply (cheaper than a tracked zero-copy frame).
+ZERO_COPY_MIN_BYTES = 64 * 1024
+POLL_MS = 100
+
+
+class BindError(Exception):
+    pass
+
+
+def _export(t: torch.Tensor):
+    """Payload for a pulled tensor: its own memory, tracked, or a small copy."""
+    if t.numel() * t.element_size() < ZERO_COPY_MIN_BYTES:
+        return bytes(as_buffer(t)), None
+    frame = zmq.Frame(as_buffer(t), copy=False, track=True)
+    return frame, frame.tracker
+
+
+class DataPlane:
+    def __init__(self, store: Store, host: str = "0.0.0.0", port: int = 0, threads: int = 4,
+                 max_frame_bytes: int = 2**31):
+        self.store = store
+        self.host = host
+        self.port = port
+        self.threads = threads
+        self.max_frame_bytes = max_frame_bytes
+        self.ctx = zmq.Context(io_threads=1)
+        self._backend_addr = f"inproc://ps-data-{uuid.uuid4().hex}"
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.frontend: zmq.Socket | None = None
+        self.bound_port = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def bind(self) -> int:
+        """Bind the ROUTER socket; returns the port. Raises BindError (port in use, bad host)."""
+        sock = self.ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
+        sock.setsockopt(zmq.RCVHWM, 10_000)
+        sock.setsockopt(zmq.SNDHWM, 10_000)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if ":" in self.host:
+            sock.setsockopt(zmq.IPV6, 1)
+        try:
+            if self.port == 0:
+                sock.bind(f"tcp://{host}:*")
+            else:
+                sock.bind(f"tcp://{host}:{self.port}")
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            raise BindError(f"cannot listen on data port tcp://{host}:{self.port or '*'}: "
+                            f"{exc}") from exc
+        endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.bound_port = int(endpoint.rsplit(":", 1)[1])
+        self.frontend = sock
+        return self.bound_port
+
+    def start(self) -> None:
+        assert self.frontend is not None, "bind() first"
+        backend = self.ctx.socket(zmq.DEALER)
+        backend.setsockopt(zmq.LINGER, 0)
+        backend.setsockopt(zmq.RCVHWM, 10_000)
+        backend.setsockopt(zmq.SNDHWM, 10_000)
+        backend.bind(self._backend_addr)
+        frontend = self.frontend
+
+        def proxy() -> None:
+            try:
+                zmq.proxy(frontend, backend)
+            except zmq.ZMQError as exc:  # ETERM: the context is being terminated by stop()
+                if exc.errno != zmq.ETERM:
+                    log.exception("data plane proxy failed")
+            finally:
+                frontend.close(0)
+                backend.close(0)
+
+        self._threads.append(threading.Thread(target=proxy, name="ps-data-proxy", daemon=True))
+        for i in range(self.threads):
+            self._threads.append(
+                threading.Thread(target=self._serve, name=f"ps-data-{i}", daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving: handler threads finish the request in hand, then sockets close.
+
+        Terminating the context makes the proxy and every blocked socket call raise ETERM;
+        each thread then closes its socket, which lets the termination complete.
+        """
+        self._stop.set()
+        if not self._threads and self.frontend is not None:
+            self.frontend.close(0)
+        term = threading.Thread(target=self.ctx.term, name="ps-data-term", daemon=True)
+        term.start()
+        for t in [*self._threads, term]:
+            t.join(timeout)
+
+    def _serve(self) -> None:
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, 10_000)
+        sock.setsockopt(zmq.SNDHWM, 10_000)
+        sock.connect(self._backend_addr)
+        try:
+            while not self._stop.is_set():
+                if not sock.poll(POLL_MS):
+                    continue
+                frames = sock.recv_multipart(copy=False)
+                if len(frames) < 2:  # an identity and nothing else: nothing to answer
+                    continue
+                reply = self.handle(frames[1:])
+                sock.send_multipart([frames[0], *reply], copy=False)
+                # Drop our references now: a pulled tensor stays pinned while any exist.
+                del frames, reply
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.ETERM:
+                log.exception("data plane handler failed")
+        finally:
+            sock.close(0)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def handle(self, parts: list) -> list:
+        """Answer one request [header, buffer, ...] with [header, buffer, ...]."""
+        try:
+            header = parts[0].bytes if hasattr(parts[0], "bytes") else bytes(parts[0])
+            req = ps_pb2.DataRequest.FromString(header)
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            return [error_response(invalid(f"cannot parse the request header "
+                                           f"(a DataRequest protobuf): {exc}")).SerializeToString()]
+        kind = req.WhichOneof("body")
+        try:
+            if kind is None:
+                raise invalid("the request has no body: set one of init_parameters, pull, "
+                              "push, pull_rows, push_rows")
+            return getattr(self, "_" + kind)(req, parts[1:])
+        except PSError as exc:
+            return [error_response(exc, req.seq).SerializeToString()]
+        except Exception:  # noqa: BLE001 - a bug; the PS keeps serving
+            log.exception("internal error handling %s", kind)
+            return [ps_pb2.DataResponse(code=code_number("INTERNAL"), seq=req.seq,
+                                        message=f"internal error handling {kind}"
+                                        ).SerializeToString()]
+
+    @staticmethod
+    def _tensors(metas, frames, allowed=tuple(DTYPES)) -> list[tuple[str, torch.Tensor]]:
+        if len(frames) != len(metas):
+            raise invalid(f"the header describes {len(metas)} tensors but {len(frames)} "
+                          "buffer frames followed")
+        out = []
+        for meta, frame in zip(metas, frames):
+            dtype, shape, _ = check_meta(meta, allowed)
+            out.append((meta.name, from_frame(frame, dtype, shape, f"tensor {meta.name!r}")))
+        return out
+
+    def _init_parameters(self, req, frames) -> list:
+        body = req.init_parameters
+        tensors = self._tensors(body.tensors, frames, FLOAT_DTYPES)
+        tables = []
+        for spec in body.tables:
+            cfg = config_from_pb(spec.optimizer) if spec.optimizer.name else None
+            tables.append((TableSpec(name=spec.name, dim=spec.dim,
+                                     initializer=spec.initializer or "normal",
+                                     init_a=spec.init_a, init_b=spec.init_b, seed=spec.seed), cfg))
+        initialized, versions, message = self.store.init_parameters(
+            tensors, config_from_pb(body.optimizer), tables)
+        resp = ps_pb2.DataResponse(code=0, message=message, seq=req.seq)
+        resp.init_parameters.initialized = initialized
+        resp.init_parameters.versions.update(versions)
+        return [resp.SerializeToString()]
+
+    def _pull(self, req, frames) -> list:
+        if frames:
+            raise invalid("a Pull carries no buffer frames")
+        pulled = self.store.pull(list(req.pull.names), _export)
+        resp = ps_pb2.DataResponse(code=0, seq=req.seq)
+        resp.pull.SetInParent()
+        out = [None]
+        for name, payload, version, tensor in pulled:
+            resp.pull.tensors.append(meta_of(name, tensor))
+            resp.pull.versions.append(version)
+            out.append(payload)
+        out[0] = resp.SerializeToString()
+        return out
+
+    def _push(self, req, frames) -> list:
+        grads = self._tensors(req.push.tensors, frames, FLOAT_DTYPES)
+        answer = self.store.push(req.client_id, req.seq, grads, list(req.push.versions))
+        resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
+                                   seq=req.seq)
+        resp.push.versions.update(answer.get("versions", {}))
+        resp.push.max_staleness = answer.get("max_staleness", 0)
+        resp.push.duplicate = answer.get("duplicate", False)
+        return [resp.SerializeToString()]
+
+    @staticmethod
+    def _ids(frame) -> torch.Tensor:
+        n = frame.buffer.nbytes if hasattr(frame, "buffer") else memoryview(frame).nbytes
+        if n % 8:
+            raise invalid(f"the ids frame has {n} bytes, not a whole number of int64")
+        return from_frame(frame, torch.int64, (n // 8,), "ids")
+
+    def _pull_rows(self, req, frames) -> list:
+        if len(frames) != 1:
+            raise invalid(f"a PullRows carries exactly one frame (the int64 ids), got {len(frames)}")
+        rows, created = self.store.pull_rows(req.pull_rows.table, self._ids(frames[0]))
+        resp = ps_pb2.DataResponse(code=0, seq=req.seq)
+        resp.pull_rows.dim = rows.shape[1]
+        resp.pull_rows.created = created
+        return [resp.SerializeToString(), as_buffer(rows)]
+
+    def _push_rows(self, req, frames) -> list:
+        if len(frames) != 2:
+            raise invalid("a PushRows carries exactly two frames (int64 ids, float32 "
+                          f"gradients), got {len(frames)}")
+        ids = self._ids(frames[0])
+        table = self.store.table(req.push_rows.table)
+        grads = from_frame(frames[1], torch.float32, (ids.numel(), table.spec.dim),
+                           f"gradients of table {req.push_rows.table!r}")
+        answer = self.store.push_rows(req.client_id, req.seq, req.push_rows.table, ids, grads)
+        resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
+                                   seq=req.seq)
+        resp.push_rows.rows = answer.get("rows", 0)
+        resp.push_rows.duplicate = answer.get("duplicate", False)
+        return [resp.SerializeToString()]

@@ -1,0 +1,191 @@
+"""A sparse embedding table: rows created lazily and deterministically, updated row-wise.
+
+A row's initial value is a pure function of (seed, table name, id, column), computed with a
+counter-based generator (splitmix64), so every PS and every restart create the same row
+whatever order ids arrive in, and a table can be split over PS by id with no coordination.
+Rows live in one growing [capacity, dim] float32 tensor; a dict maps id -> slot.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .errors import invalid
+from .optim import RowOptimizer
+
+INITIALIZERS = ("normal", "uniform", "zeros")
+MAX_DIM = 65_536
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def _splitmix64(z: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        z = z + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        return z ^ (z >> np.uint64(31))
+
+
+def _unit(bits: np.ndarray) -> np.ndarray:
+    """Uniform float64 in (0, 1] from 64 random bits (53 of them)."""
+    return ((bits >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    dim: int
+    initializer: str = "normal"
+    init_a: float = 0.0
+    init_b: float = 0.01
+    seed: int = 0
+
+    def check(self) -> None:
+        if not self.name:
+            raise invalid("a table needs a name")
+        if not 0 < self.dim <= MAX_DIM:
+            raise invalid(f"table {self.name!r}: dim must be in 1..{MAX_DIM}, got {self.dim}")
+        if self.initializer not in INITIALIZERS:
+            raise invalid(f"table {self.name!r}: initializer {self.initializer!r} is not one of "
+                          f"{', '.join(INITIALIZERS)}")
+        if not (math.isfinite(self.init_a) and math.isfinite(self.init_b)):
+            raise invalid(f"table {self.name!r}: init_a and init_b must be finite")
+        if self.initializer == "normal" and self.init_b < 0:
+            raise invalid(f"table {self.name!r}: normal std (init_b) must be >= 0")
+        if self.initializer == "uniform" and self.init_b < self.init_a:
+            raise invalid(f"table {self.name!r}: uniform needs init_a <= init_b")
+
+
+def initial_rows(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:
+    """The initial float32 rows [len(ids), dim] of `ids` (int64, all >= 0)."""
+    n = len(ids)
+    if spec.initializer == "zeros" or n == 0:
+        return torch.zeros(n, spec.dim)
+    key = hashlib.blake2b(f"{spec.seed}\0{spec.name}".encode(), digest_size=8).digest()
+    base = np.uint64(int.from_bytes(key, "little"))
+    rows = _splitmix64(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ base)[:, None]
+    if spec.initializer == "uniform":
+        cols = np.arange(spec.dim, dtype=np.uint64)[None, :]
+        with np.errstate(over="ignore"):
+            u = _unit(_splitmix64(rows + cols * _GOLDEN))
+        values = spec.init_a + (spec.init_b - spec.init_a) * (u - 2.0**-53)
+    else:  # normal, Box-Muller over two counters per column
+        cols = np.arange(spec.dim, dtype=np.uint64)[None, :] * np.uint64(2)
+        with np.errstate(over="ignore"):
+            u1 = _unit(_splitmix64(rows + cols * _GOLDEN))
+            u2 = _unit(_splitmix64(rows + (cols + np.uint64(1)) * _GOLDEN))
+        z = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+        values = spec.init_a + spec.init_b * z
+    return torch.from_numpy(values.astype(np.float32))
+
+
+class Table:
+    """One embedding table's rows on this PS. Thread-safe: one lock per table, held for the
+    whole of a pull (so a pull sees whole pushes) or a push."""
+
+    def __init__(self, spec: TableSpec, optimizer: RowOptimizer, capacity: int = 1024):
+        spec.check()
+        self.spec = spec
+        self.optimizer = optimizer
+        self.lock = threading.Lock()
+        self.slots: dict[int, int] = {}
+        self.weights = torch.empty(capacity, spec.dim)
+        self.accum = (torch.empty(capacity, spec.dim) if optimizer.has_accumulator else None)
+        self.step = 0
+        self.pushes = 0
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    # -- reading and writing rows -------------------------------------------------------------
+
+    def pull(self, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Rows of `ids` (a copy, [n, dim]) and how many rows this call created."""
+        with self.lock:
+            slots, created = self._slots(ids)
+            return self.weights.index_select(0, slots), created
+
+    def push(self, ids: torch.Tensor, grads: torch.Tensor) -> int:
+        """Apply summed gradients of `ids`; returns the number of distinct rows updated."""
+        unique, inverse = torch.unique(ids, return_inverse=True)
+        summed = torch.zeros(unique.numel(), self.spec.dim, dtype=grads.dtype)
+        summed.index_add_(0, inverse, grads)
+        with self.lock:
+            slots, _ = self._slots(unique)
+            self.step += 1
+            self.pushes += 1
+            self.optimizer.apply(self.weights, self.accum, slots, summed, self.step)
+        return unique.numel()
+
+    def _slots(self, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+        keys = ids.tolist()
+        get = self.slots.get
+        found = [get(k, -1) for k in keys]
+        created = 0
+        if -1 in found:
+            missing = list(dict.fromkeys(k for k, s in zip(keys, found) if s == -1))
+            created = len(missing)
+            start = len(self.slots)
+            self._reserve(start + created)
+            self.weights[start:start + created] = initial_rows(
+                self.spec, np.asarray(missing, dtype=np.int64))
+            if self.accum is not None:
+                self.accum[start:start + created] = self.optimizer.initial_accumulator_value
+            for i, k in enumerate(missing):
+                self.slots[k] = start + i
+            found = [get(k) for k in keys]
+        return torch.tensor(found, dtype=torch.int64), created
+
+    def _reserve(self, needed: int) -> None:
+        capacity = self.weights.shape[0]
+        if needed <= capacity:
+            return
+        capacity = max(needed, capacity * 2)
+        self.weights = _grown(self.weights, capacity)
+        if self.accum is not None:
+            self.accum = _grown(self.accum, capacity)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def export(self) -> dict:
+        """A copy of the rows (call under the store's exclusive gate)."""
+        with self.lock:
+            n = len(self.slots)
+            return {
+                "ids": torch.tensor(list(self.slots), dtype=torch.int64),
+                "weights": self.weights[:n].clone(),
+                "accum": None if self.accum is None else self.accum[:n].clone(),
+                "step": self.step,
+                "pushes": self.pushes,
+            }
+
+    def restore(self, state: dict) -> None:
+        ids = state["ids"]
+        n = ids.numel()
+        if state["weights"].shape != (n, self.spec.dim):
+            raise ValueError(f"table {self.spec.name!r}: checkpoint rows have shape "
+                             f"{tuple(state['weights'].shape)}, expected ({n}, {self.spec.dim})")
+        self._reserve(n)
+        self.weights[:n] = state["weights"]
+        if self.accum is not None:
+            if state.get("accum") is not None:
+                self.accum[:n] = state["accum"]
+            else:
+                self.accum[:n] = self.optimizer.initial_accumulator_value
+        self.slots = {int(k): i for i, k in enumerate(ids.tolist())}
+        self.step = int(state.get("step", 0))
+        self.pushes = int(state.get("pushes", 0))
+
+
+def _grown(t: torch.Tensor, capacity: int) -> torch.Tensor:
+    out = torch.empty(capacity, t.shape[1], dtype=t.dtype)
+    out[: t.shape[0]] = t
+    return out
+

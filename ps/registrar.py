@@ -1,0 +1,103 @@
+"""Keeps this PS registered with the master, through restarts of either.
+
+`Registrar.step()` decides and does one thing and says how long to wait before the next:
+register (RegisterPS) while not registered, retrying with a bounded exponential backoff while
+the master is unreachable; once registered, check every `interval` seconds with ListPS that
+the master still lists this PS with these addresses, and register again when it does not
+(the master lost its database, or another process registered this index).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+
+from protos import master_pb2, master_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+RPC_TIMEOUT_S = 5.0
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+             grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED)
+
+
+class Registrar:
+    def __init__(self, stub, address: str, data_address: str, index: int, num_ps: int,
+                 interval: float = 2.0, first_backoff: float = 0.1):
+        self.stub = stub
+        self.address = address
+        self.data_address = data_address
+        self.index = index
+        self.num_ps = num_ps
+        self.interval = interval
+        self.first_backoff = first_backoff
+        self.backoff = first_backoff
+        self.registered = False
+        self.incarnation = 0
+        self.registrations = 0
+        self._last_error = ""
+
+    def step(self) -> float:
+        """One registration or check; returns seconds until the next step."""
+        try:
+            if not self.registered:
+                return self._register()
+            return self._check()
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            detail = exc.details() if hasattr(exc, "details") else str(exc)
+            if code in RETRYABLE:
+                self._note(f"master unreachable ({code.name if code else '?'}): {detail}; "
+                           f"retrying in {self.backoff:.1f}s", logging.WARNING)
+                delay = self.backoff
+                self.backoff = min(self.backoff * 2, self.interval)
+                return delay
+            self._note(f"the master refused this PS ({code.name if code else '?'}): {detail}",
+                       logging.ERROR)
+            self.backoff = self.first_backoff
+            return self.interval
+
+    def _register(self) -> float:
+        resp = self.stub.RegisterPS(
+            master_pb2.RegisterPSRequest(address=self.address, data_address=self.data_address,
+                                         index=self.index, num_ps=self.num_ps),
+            timeout=RPC_TIMEOUT_S)
+        self.registered = True
+        self.incarnation = resp.incarnation
+        self.registrations += 1
+        self.backoff = self.first_backoff
+        self._last_error = ""
+        log.info("registered with the master as PS %d/%d (incarnation %d): grpc %s data %s",
+                 self.index, self.num_ps, resp.incarnation, self.address, self.data_address)
+        return self.interval
+
+    def _check(self) -> float:
+        resp = self.stub.ListPS(master_pb2.ListPSRequest(), timeout=RPC_TIMEOUT_S)
+        self.backoff = self.first_backoff
+        mine = [p for p in resp.ps if p.index == self.index]
+        if (len(mine) == 1 and mine[0].address == self.address
+                and mine[0].data_address == self.data_address and mine[0].num_ps == self.num_ps):
+            return self.interval
+        why = "missing" if not mine else (
+            f"listed as grpc {mine[0].address} data {mine[0].data_address}")
+        log.warning("the master's PS list has this PS %s; registering again", why)
+        self.registered = False
+        return 0.0
+
+    def _note(self, message: str, level: int) -> None:
+        if message.split(";")[0] != self._last_error.split(";")[0]:
+            log.log(level, message)
+        self._last_error = message
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            delay = self.step()
+            if delay and stop.wait(delay):
+                return
+
+
+def connect(master: str):
+    """A Master stub on a channel to `master` (host:port)."""
+    channel = grpc.insecure_channel(master)
+    return master_pb2_grpc.MasterStub(channel), channel

@@ -1,0 +1,116 @@
+"""gRPC control plane: a thin servicer over the Store and Checkpointer, plus health checking."""
+from __future__ import annotations
+
+import errno
+import logging
+import time
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from protos import ps_pb2, ps_pb2_grpc
+
+from .checkpoint import Checkpointer
+from .optim import config_to_pb
+from .store import Store
+from .wire import meta_of
+
+log = logging.getLogger(__name__)
+SERVICE = "elasticps.v1.ParameterServer"
+
+
+@dataclass
+class Identity:
+    index: int
+    num_ps: int
+    address: str = ""
+    data_address: str = ""
+    started_ms: int = 0
+
+
+def status_view(store: Store, checkpointer: Checkpointer | None,
+                me: Identity) -> ps_pb2.GetPSStatusResponse:
+    s = store.stats
+    resp = ps_pb2.GetPSStatusResponse(
+        index=me.index, num_ps=me.num_ps, address=me.address, data_address=me.data_address,
+        initialized=store.initialized, pushes=s.pushes, pulls=s.pulls,
+        duplicates=store.applied.duplicates, refused_stale=s.refused_stale,
+        max_staleness_seen=s.max_staleness_seen, started_ms=me.started_ms,
+        max_staleness_allowed=store.max_staleness,
+    )
+    if store.optimizer_cfg:
+        resp.optimizer.CopyFrom(config_to_pb(store.optimizer_cfg))
+    for name in sorted(store.dense):
+        d = store.dense[name]
+        resp.tensors.add(meta=meta_of(name, d.value), version=d.version)
+    for name in sorted(store.tables):
+        t = store.tables[name]
+        row = resp.tables.add(rows=len(t), pushes=t.pushes)
+        row.spec.name, row.spec.dim, row.spec.seed = t.spec.name, t.spec.dim, t.spec.seed
+        row.spec.initializer, row.spec.init_a, row.spec.init_b = (
+            t.spec.initializer, t.spec.init_a, t.spec.init_b)
+        row.spec.optimizer.CopyFrom(config_to_pb(store.table_cfgs[name]))
+    resp.staleness.update({int(k): int(v) for k, v in dict(s.staleness).items()})
+    if checkpointer is not None:
+        resp.checkpoints = checkpointer.written
+        if checkpointer.last is not None:
+            resp.last_checkpoint = checkpointer.last.path.name
+            resp.last_checkpoint_ms = checkpointer.last.time_ms
+        if checkpointer.restored is not None:
+            resp.restored_from = checkpointer.restored.path.name
+    return resp
+
+
+class PSServicer(ps_pb2_grpc.ParameterServerServicer):
+    def __init__(self, store: Store, checkpointer: Checkpointer, me: Identity):
+        self.store = store
+        self.checkpointer = checkpointer
+        self.me = me
+
+    def Checkpoint(self, request, context):
+        try:
+            info = self.checkpointer.write()
+        except OSError as exc:
+            code = (grpc.StatusCode.RESOURCE_EXHAUSTED if exc.errno == errno.ENOSPC
+                    else grpc.StatusCode.UNAVAILABLE)
+            context.abort(code, f"cannot write the checkpoint: {exc}")
+        except Exception:  # noqa: BLE001 - a bug
+            log.exception("checkpoint failed")
+            context.abort(grpc.StatusCode.INTERNAL, "checkpoint failed (see the PS log)")
+        return ps_pb2.CheckpointResponse(path=info.path.name, bytes=info.bytes,
+                                         seconds=info.seconds, number=info.number)
+
+    def GetPSStatus(self, request, context):
+        return status_view(self.store, self.checkpointer, self.me)
+
+
+class PortInUse(Exception):
+    pass
+
+
+def build_server(servicer: PSServicer, host: str, port: int, threads: int
+                 ) -> tuple[grpc.Server, int, health.HealthServicer]:
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ps-grpc"),
+        # 0: a second PS on the same port fails instead of silently sharing it
+        options=[("grpc.so_reuseport", 0)],
+    )
+    ps_pb2_grpc.add_ParameterServerServicer_to_server(servicer, server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise PortInUse(f"cannot listen on {address}: {exc}") from exc
+    if bound == 0:
+        raise PortInUse(f"cannot listen on {address}: the port is in use or not allowed")
+    for name in ("", SERVICE):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, bound, health_servicer
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

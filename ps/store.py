@@ -1,0 +1,415 @@
+"""The PS's model state: dense tensors and embedding tables, and the rules for changing them.
+
+Plain Python and torch, no sockets: the data plane and the gRPC servicer only translate
+messages into these calls. What it promises:
+
+- The first `init_parameters` wins; later calls change nothing and answer the versions.
+- A dense tensor has a version (pushes applied to it). A push applies the gradient with the
+  tensor's own `torch.optim` optimizer under the tensor's lock and bumps the version. The push
+  carries the versions the worker pulled; staleness (current - pulled) is recorded, and with
+  `max_staleness >= 0` a push staler than that is refused whole (FAILED_PRECONDITION).
+- A pull never sees a half-applied push. A pull takes the tensor's lock only to "export" it:
+  the data plane hands the tensor's live memory to ZeroMQ without copying and gets back a
+  tracker (done once ZeroMQ has sent the bytes). A push that finds unfinished trackers on a
+  tensor first moves the tensor to a fresh copy (copy on write) and updates that, leaving the
+  bytes being sent untouched. So pulls never copy; a push copies only a tensor that is being
+  sent at that very moment.
+- Each (client_id, seq) mutation is applied at most once (`AppliedTable`).
+- Every mutation holds the gate shared; `snapshot()` holds it exclusive, so a checkpoint has
+  each push either entirely or not at all, together with the applied-request table.
+"""
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from .applied import AppliedTable, Duplicate
+from .embedding import Table, TableSpec
+from .errors import PSError, invalid, not_found, precondition, unavailable
+from .gate import Gate
+from .optim import RowOptimizer, make_dense, row_config, step_dense, validate_dense
+from .partition import MAX_ROW_ID
+from .wire import DTYPE_NAMES, FLOAT_DTYPES
+
+FORMAT = 1
+STALENESS_BUCKET_CAP = 64
+# export(tensor) -> (payload, tracker or None); a tracker has `.done` once the payload's bytes
+# are no longer read by anyone.
+Export = Callable[[torch.Tensor], tuple]
+
+
+def _copy_export(t: torch.Tensor):
+    return t.clone(), None
+
+
+@dataclass
+class Dense:
+    name: str
+    value: torch.Tensor
+    optimizer: torch.optim.Optimizer
+    version: int = 0
+    pushes: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    pins: list = field(default_factory=list)
+
+
+@dataclass
+class Stats:
+    pulls: int = 0
+    pushes: int = 0
+    row_pulls: int = 0
+    row_pushes: int = 0
+    refused_stale: int = 0
+    copies_on_write: int = 0
+    ahead: int = 0  # pushes that carried a version newer than the PS's (it restarted older)
+    max_staleness_seen: int = 0
+    staleness: Counter = field(default_factory=Counter)
+
+
+class Store:
+    def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
+                 applied_capacity: int = 100_000, clock: Callable[[], float] = time.time):
+        self.index = index
+        self.num_ps = num_ps
+        self.max_staleness = max_staleness
+        self.clock = clock
+        self.gate = Gate()
+        self._stats_lock = threading.Lock()
+        self.applied = AppliedTable(applied_capacity)
+        self.stats = Stats()
+        self._init_lock = threading.Lock()
+        self.initialized = False
+        self.optimizer_cfg: dict | None = None
+        self.dense: dict[str, Dense] = {}
+        self.tables: dict[str, Table] = {}
+        self.table_cfgs: dict[str, dict] = {}
+        self.stopping = False
+
+    # -- init ---------------------------------------------------------------------------------
+
+    def init_parameters(self, tensors: Sequence[tuple[str, torch.Tensor]], optimizer: dict,
+                        tables: Sequence[tuple[TableSpec, dict | None]] = ()
+                        ) -> tuple[bool, dict[str, int], str]:
+        """Declare the tensors, optimizer and tables. Returns (initialized_now, versions,
+        message); only the first call changes anything."""
+        names = [name for name, _ in tensors]
+        for name, t in tensors:
+            if not name:
+                raise invalid("every tensor needs a name")
+            if DTYPE_NAMES.get(t.dtype) not in FLOAT_DTYPES:
+                raise invalid(f"tensor {name!r}: dtype {t.dtype} cannot be trained; use "
+                              f"{', '.join(FLOAT_DTYPES)}")
+        if len(set(names)) != len(names):
+            raise invalid(f"tensor names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
+        validate_dense(optimizer)
+        table_names = [spec.name for spec, _ in tables]
+        if len(set(table_names)) != len(table_names):
+            raise invalid(f"table names repeat: {table_names}")
+        checked = []
+        for spec, cfg in tables:
+            spec.check()
+            checked.append((spec, row_config(cfg, optimizer, spec.name)))
+        with self.gate.shared(), self._init_lock:
+            self._refuse_if_stopping()
+            if self.initialized:
+                return False, self.versions(), self._difference(tensors, optimizer, checked)
+            dense = {}
+            for name, t in tensors:
+                value = t.detach().clone().contiguous()
+                dense[name] = Dense(name, value, make_dense(optimizer, value))
+            self.dense = dense
+            self.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg))
+                           for spec, cfg in checked}
+            self.table_cfgs = {spec.name: cfg for spec, cfg in checked}
+            self.optimizer_cfg = dict(optimizer)
+            self.initialized = True
+            return True, self.versions(), "initialized"
+
+    def _difference(self, tensors, optimizer, tables) -> str:
+        ours = {n: (tuple(d.value.shape), d.value.dtype) for n, d in self.dense.items()}
+        theirs = {n: (tuple(t.shape), t.dtype) for n, t in tensors}
+        notes = []
+        if ours != theirs:
+            notes.append(f"tensors differ (here {len(ours)}, asked {len(theirs)})")
+        if optimizer != self.optimizer_cfg:
+            notes.append(f"optimizer differs (here {self.optimizer_cfg}, asked {optimizer})")
+        if {s.name: s for s, _ in tables} != {n: t.spec for n, t in self.tables.items()}:
+            notes.append("tables differ")
+        tail = "; ignored: " + "; ".join(notes) if notes else ""
+        return "already initialized: the first InitParameters won" + tail
+
+    # -- dense --------------------------------------------------------------------------------
+
+    def versions(self, names: Iterable[str] | None = None) -> dict[str, int]:
+        names = self.dense if names is None else names
+        return {n: self.dense[n].version for n in names}
+
+    def pull(self, names: Sequence[str] = (), export: Export = _copy_export) -> list[tuple]:
+        """[(name, payload, version, tensor)] for `names` (all when empty). `export` runs under
+        the tensor's lock; its tracker pins the tensor's memory until the bytes are sent."""
+        self._require_init()
+        names = list(names) or sorted(self.dense)
+        missing = [n for n in names if n not in self.dense]
+        if missing:
+            raise not_found(f"no tensor named {', '.join(map(repr, missing[:5]))} on PS "
+                            f"{self.index} (it holds {len(self.dense)} tensors)")
+        out = []
+        for name in names:
+            d = self.dense[name]
+            with d.lock:
+                payload, tracker = export(d.value)
+                if tracker is not None:
+                    d.pins.append(tracker)
+                out.append((name, payload, d.version, d.value))
+        self.stats.pulls += 1
+        return out
+
+    def push(self, client_id: str, seq: int, grads: Sequence[tuple[str, torch.Tensor]],
+             versions: Sequence[int]) -> dict:
+        """Apply gradients; returns the answer {code, message, versions, max_staleness,
+        duplicate}. Bad input raises PSError and changes nothing."""
+        self._require_init()
+        if len(versions) != len(grads):
+            raise invalid(f"push has {len(grads)} tensors but {len(versions)} versions")
+        names = [n for n, _ in grads]
+        if len(set(names)) != len(names):
+            raise invalid("push names a tensor twice")
+        for name, g in grads:
+            d = self.dense.get(name)
+            if d is None:
+                raise not_found(f"no tensor named {name!r} on PS {self.index}; push each "
+                                "gradient to the PS that holds its tensor (ps.partition)")
+            if g.shape != d.value.shape or g.dtype != d.value.dtype:
+                raise invalid(f"gradient of {name!r} is {DTYPE_NAMES.get(g.dtype)}"
+                              f"{list(g.shape)}, the tensor is "
+                              f"{DTYPE_NAMES[d.value.dtype]}{list(d.value.shape)}")
+        with self.gate.shared():
+            self._refuse_if_stopping()
+            try:
+                entry = self.applied.begin(client_id, seq)
+            except Duplicate as dup:
+                answer = dict(dup.answer)
+                answer.setdefault("versions", self.versions(names))
+                answer.setdefault("max_staleness", 0)
+                answer["duplicate"] = True
+                return answer
+            try:
+                answer = self._apply(grads, versions)
+            except BaseException:
+                self.applied.abandon(client_id, entry)
+                raise
+            self.applied.finish(entry, answer)
+            return dict(answer, duplicate=False)
+
+    def _apply(self, grads, versions) -> dict:
+        ordered = sorted(zip(grads, versions), key=lambda x: x[0][0])
+        if self.max_staleness < 0:
+            worst = 0
+            for (name, g), pulled in ordered:
+                d = self.dense[name]
+                with d.lock:
+                    worst = max(worst, self._staleness(d, pulled))
+                    self._step(d, g)
+            return self._applied(worst, [n for (n, _), _ in ordered])
+        held = [self.dense[name] for (name, _), _ in ordered]
+        for d in held:  # sorted by name: no deadlock between concurrent pushes
+            d.lock.acquire()
+        try:
+            worst = max((self._staleness(d, pulled) for d, (_, pulled) in zip(held, ordered)),
+                        default=0)
+            if worst > self.max_staleness:
+                with self._stats_lock:
+                    self.stats.refused_stale += 1
+                return {"code": "FAILED_PRECONDITION",
+                        "message": f"gradient is {worst} versions stale (--max-staleness "
+                                   f"{self.max_staleness}); pull again and recompute",
+                        "versions": {d.name: d.version for d in held}, "max_staleness": worst}
+            for d, ((_, g), _) in zip(held, ordered):
+                self._step(d, g)
+        finally:
+            for d in held:
+                d.lock.release()
+        return self._applied(worst, [d.name for d in held])
+
+    def _applied(self, worst: int, names: list[str]) -> dict:
+        s = self.stats
+        with self._stats_lock:
+            s.pushes += 1
+            s.staleness[min(worst, STALENESS_BUCKET_CAP)] += 1
+            s.max_staleness_seen = max(s.max_staleness_seen, worst)
+        return {"code": "OK", "message": "", "versions": self.versions(names),
+                "max_staleness": worst}
+
+    def _staleness(self, d: Dense, pulled: int) -> int:
+        if pulled > d.version:
+            self.stats.ahead += 1
+            return 0
+        return d.version - pulled
+
+    def _step(self, d: Dense, grad: torch.Tensor) -> None:
+        """Under d.lock: apply one gradient, copying first if a pull is still sending."""
+        if d.pins:
+            d.pins = [p for p in d.pins if not p.done]
+            if d.pins:
+                d.value.data = d.value.data.clone()
+                d.pins = []
+                self.stats.copies_on_write += 1
+        step_dense(d.optimizer, d.value, grad)
+        d.version += 1
+        d.pushes += 1
+
+    # -- embedding rows -----------------------------------------------------------------------
+
+    def table(self, name: str) -> Table:
+        self._require_init()
+        table = self.tables.get(name)
+        if table is None:
+            raise not_found(f"no embedding table named {name!r} (declared: "
+                            f"{', '.join(sorted(self.tables)) or 'none'})")
+        return table
+
+    def _check_ids(self, ids: torch.Tensor, table: str) -> None:
+        if ids.dim() != 1 or ids.dtype != torch.int64:
+            raise invalid(f"table {table!r}: ids must be a 1-D int64 tensor")
+        if ids.numel() == 0:
+            return
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high > MAX_ROW_ID:
+            raise invalid(f"table {table!r}: ids must be in 0..{MAX_ROW_ID} (2**53 - 1), got "
+                          f"{low if low < 0 else high}")
+        if self.num_ps > 1:
+            wrong = ids[ids % self.num_ps != self.index]
+            if wrong.numel():
+                bad = int(wrong[0])
+                raise invalid(f"table {table!r}: id {bad} belongs to PS {bad % self.num_ps} "
+                              f"of {self.num_ps}, not PS {self.index}; split ids with "
+                              "ps.partition.split_rows")
+
+    def pull_rows(self, table: str, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+        t = self.table(table)
+        self._check_ids(ids, table)
+        rows, created = t.pull(ids)
+        self.stats.row_pulls += 1
+        return rows, created
+
+    def push_rows(self, client_id: str, seq: int, table: str, ids: torch.Tensor,
+                  grads: torch.Tensor) -> dict:
+        t = self.table(table)
+        self._check_ids(ids, table)
+        if grads.dtype != torch.float32 or tuple(grads.shape) != (ids.numel(), t.spec.dim):
+            raise invalid(f"table {table!r}: gradients must be float32 [{ids.numel()}, "
+                          f"{t.spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}{list(grads.shape)}")
+        with self.gate.shared():
+            self._refuse_if_stopping()
+            try:
+                entry = self.applied.begin(client_id, seq)
+            except Duplicate as dup:
+                answer = dict(dup.answer)
+                answer.setdefault("rows", 0)
+                answer["duplicate"] = True
+                return answer
+            try:
+                rows = t.push(ids, grads)
+            except BaseException:
+                self.applied.abandon(client_id, entry)
+                raise
+            answer = {"code": "OK", "message": "", "rows": rows}
+            self.applied.finish(entry, answer)
+            with self._stats_lock:
+                self.stats.row_pushes += 1
+            return dict(answer, duplicate=False)
+
+    # -- lifecycle and checkpoints ------------------------------------------------------------
+
+    def _require_init(self) -> None:
+        if not self.initialized:
+            raise precondition(f"PS {self.index} is not initialized: call InitParameters first")
+
+    def _refuse_if_stopping(self) -> None:
+        if self.stopping:
+            raise unavailable(f"PS {self.index} is shutting down; retry (it comes back from "
+                              "its checkpoint)")
+
+    def stop_mutations(self) -> None:
+        """From now on refuse every mutation (UNAVAILABLE), after those in flight finished."""
+        with self.gate.exclusive():
+            self.stopping = True
+
+    def snapshot(self) -> dict:
+        """A consistent copy of everything a restart needs (pushes entirely in or out)."""
+        with self.gate.exclusive():
+            return self._snapshot_locked()
+
+    def _snapshot_locked(self) -> dict:
+        dense = []
+        for name in sorted(self.dense):
+            d = self.dense[name]
+            with d.lock:
+                dense.append({"name": name, "value": d.value.detach().clone(),
+                              "version": d.version, "pushes": d.pushes,
+                              "optim": copy.deepcopy(d.optimizer.state_dict())})
+        tables = []
+        for name in sorted(self.tables):
+            t = self.tables[name]
+            tables.append({"spec": asdict(t.spec), "optimizer": dict(self.table_cfgs[name]),
+                           **t.export()})
+        return {
+            "format": FORMAT, "index": self.index, "num_ps": self.num_ps,
+            "initialized": self.initialized, "optimizer": self.optimizer_cfg,
+            "dense": dense, "tables": tables, "applied": self.applied.export(),
+            "stats": {"pushes": self.stats.pushes, "row_pushes": self.stats.row_pushes},
+        }
+
+    def restore(self, state: dict) -> None:
+        """Replace everything with a snapshot (at start, before serving)."""
+        if state.get("format") != FORMAT:
+            raise ValueError(f"checkpoint format {state.get('format')} is not {FORMAT}")
+        if (state["index"], state["num_ps"]) != (self.index, self.num_ps):
+            raise ValueError(f"checkpoint is of PS {state['index']} of {state['num_ps']}, this "
+                             f"is PS {self.index} of {self.num_ps}")
+        dense = {}
+        cfg = state["optimizer"]
+        for row in state["dense"]:
+            value = row["value"].contiguous()
+            opt = make_dense(cfg, value)
+            opt.load_state_dict(row["optim"])
+            dense[row["name"]] = Dense(row["name"], value, opt, version=int(row["version"]),
+                                       pushes=int(row["pushes"]))
+        tables, table_cfgs = {}, {}
+        for row in state["tables"]:
+            spec = TableSpec(**row["spec"])
+            table = Table(spec, RowOptimizer.from_config(row["optimizer"]),
+                          capacity=max(1024, row["ids"].numel()))
+            table.restore(row)
+            tables[spec.name] = table
+            table_cfgs[spec.name] = dict(row["optimizer"])
+        self.dense, self.tables, self.table_cfgs = dense, tables, table_cfgs
+        self.optimizer_cfg = dict(cfg) if cfg else None
+        self.initialized = bool(state["initialized"])
+        self.applied.restore(state["applied"])
+        self.stats.pushes = int(state.get("stats", {}).get("pushes", 0))
+        self.stats.row_pushes = int(state.get("stats", {}).get("row_pushes", 0))
+
+
+def table_specs(tables: Iterable) -> list[tuple[TableSpec, dict | None]]:
+    """Normalize tables given as TableSpec, dicts or (TableSpec, optimizer cfg) pairs."""
+    out = []
+    for t in tables:
+        if isinstance(t, tuple):
+            out.append(t)
+        elif isinstance(t, TableSpec):
+            out.append((t, None))
+        else:
+            t = dict(t)
+            cfg = t.pop("optimizer", None)
+            out.append((TableSpec(**t), cfg))
+    return out
+
+
+__all__ = ["Store", "Dense", "PSError", "TableSpec", "table_specs"]

@@ -1,0 +1,92 @@
+"""The data plane's wire format: dtype names, tensor <-> frame, status codes.
+
+A tensor travels as one frame holding the raw bytes of a contiguous tensor (native byte
+order: PS and workers run on little-endian machines). Sending takes a view of the tensor's
+memory, never a copy; receiving wraps the frame's memory with `torch.frombuffer`.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from protos import ps_pb2
+
+from .errors import PSError, invalid
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
+MAX_DIMS = 8
+
+# torch.frombuffer warns about read-only buffers; a received frame is only read.
+warnings.filterwarnings("ignore", message="The given buffer is not writable", category=UserWarning)
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    try:
+        return DTYPE_NAMES[t.dtype]
+    except KeyError:
+        raise invalid(f"dtype {t.dtype} is not supported; use one of {', '.join(DTYPES)}") from None
+
+
+def meta_of(name: str, t: torch.Tensor) -> ps_pb2.TensorMeta:
+    return ps_pb2.TensorMeta(name=name, dtype=dtype_name(t), shape=list(t.shape))
+
+
+def as_buffer(t: torch.Tensor):
+    """A zero-copy byte view of a tensor for a zmq frame (made contiguous first if needed)."""
+    t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.numel() == 0:
+        return b""
+    return t.reshape(-1).view(torch.uint8).numpy()
+
+
+def check_meta(meta: ps_pb2.TensorMeta, allowed=tuple(DTYPES)) -> tuple[torch.dtype, tuple, int]:
+    """Validate a TensorMeta; returns (dtype, shape, nbytes)."""
+    if meta.dtype not in allowed:
+        raise invalid(f"tensor {meta.name!r}: dtype {meta.dtype!r} is not one of "
+                      f"{', '.join(allowed)}")
+    if len(meta.shape) > MAX_DIMS or any(d < 0 for d in meta.shape):
+        raise invalid(f"tensor {meta.name!r}: shape {list(meta.shape)} is not a valid shape "
+                      f"(at most {MAX_DIMS} non-negative dimensions)")
+    dtype = DTYPES[meta.dtype]
+    numel = 1
+    for d in meta.shape:
+        numel *= d
+    return dtype, tuple(meta.shape), numel * dtype.itemsize
+
+
+def from_frame(frame, dtype: torch.dtype, shape: tuple, what: str) -> torch.Tensor:
+    """Wrap a received frame (zmq.Frame, memoryview or bytes) as a tensor, without a copy."""
+    buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+    itemsize = dtype.itemsize
+    numel = 1
+    for d in shape:
+        numel *= d
+    if buf.nbytes != numel * itemsize:
+        raise invalid(f"{what}: the frame has {buf.nbytes} bytes but shape {list(shape)} of "
+                      f"{DTYPE_NAMES[dtype]} needs {numel * itemsize}")
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(buf, dtype=dtype).view(shape)
+
+
+def code_number(code: str) -> int:
+    return ps_pb2.DataResponse.Code.Value(code)
+
+
+def code_name(number: int) -> str:
+    return ps_pb2.DataResponse.Code.Name(number)
+
+
+def error_response(exc: PSError, seq: int = 0) -> ps_pb2.DataResponse:
+    return ps_pb2.DataResponse(code=code_number(exc.code), message=exc.message, seq=seq)

@@ -1,0 +1,45 @@
+"""Fixtures: an in-process PS data plane, and real master / PS processes for end-to-end tests."""
+from __future__ import annotations
+
+import pytest
+
+from ps.dataplane import DataPlane
+from ps.store import Store
+
+
+class InProcessPS:
+    def __init__(self, store: Store, threads: int = 2):
+        self.store = store
+        self.plane = DataPlane(store, host="127.0.0.1", port=0, threads=threads,
+                               max_frame_bytes=64 << 20)
+        self.port = self.plane.bind()
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.plane.start()
+
+    def stop(self) -> None:
+        self.plane.stop()
+
+
+@pytest.fixture
+def inproc_ps():
+    """A factory of in-process PS (store + data plane on 127.0.0.1:0), stopped afterwards."""
+    started: list[InProcessPS] = []
+
+    def make(store: Store | None = None, threads: int = 2) -> InProcessPS:
+        ps = InProcessPS(store or Store(), threads)
+        started.append(ps)
+        return ps
+
+    yield make
+    for ps in started:
+        ps.stop()
+
+
+@pytest.fixture
+def procs(tmp_path):
+    """Real master / PS processes under tmp_path; all killed afterwards."""
+    from tests.ps.procs import Procs
+
+    p = Procs(tmp_path)
+    yield p
+    p.close()

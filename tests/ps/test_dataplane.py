@@ -1,0 +1,275 @@
+"""The ZeroMQ data plane in one process: concurrency, lost replies, consistency, bad input."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+import zmq
+
+from protos import ps_pb2
+from ps.client import DataClient, PSUnavailable, StaleGradient
+from ps.errors import PSError
+from ps.store import Store
+
+
+def _client(ps, **kw) -> DataClient:
+    kw.setdefault("timeout_s", 5.0)
+    return DataClient([ps.endpoint] if hasattr(ps, "endpoint") else ps, **kw)
+
+
+def test_round_trip_zero_copy_frames(inproc_ps):
+    ps = inproc_ps()
+    with _client(ps) as c:
+        big = torch.arange(100_000, dtype=torch.float32)  # above the zero-copy threshold
+        assert c.init_parameters({"big": big, "small": torch.ones(2, 3)}, "sgd", lr=0.5)
+        assert not c.init_parameters({"big": big}, "sgd", lr=0.5)  # first init won
+        pulled = c.pull()
+        assert torch.equal(pulled["big"], big) and pulled["small"].shape == (2, 3)
+        out = c.push({"big": torch.ones(100_000), "small": torch.ones(2, 3)})
+        assert out.versions == {"big": 1, "small": 1} and not out.duplicate
+        assert torch.equal(c.pull(["big"])["big"], big - 0.5)
+
+
+def test_four_concurrent_clients_lose_no_update(inproc_ps):
+    ps = inproc_ps(threads=4)
+    names = [f"t{i}" for i in range(4)]
+    with _client(ps) as c:
+        c.init_parameters({n: torch.zeros(50_000) for n in names}, "sgd", lr=1.0)
+    pushes = 25
+    errors = []
+
+    def worker(k: int) -> None:
+        try:
+            with _client(ps) as c:
+                c.pull()
+                for step in range(pushes):
+                    # integers: every sum is exact in float32, whatever the order
+                    grad = float(k + 1)
+                    c.push({n: torch.full((50_000,), grad) for n in names})
+                    if step % 5 == 0:
+                        c.pull()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    expected = -float(pushes * (1 + 2 + 3 + 4))
+    with _client(ps) as c:
+        pulled = c.pull()
+        for n in names:
+            assert c.versions[n] == 4 * pushes
+            assert torch.all(pulled[n] == expected)
+    assert ps.store.stats.pushes == 4 * pushes
+
+
+class LossyProxy:
+    """Forwards client <-> PS and drops the reply to the first Push it sees."""
+
+    def __init__(self, target: str):
+        self.ctx = zmq.Context()
+        self.front = self.ctx.socket(zmq.ROUTER)
+        self.port = self.front.bind_to_random_port("tcp://127.0.0.1")
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.target = target
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        backs: dict[bytes, zmq.Socket] = {}  # one upstream socket per client connection
+        poller = zmq.Poller()
+        poller.register(self.front, zmq.POLLIN)
+        owner: dict[zmq.Socket, bytes] = {}
+        kinds: dict[bytes, str] = {}
+        while not self._stop.is_set():
+            for sock, _ in poller.poll(50):
+                if sock is self.front:
+                    ident, *parts = self.front.recv_multipart()
+                    req = ps_pb2.DataRequest.FromString(parts[0])
+                    kinds[ident] = req.WhichOneof("body")
+                    if ident not in backs:
+                        back = self.ctx.socket(zmq.DEALER)
+                        back.connect(self.target)
+                        backs[ident], owner[back] = back, ident
+                        poller.register(back, zmq.POLLIN)
+                    backs[ident].send_multipart(parts)
+                else:
+                    parts = sock.recv_multipart()
+                    ident = owner[sock]
+                    if kinds[ident] == "push" and self.dropped == 0:
+                        self.dropped += 1
+                        continue
+                    self.front.send_multipart([ident, *parts])
+        for s in [self.front, *backs.values()]:
+            s.close(0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.ctx.term()
+
+
+def test_a_lost_push_reply_is_retried_and_applied_once(inproc_ps):
+    ps = inproc_ps()
+    proxy = LossyProxy(ps.endpoint)
+    try:
+        with DataClient([proxy.endpoint], timeout_s=0.5, backoff_s=0.01) as c:
+            c.init_parameters({"w": torch.zeros(10)}, "sgd", lr=1.0)
+            c.pull()
+            out = c.push({"w": torch.ones(10)})
+            assert proxy.dropped == 1
+            assert out.duplicate  # the retry found the first try applied
+            assert torch.all(c.pull()["w"] == -1.0)
+            assert c.versions["w"] == 1
+            assert ps.store.applied.duplicates == 1
+    finally:
+        proxy.close()
+
+
+def test_pulls_never_see_a_half_applied_push(inproc_ps):
+    ps = inproc_ps(threads=3)
+    size = 300_000  # zero-copy frames, several chunks on the wire
+    with _client(ps) as c:
+        c.init_parameters({"w": torch.zeros(size)}, "sgd", lr=1.0)
+    stop = threading.Event()
+
+    def pusher() -> None:
+        with _client(ps) as c:
+            for _ in range(400):
+                if stop.is_set():
+                    return
+                c.push({"w": torch.full((size,), -1.0)}, versions={"w": 0})
+
+    t = threading.Thread(target=pusher)
+    t.start()
+    torn = 0
+    try:
+        with _client(ps) as c:
+            deadline = time.monotonic() + 3
+            pulls = 0
+            while time.monotonic() < deadline and pulls < 200:
+                w = c.pull()["w"]
+                pulls += 1
+                # each push adds 1 everywhere: a torn read would mix two values
+                torn += int(w.min().item() != w.max().item())
+                assert w[0].item() == c.versions["w"]
+    finally:
+        stop.set()
+        t.join(30)
+    assert torn == 0
+    assert ps.store.stats.copies_on_write >= 0
+
+
+def test_stale_push_refused_with_failed_precondition(inproc_ps):
+    ps = inproc_ps(Store(max_staleness=0))
+    with _client(ps) as a, _client(ps) as b:
+        a.init_parameters({"w": torch.zeros(4)}, "sgd", lr=1.0)
+        a.pull()
+        b.pull()
+        a.push({"w": torch.ones(4)})
+        with pytest.raises(StaleGradient) as err:
+            b.push({"w": torch.ones(4)})
+        assert err.value.code == "FAILED_PRECONDITION" and err.value.versions == {"w": 1}
+        b.pull()
+        b.push({"w": torch.ones(4)})
+        assert b.pull()["w"].tolist() == [-2.0] * 4
+
+
+def _raw(ps, *parts, timeout_ms: int = 3000):
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(ps.endpoint)
+    try:
+        s.send_multipart(list(parts))
+        if not s.poll(timeout_ms):
+            return None
+        frames = s.recv_multipart()
+        return ps_pb2.DataResponse.FromString(frames[0]), frames[1:]
+    finally:
+        s.close(0)
+
+
+def _req(**kw) -> bytes:
+    return ps_pb2.DataRequest(client_id="raw", seq=1, **kw).SerializeToString()
+
+
+def test_garbage_and_malformed_requests_are_answered_not_fatal(inproc_ps):
+    ps = inproc_ps()
+    code = ps_pb2.DataResponse.Code
+    with _client(ps) as c:
+        c.init_parameters({"w": torch.zeros(4)}, "sgd", lr=1.0)
+    meta = ps_pb2.TensorMeta(name="w", dtype="float32", shape=[4])
+    cases = [
+        ([b"\xff\xfe garbage \x00"], code.INVALID_ARGUMENT),
+        ([_req()], code.INVALID_ARGUMENT),  # no body
+        ([_req(push=ps_pb2.Push(tensors=[meta], versions=[0]))], code.INVALID_ARGUMENT),
+        ([_req(push=ps_pb2.Push(tensors=[meta], versions=[0])), b"abc"], code.INVALID_ARGUMENT),
+        ([_req(push=ps_pb2.Push(tensors=[ps_pb2.TensorMeta(name="w", dtype="complex64",
+                                                           shape=[4])], versions=[0])),
+          bytes(32)], code.INVALID_ARGUMENT),
+        ([_req(push=ps_pb2.Push(tensors=[ps_pb2.TensorMeta(name="w", dtype="float32",
+                                                           shape=[-4])], versions=[0])),
+          bytes(16)], code.INVALID_ARGUMENT),
+        ([_req(push=ps_pb2.Push(tensors=[ps_pb2.TensorMeta(name="w", dtype="float32",
+                                                           shape=[2**40, 2**40])],
+                                versions=[0])), bytes(16)], code.INVALID_ARGUMENT),
+        ([_req(push=ps_pb2.Push(tensors=[ps_pb2.TensorMeta(name="zz", dtype="float32",
+                                                           shape=[4])], versions=[0])),
+          bytes(16)], code.NOT_FOUND),
+        ([_req(pull=ps_pb2.Pull()), b"extra"], code.INVALID_ARGUMENT),
+        ([_req(pull_rows=ps_pb2.PullRows(table="nope")), bytes(8)], code.NOT_FOUND),
+        ([_req(pull_rows=ps_pb2.PullRows(table="nope")), bytes(7)], code.INVALID_ARGUMENT),
+        ([_req(init_parameters=ps_pb2.InitParameters(tensors=[meta])), bytes(3)],
+         code.INVALID_ARGUMENT),
+    ]
+    for parts, expected in cases:
+        answer = _raw(ps, *parts)
+        assert answer is not None, parts
+        resp, frames = answer
+        assert resp.code == expected, (parts, resp)
+        assert resp.message and not frames
+    # still serving, nothing changed
+    with _client(ps) as c:
+        assert c.pull()["w"].tolist() == [0.0] * 4 and c.versions["w"] == 0
+
+
+def test_oversized_frames_drop_the_peer_only(inproc_ps):
+    ps = inproc_ps()  # max_frame_bytes 64 MiB in the fixture
+    with _client(ps) as c:
+        c.init_parameters({"w": torch.zeros(4)}, "sgd", lr=1.0)
+    assert _raw(ps, _req(pull=ps_pb2.Pull()), bytes((64 << 20) + 1), timeout_ms=1000) is None
+    with _client(ps) as c:
+        assert c.pull()["w"].tolist() == [0.0] * 4
+
+
+def test_unreachable_ps_gives_up_after_bounded_retries():
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.ROUTER)
+    port = s.bind_to_random_port("tcp://127.0.0.1")  # a "PS" that never answers
+    try:
+        c = DataClient([f"tcp://127.0.0.1:{port}"], timeout_s=0.2, max_attempts=3, backoff_s=0.01)
+        c.set_layout({"w": 16})
+        start = time.monotonic()
+        with pytest.raises(PSUnavailable, match="3 tries"):
+            c.pull(["w"])
+        assert time.monotonic() - start < 3
+        c.close()
+    finally:
+        s.close(0)
+
+
+def test_refusals_raise_ps_error_with_the_code(inproc_ps):
+    ps = inproc_ps()
+    with _client(ps) as c:
+        c.set_layout({"w": 16})
+        with pytest.raises(PSError) as err:
+            c.pull(["w"])
+        assert err.value.code == "FAILED_PRECONDITION" and "InitParameters" in err.value.message

@@ -1,0 +1,97 @@
+"""The registrar's decisions against a fake master: backoff, checks, registering again."""
+from __future__ import annotations
+
+import grpc
+
+from protos import master_pb2
+from ps.registrar import Registrar
+
+
+class FakeError(grpc.RpcError):
+    def __init__(self, code):
+        self._code = code
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return "fake"
+
+
+class FakeMaster:
+    def __init__(self):
+        self.down = False
+        self.refuse = None
+        self.ps: dict[int, master_pb2.PSInfo] = {}
+        self.calls: list[str] = []
+
+    def RegisterPS(self, req, timeout=None):
+        self.calls.append("register")
+        if self.down:
+            raise FakeError(grpc.StatusCode.UNAVAILABLE)
+        if self.refuse:
+            raise FakeError(self.refuse)
+        old = self.ps.get(req.index)
+        self.ps[req.index] = master_pb2.PSInfo(
+            address=req.address, data_address=req.data_address, index=req.index,
+            num_ps=req.num_ps, incarnation=(old.incarnation + 1) if old else 1)
+        return master_pb2.RegisterPSResponse(incarnation=self.ps[req.index].incarnation)
+
+    def ListPS(self, req, timeout=None):
+        self.calls.append("list")
+        if self.down:
+            raise FakeError(grpc.StatusCode.UNAVAILABLE)
+        return master_pb2.ListPSResponse(ps=list(self.ps.values()))
+
+
+def _registrar(master):
+    return Registrar(master, "h:1", "tcp://h:2", index=1, num_ps=2, interval=2.0,
+                     first_backoff=0.1)
+
+
+def test_backs_off_while_the_master_is_down_then_registers():
+    master = FakeMaster()
+    master.down = True
+    r = _registrar(master)
+    delays = [r.step() for _ in range(7)]
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]  # bounded exponential backoff
+    master.down = False
+    assert r.step() == 2.0 and r.registered and r.incarnation == 1
+
+
+def test_checks_and_registers_again_when_the_master_forgot():
+    master = FakeMaster()
+    r = _registrar(master)
+    r.step()
+    assert r.step() == 2.0 and master.calls == ["register", "list"]
+    master.ps.clear()  # the master's database was replaced
+    assert r.step() == 0.0 and not r.registered
+    r.step()
+    assert master.ps[1].address == "h:1" and r.registrations == 2
+
+
+def test_registers_again_when_listed_with_other_addresses():
+    master = FakeMaster()
+    r = _registrar(master)
+    r.step()
+    master.ps[1].data_address = "tcp://elsewhere:9"
+    assert r.step() == 0.0
+    r.step()
+    assert master.ps[1].data_address == "tcp://h:2" and master.ps[1].incarnation == 2
+
+
+def test_a_master_that_refuses_is_retried_at_the_interval():
+    master = FakeMaster()
+    master.refuse = grpc.StatusCode.FAILED_PRECONDITION
+    r = _registrar(master)
+    assert r.step() == 2.0 and not r.registered
+
+
+def test_an_unreachable_master_while_registered_keeps_checking():
+    master = FakeMaster()
+    r = _registrar(master)
+    r.step()
+    master.down = True
+    assert r.step() == 0.1 and r.registered
+    master.down = False
+    assert r.step() == 2.0
