@@ -187,7 +187,8 @@ class MasterCore:
         self._check_reports(reports)
         results = self._apply_reports(worker, reports)
         for lease_id in sorted(worker.leases):
-            self._take_back(self.leases[lease_id], reason)
+            # the worker reported its progress with the leave: the remainders are untrained
+            self._take_back(self.leases[lease_id], reason, exact=True)
         self._remove_worker(worker, "left", reason, f"left ({reason})")
         self.journal.event("worker_left", worker_id=worker_id, cause=reason,
                            detail=f"name={worker.name}")
@@ -332,9 +333,11 @@ class MasterCore:
         if len(self.recent_ended) > RECENT_ENDED:
             self.recent_ended.popitem(last=False)
 
-    def _take_back(self, lease: Lease, cause: str, failed: bool = False, error: str = "") -> None:
+    def _take_back(self, lease: Lease, cause: str, failed: bool = False, error: str = "",
+                   exact: bool = False) -> None:
         self._forget(lease)
-        self.datasets[lease.dataset].requeue(lease, cause, failed=failed, error=error)
+        self.datasets[lease.dataset].requeue(lease, cause, failed=failed, error=error,
+                                             exact=exact)
 
     # ---- time -------------------------------------------------------------------------------
 

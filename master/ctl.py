@@ -49,12 +49,14 @@ def format_status(s: pb.GetStatusResponse) -> str:
                 d.spec.name, str(e.epoch), "finished" if e.finished else state
                 if e.epoch == d.epoch else "running",
                 str(e.todo), str(e.doing), f"{e.done}/{shards}",
-                f"{e.records_done}/{e.records_total}", str(e.handouts), str(e.records_redone),
+                f"{e.records_done}/{e.records_total}", str(e.handouts), str(e.records_rehanded),
+                str(e.records_redone),
                 str(e.duplicates), _requeues(e.requeues), str(e.quarantined),
             ])
     out.append("DATASETS")
     out.append(_table(["dataset", "epoch", "state", "todo", "doing", "done", "records",
-                       "handouts", "redone", "dups", "requeues", "quarantined"], rows)
+                       "handouts", "rehanded", "redone", "dups", "requeues", "quarantined"],
+                      rows)
                if rows else "  (none)")
     for d in s.datasets:
         for q in d.quarantined:
@@ -105,13 +107,15 @@ def format_report(r: pb.GetLedgerResponse) -> str:
     rows = [
         [e.dataset, str(e.epoch), "finished" if e.finished else "running",
          f"{e.records_done}/{e.records_total}", str(e.records_first_try), str(e.records_handed),
-         str(e.records_redone), str(e.handouts), str(e.duplicates), _requeues(e.requeues),
+         str(e.records_rehanded), str(e.records_redone), str(e.handouts), str(e.duplicates),
+         _requeues(e.requeues),
          f"{e.goodput:.1%}"]
         for e in r.epochs
     ]
     out = ["GOODPUT LEDGER",
-           _table(["dataset", "epoch", "state", "done", "first try", "handed", "redone",
-                   "handouts", "dups", "requeues", "goodput"], rows) if rows else "  (none)",
+           _table(["dataset", "epoch", "state", "done", "first try", "handed", "rehanded",
+                   "redone", "handouts", "dups", "requeues", "goodput"], rows)
+           if rows else "  (none)",
            "",
            "WORKER-SECONDS BY LABEL",
            _table(["label", "workers", "worker-seconds"],
@@ -119,7 +123,8 @@ def format_report(r: pb.GetLedgerResponse) -> str:
                    for x in r.worker_seconds]) if r.worker_seconds else "  (none)",
            "",
            f"total: {r.records_done} records done of {r.records_handed} handed out "
-           f"({r.records_redone} redone), goodput {r.goodput:.1%}; "
+           f"({r.records_rehanded} handed out again, at most {r.records_redone} of them "
+           f"trained twice), goodput {r.goodput:.1%}; "
            f"{r.worker_seconds_total:.1f} worker-seconds; workers lost: {r.workers_lost}; "
            "left: " + (", ".join(f"{k}={v}" for k, v in sorted(r.workers_left.items()))
                        or "none")]

@@ -24,6 +24,7 @@ def epoch_ledgers(totals: list[dict], datasets: dict[str, DatasetQueue]) -> list
             records_total=queue.spec.num_records if queue else 0,
             records_done=row["records_done"], records_first_try=row["records_first_try"],
             records_handed=handed, records_redone=row["records_redone"],
+            records_rehanded=row["records_rehanded"],
             handouts=row["handouts"], duplicates=stats.duplicates if stats else 0,
             requeues=dict(stats.requeues) if stats else {},
             goodput=row["records_done"] / handed if handed else 1.0,

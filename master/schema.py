@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from sqlalchemy import (
-    BigInteger, Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text,
+    BigInteger, Boolean, Column, Float, Index, Integer, MetaData, String, Table, Text, false,
 )
 
 metadata = MetaData()
@@ -32,6 +32,7 @@ epochs = Table(
     Column("handouts", BigInteger, nullable=False),
     Column("duplicates", BigInteger, nullable=False),
     Column("records_redone", BigInteger, nullable=False),
+    Column("records_rehanded", BigInteger, nullable=False, server_default="0"),
     Column("requeues", Text, nullable=False),
     Column("quarantined_shards", BigInteger, nullable=False),
     Column("quarantined_records", BigInteger, nullable=False),
@@ -57,6 +58,7 @@ leases = Table(
     Column("state", String(16), nullable=False),  # doing, done, requeued, failed
     Column("cause", String(64), nullable=False),
     Column("ended_ms", BigInteger, nullable=False),
+    Column("redo", Boolean, nullable=False, server_default=false()),
     Index("ix_leases_state", "state"),
     Index("ix_leases_dataset_epoch", "dataset", "epoch"),
 )
@@ -73,6 +75,7 @@ pieces = Table(
     Column("failures", Integer, nullable=False),
     Column("errors", Text, nullable=False),
     Column("quarantined", Boolean, nullable=False),
+    Column("redo", Boolean, nullable=False, server_default=false()),
 )
 
 workers = Table(

@@ -155,6 +155,7 @@ class MasterServicer(pb_grpc.MasterServicer):
             worker_seconds=[pb.LabelSeconds(**x) for x in labels],
             worker_seconds_total=total, records_done=done, records_handed=handed,
             records_redone=sum(e["records_redone"] for e in epochs),
+            records_rehanded=sum(e["records_rehanded"] for e in epochs),
             goodput=done / handed if handed else 1.0, workers_lost=lost, workers_left=left,
         )
 

@@ -36,13 +36,16 @@ class Piece:
     failures: int = 0
     errors: list[str] = field(default_factory=list)
     quarantined: bool = False
+    # the records may have been trained already: their last holder died or failed without
+    # an exact offset (a graceful leave reports one, so its remainder is untrained)
+    redo: bool = False
 
     def to_row(self, dataset: str) -> dict:
         return dict(
             key=self.key, dataset=dataset, epoch=self.epoch, shard_index=self.index,
             start_rec=self.start, end_rec=self.end, handouts=self.handouts,
             failures=self.failures, errors=json.dumps(self.errors),
-            quarantined=self.quarantined,
+            quarantined=self.quarantined, redo=self.redo,
         )
 
     @classmethod
@@ -51,7 +54,7 @@ class Piece:
             key=row["key"], epoch=row["epoch"], index=row["shard_index"],
             start=row["start_rec"], end=row["end_rec"], handouts=row["handouts"],
             failures=row["failures"], errors=json.loads(row["errors"] or "[]"),
-            quarantined=bool(row["quarantined"]),
+            quarantined=bool(row["quarantined"]), redo=bool(row["redo"]),
         )
 
 
@@ -70,6 +73,7 @@ class Lease:
     handout: int = 1  # this is the shard's n-th hand-out in its epoch
     failures: int = 0
     errors: list[str] = field(default_factory=list)
+    redo: bool = False  # handed out again after an inexact loss (see Piece.redo)
 
     @property
     def size(self) -> int:
@@ -82,6 +86,7 @@ class Lease:
             worker_id=self.worker_id, handed_ms=self.handed_ms, deadline_ms=self.deadline_ms,
             records_done=self.records_done, handout=self.handout, failures=self.failures,
             errors=json.dumps(self.errors), state="doing", cause="", ended_ms=0,
+            redo=self.redo,
         )
 
     @classmethod
@@ -92,7 +97,7 @@ class Lease:
             worker_id=row["worker_id"], handed_ms=row["handed_ms"],
             deadline_ms=row["deadline_ms"], records_done=row["records_done"],
             handout=row["handout"], failures=row["failures"],
-            errors=json.loads(row["errors"] or "[]"),
+            errors=json.loads(row["errors"] or "[]"), redo=bool(row["redo"]),
         )
 
 
@@ -105,7 +110,8 @@ class EpochStats:
     shards_done: int = 0
     handouts: int = 0
     duplicates: int = 0
-    records_redone: int = 0
+    records_redone: int = 0  # handed out again and possibly trained before (upper bound)
+    records_rehanded: int = 0  # handed out again, for any cause
     requeues: dict[str, int] = field(default_factory=dict)
     quarantined_shards: int = 0
     quarantined_records: int = 0
@@ -117,7 +123,8 @@ class EpochStats:
             dataset=dataset, epoch=self.epoch, started_ms=self.started_ms,
             finished_ms=self.finished_ms, records_done=self.records_done,
             shards_done=self.shards_done, handouts=self.handouts, duplicates=self.duplicates,
-            records_redone=self.records_redone, requeues=json.dumps(self.requeues),
+            records_redone=self.records_redone, records_rehanded=self.records_rehanded,
+            requeues=json.dumps(self.requeues),
             quarantined_shards=self.quarantined_shards,
             quarantined_records=self.quarantined_records,
             rehanded_shards=self.rehanded_shards, max_handouts=self.max_handouts,
@@ -207,14 +214,16 @@ class DatasetQueue:
             self.journal.batch.delete("pieces", piece.key)
             stats = self.epochs[piece.epoch]
             handout = piece.handouts + 1
-            stats.records_redone += piece.end - piece.start
+            stats.records_rehanded += piece.end - piece.start
+            if piece.redo:
+                stats.records_redone += piece.end - piece.start
             if handout == 2:  # a shard has at most one piece out at a time: counted once
                 stats.rehanded_shards += 1
             stats.max_handouts = max(stats.max_handouts, handout)
             epoch, index, start, end = piece.epoch, piece.index, piece.start, piece.end
-            failures, errors = piece.failures, piece.errors
+            failures, errors, redo = piece.failures, piece.errors, piece.redo
         elif self.cursor < self.spec.num_shards:
-            epoch, handout, failures, errors = self.frontier, 1, 0, []
+            epoch, handout, failures, errors, redo = self.frontier, 1, 0, [], False
             index = self._order(epoch).index_at(self.cursor)
             start, end = self.spec.shard_range(index)
             self.cursor += 1
@@ -236,7 +245,7 @@ class DatasetQueue:
             lease_id=lease_id, dataset=self.spec.name, epoch=epoch, index=index, start=start,
             end=end, worker_id=worker_id, handed_ms=now,
             deadline_ms=now + int(self.spec.lease_timeout * 1000), handout=handout,
-            failures=failures, errors=list(errors),
+            failures=failures, errors=list(errors), redo=redo,
         )
         self.leases[lease_id] = lease
         self.journal.batch.insert("leases", lease_id, lease.to_row())
@@ -264,11 +273,14 @@ class DatasetQueue:
         self._credit(lease, lease.size)
         self._end_lease(lease, "done", "")
 
-    def requeue(self, lease: Lease, cause: str, *, failed: bool = False, error: str = "") -> None:
+    def requeue(self, lease: Lease, cause: str, *, failed: bool = False, error: str = "",
+                exact: bool = False) -> None:
         """Take a lease back: credit its consumed part, return the rest to the front of TODO.
 
         Only a FAILED outcome (`failed`) spends the shard's failure budget; a worker that left,
-        was lost or timed out did nothing wrong with this data.
+        was lost or timed out did nothing wrong with this data. `exact`: the holder reported
+        exactly what it trained (a graceful leave), so the remainder is untrained and handing
+        it out again redoes nothing.
         """
         del self.leases[lease.lease_id]
         consumed = lease.records_done
@@ -283,6 +295,7 @@ class DatasetQueue:
                 key=self._next_key(), epoch=lease.epoch, index=lease.index, start=start,
                 end=lease.end, handouts=lease.handout,
                 failures=lease.failures + (1 if failed else 0), errors=errors,
+                redo=not exact,
             )
             if piece.failures >= self.max_shard_failures:
                 piece.quarantined = True
@@ -317,6 +330,7 @@ class DatasetQueue:
             self._save_epoch(stats)
             self.journal.batch.delete("pieces", piece.key)
             piece.key, piece.quarantined, piece.failures = self._next_key(), False, 0
+            piece.redo = True  # it was attempted (and failed) before
             self.front.append(piece)
             self.journal.batch.insert("pieces", piece.key, piece.to_row(self.spec.name))
             self.journal.event(

@@ -14,7 +14,8 @@ def epoch_view(queue: DatasetQueue, stats: EpochStats) -> pb.EpochStatus:
         doing=queue.doing_count(stats.epoch), done=stats.shards_done,
         records_done=stats.records_done, records_total=queue.spec.num_records,
         handouts=stats.handouts, duplicates=stats.duplicates, requeues=stats.requeues,
-        records_redone=stats.records_redone, quarantined=stats.quarantined_shards,
+        records_redone=stats.records_redone, records_rehanded=stats.records_rehanded,
+        quarantined=stats.quarantined_shards,
         finished=bool(stats.finished_ms), rehanded_shards=stats.rehanded_shards,
         max_handouts=stats.max_handouts,
     )

@@ -205,7 +205,7 @@ class QuarantinedShard(_message.Message):
     def __init__(self, shard: _Optional[_Union[Shard, _Mapping]] = ..., failures: _Optional[int] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class EpochStatus(_message.Message):
-    __slots__ = ("epoch", "todo", "doing", "done", "records_done", "records_total", "handouts", "duplicates", "requeues", "records_redone", "quarantined", "finished", "rehanded_shards", "max_handouts")
+    __slots__ = ("epoch", "todo", "doing", "done", "records_done", "records_total", "handouts", "duplicates", "requeues", "records_redone", "quarantined", "finished", "rehanded_shards", "max_handouts", "records_rehanded")
     class RequeuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -227,6 +227,7 @@ class EpochStatus(_message.Message):
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     REHANDED_SHARDS_FIELD_NUMBER: _ClassVar[int]
     MAX_HANDOUTS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_REHANDED_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     todo: int
     doing: int
@@ -241,7 +242,8 @@ class EpochStatus(_message.Message):
     finished: bool
     rehanded_shards: int
     max_handouts: int
-    def __init__(self, epoch: _Optional[int] = ..., todo: _Optional[int] = ..., doing: _Optional[int] = ..., done: _Optional[int] = ..., records_done: _Optional[int] = ..., records_total: _Optional[int] = ..., handouts: _Optional[int] = ..., duplicates: _Optional[int] = ..., requeues: _Optional[_Mapping[str, int]] = ..., records_redone: _Optional[int] = ..., quarantined: _Optional[int] = ..., finished: _Optional[bool] = ..., rehanded_shards: _Optional[int] = ..., max_handouts: _Optional[int] = ...) -> None: ...
+    records_rehanded: int
+    def __init__(self, epoch: _Optional[int] = ..., todo: _Optional[int] = ..., doing: _Optional[int] = ..., done: _Optional[int] = ..., records_done: _Optional[int] = ..., records_total: _Optional[int] = ..., handouts: _Optional[int] = ..., duplicates: _Optional[int] = ..., requeues: _Optional[_Mapping[str, int]] = ..., records_redone: _Optional[int] = ..., quarantined: _Optional[int] = ..., finished: _Optional[bool] = ..., rehanded_shards: _Optional[int] = ..., max_handouts: _Optional[int] = ..., records_rehanded: _Optional[int] = ...) -> None: ...
 
 class DatasetStatus(_message.Message):
     __slots__ = ("spec", "epoch", "todo", "doing", "done", "records_done", "records_total", "handouts", "duplicates", "requeues", "quarantined", "epochs", "finished")
@@ -420,7 +422,7 @@ class RequeueResponse(_message.Message):
     def __init__(self, requeued: _Optional[int] = ...) -> None: ...
 
 class EpochLedger(_message.Message):
-    __slots__ = ("dataset", "epoch", "records_total", "records_done", "records_first_try", "records_handed", "records_redone", "handouts", "duplicates", "requeues", "goodput", "finished", "started_ms", "finished_ms")
+    __slots__ = ("dataset", "epoch", "records_total", "records_done", "records_first_try", "records_handed", "records_redone", "handouts", "duplicates", "requeues", "goodput", "finished", "started_ms", "finished_ms", "records_rehanded")
     class RequeuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -442,6 +444,7 @@ class EpochLedger(_message.Message):
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     STARTED_MS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_REHANDED_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     epoch: int
     records_total: int
@@ -456,7 +459,8 @@ class EpochLedger(_message.Message):
     finished: bool
     started_ms: int
     finished_ms: int
-    def __init__(self, dataset: _Optional[str] = ..., epoch: _Optional[int] = ..., records_total: _Optional[int] = ..., records_done: _Optional[int] = ..., records_first_try: _Optional[int] = ..., records_handed: _Optional[int] = ..., records_redone: _Optional[int] = ..., handouts: _Optional[int] = ..., duplicates: _Optional[int] = ..., requeues: _Optional[_Mapping[str, int]] = ..., goodput: _Optional[float] = ..., finished: _Optional[bool] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ...) -> None: ...
+    records_rehanded: int
+    def __init__(self, dataset: _Optional[str] = ..., epoch: _Optional[int] = ..., records_total: _Optional[int] = ..., records_done: _Optional[int] = ..., records_first_try: _Optional[int] = ..., records_handed: _Optional[int] = ..., records_redone: _Optional[int] = ..., handouts: _Optional[int] = ..., duplicates: _Optional[int] = ..., requeues: _Optional[_Mapping[str, int]] = ..., goodput: _Optional[float] = ..., finished: _Optional[bool] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., records_rehanded: _Optional[int] = ...) -> None: ...
 
 class LabelSeconds(_message.Message):
     __slots__ = ("label", "worker_seconds", "workers")
@@ -475,7 +479,7 @@ class GetLedgerRequest(_message.Message):
     def __init__(self, dataset: _Optional[str] = ...) -> None: ...
 
 class GetLedgerResponse(_message.Message):
-    __slots__ = ("epochs", "worker_seconds", "worker_seconds_total", "records_done", "records_handed", "records_redone", "goodput", "workers_lost", "workers_left")
+    __slots__ = ("epochs", "worker_seconds", "worker_seconds_total", "records_done", "records_handed", "records_redone", "goodput", "workers_lost", "workers_left", "records_rehanded")
     class WorkersLeftEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -492,6 +496,7 @@ class GetLedgerResponse(_message.Message):
     GOODPUT_FIELD_NUMBER: _ClassVar[int]
     WORKERS_LOST_FIELD_NUMBER: _ClassVar[int]
     WORKERS_LEFT_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_REHANDED_FIELD_NUMBER: _ClassVar[int]
     epochs: _containers.RepeatedCompositeFieldContainer[EpochLedger]
     worker_seconds: _containers.RepeatedCompositeFieldContainer[LabelSeconds]
     worker_seconds_total: float
@@ -501,4 +506,5 @@ class GetLedgerResponse(_message.Message):
     goodput: float
     workers_lost: int
     workers_left: _containers.ScalarMap[str, int]
-    def __init__(self, epochs: _Optional[_Iterable[_Union[EpochLedger, _Mapping]]] = ..., worker_seconds: _Optional[_Iterable[_Union[LabelSeconds, _Mapping]]] = ..., worker_seconds_total: _Optional[float] = ..., records_done: _Optional[int] = ..., records_handed: _Optional[int] = ..., records_redone: _Optional[int] = ..., goodput: _Optional[float] = ..., workers_lost: _Optional[int] = ..., workers_left: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    records_rehanded: int
+    def __init__(self, epochs: _Optional[_Iterable[_Union[EpochLedger, _Mapping]]] = ..., worker_seconds: _Optional[_Iterable[_Union[LabelSeconds, _Mapping]]] = ..., worker_seconds_total: _Optional[float] = ..., records_done: _Optional[int] = ..., records_handed: _Optional[int] = ..., records_redone: _Optional[int] = ..., goodput: _Optional[float] = ..., workers_lost: _Optional[int] = ..., workers_left: _Optional[_Mapping[str, int]] = ..., records_rehanded: _Optional[int] = ...) -> None: ...

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_ADDRESS = re.compile(r"listening on \S*?:(\d+)")
+_ADDRESS = re.compile(r"listening on (?:grpc )?\S*?:(\d+)")
 
 
 class Proc:

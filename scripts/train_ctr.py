@@ -59,7 +59,7 @@ class ClickLog(torch.utils.data.Dataset):
     def tensors(self):
         """The whole split as tensors (for evaluation)."""
         return (torch.from_numpy(np.asarray(self.cat) + self.offsets),
-                torch.from_numpy(np.asarray(self.dense)), torch.from_numpy(np.asarray(self.y)))
+                torch.from_numpy(np.array(self.dense)), torch.from_numpy(np.array(self.y)))
 
 
 class CTRModel(nn.Module):

@@ -116,6 +116,14 @@ class PSClient:
         self.pull(model)
         return first
 
+    def attach(self, model: nn.Module) -> None:
+        """Bind `model` to the PS set without declaring anything: for a process that only
+        reads the model (an evaluator) and must never be the one to initialise it."""
+        for emb in _embeddings(model):
+            emb.client = self
+        self.data.set_layout({n: p.numel() * p.element_size()
+                              for n, p in model.named_parameters()})
+
     def pull(self, model: nn.Module) -> None:
         """Load the newest dense parameters from the PS into `model` (in place)."""
         params = dict(model.named_parameters())

@@ -282,8 +282,28 @@ def test_only_the_remainder_comes_back(h):
     assert h.epoch().records_done == 6 and h.epoch().shards_done == 0
     h.done(b, rest)
     assert h.epoch().records_done == 10 and h.epoch().shards_done == 1
-    assert h.epoch().records_redone == 4
+    # a graceful leave reports its exact offset: the remainder is untrained, so re-handing it
+    # out redoes nothing
+    assert h.epoch().records_rehanded == 4 and h.epoch().records_redone == 0
     assert_exactly_once(h.audit()[0], 10)
+
+
+def test_remainder_of_a_lost_worker_counts_as_possibly_redone(h):
+    h.dataset(num_records=10, shard_size=10)
+    a, b = h.worker("a"), h.worker("b")
+    lease = h.get(a).leases[0]
+    h.core.heartbeat(a, [Report(lease.lease_id, "PROGRESS", 3)])
+    h.clock.advance(2)
+    h.core.heartbeat(b, [])
+    h.clock.advance(2)
+    h.core.tick()  # a is lost: it may have trained past offset 3 before it died
+    h.commit()
+    rest = h.get(b).leases[0]
+    assert (rest.start, rest.end, rest.redo) == (3, 10, True)
+    h.done(b, rest)
+    assert h.epoch().records_redone == 7 and h.epoch().records_rehanded == 7
+    h.restart()
+    assert [r["redo"] for r in h.store.leases_of("d")] == [False, True]
 
 
 def test_progress_survives_a_restart_and_a_lost_worker(h):

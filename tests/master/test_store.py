@@ -80,3 +80,27 @@ def test_migrations_produce_exactly_the_schema_on_postgres(pg_url):
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     assert diff == []
     store.close()
+
+
+def test_upgrade_from_0001_keeps_and_converts_existing_rows(tmp_path):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import text
+
+    from master.store import MIGRATIONS
+
+    url = f"sqlite:///{tmp_path}/old.db"
+    store = Store(url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.execute(text(
+            "INSERT INTO epochs VALUES ('d', 0, 1, 0, 10, 1, 2, 0, 7, '{}', 0, 0, 1, 2)"))
+        conn.execute(text(
+            "INSERT INTO leases VALUES (1, 'd', 0, 0, 0, 10, 'w-1', 1, 2, 0, 2, 0, '[]', "
+            "'doing', '', 0)"))
+    store.upgrade()
+    snap = store.load()
+    assert snap.epochs[0]["records_rehanded"] == 7 and snap.leases[0]["redo"]
