@@ -127,6 +127,11 @@ class LocalCluster:
                 return ds
         return None
 
+    def training(self, name: str) -> bool:
+        """Whether worker `name` is registered and holds a lease (it is past its start-up)."""
+        status = self.status()
+        return bool(status) and any(w.name == name and w.leases for w in status.workers)
+
     def ledger(self) -> pb.GetLedgerResponse:
         return self._stub.GetLedger(pb.GetLedgerRequest(dataset=self.dataset), timeout=10)
 
