@@ -237,3 +237,62 @@ def test_a_master_killed_and_restarted_is_ridden_out(master, spawn):
     assert set(trained) == set(range(n)) and min(trained.values()) >= epochs
     assert any(ev.kind == "master_started" and ev.cause == "restarted" for ev in master.events())
     assert "unreachable" in a.output()  # it did see the outage and retried
+
+
+def _credited_by_worker(db_url: str, dataset: str) -> dict[str, int]:
+    """Records the master credited to each worker id, from the durable lease history."""
+    from master.store import Store
+
+    credited: dict[str, int] = collections.Counter()
+    for row in Store(db_url).leases_of(dataset):
+        if row["state"] == "done":
+            credited[row["worker_id"]] += row["end_rec"] - row["start_rec"]
+        elif row["state"] != "doing":
+            credited[row["worker_id"]] += row["records_done"]
+    return credited
+
+
+def test_kills_mid_shard_over_two_epochs_are_accounted_record_by_record(master_factory, spawn):
+    master = master_factory("--worker-timeout", "1", "--heartbeat-interval", "0.2")
+    n, epochs = 300, 2
+    flags = spec_flags(n, 25, epochs, batch=3, step_s=0.02, shuffle=True, ack="push")
+    a, b, c = (spawn(master, name, *flags) for name in ("a", "b", "c"))
+    a.wait_records(45)
+    a.proc.kill()  # SIGKILL mid-shard: it may have trained past its last progress report
+    b.wait_records(90)
+    b.proc.send_signal(signal.SIGTERM)  # a reclaim notice: exact offsets handed back
+    assert b.wait() == 0, b.output()
+    d = spawn(master, "d", *flags)
+    assert c.wait() == 0 and d.wait() == 0, c.output() + d.output()
+    status = assert_exactly_once(master, "train", n, epochs)
+
+    ids = {}
+    for e in master.events():
+        if e.kind == "worker_registered":
+            ids[e.worker_id] = __import__("json").loads(e.detail)["name"]
+    by_name = {name: wid for wid, name in ids.items()}
+    credited = _credited_by_worker(master.db, "train")
+    trained = {w.proc.args[w.proc.args.index("--name") + 1]: w.records() for w in (a, b, c, d)}
+    # SIGTERM: b trained exactly what the master credited to it, so nothing of b's is redone
+    assert len(trained["b"]) == credited[by_name["b"]]
+    # SIGKILL: a trained at most a few steps past what the master credited (its last progress)
+    lost_to_kill = len(trained["a"]) - credited[by_name["a"]]
+    assert 0 <= lost_to_kill
+    # every record was trained once per epoch, plus exactly what a lost to its kill
+    total = sum(len(r) for r in trained.values())
+    assert total - n * epochs == lost_to_kill
+    extra = collections.Counter(sum(trained.values(), [])) - \
+        collections.Counter({i: epochs for i in range(n)})
+    assert sum(extra.values()) == lost_to_kill
+    assert all(extra[r] <= collections.Counter(trained["a"])[r] for r in extra)
+    # the master's redone figure is an honest upper bound that SIGTERM adds nothing to
+    redone = sum(e.records_redone for e in status.epochs)
+    assert lost_to_kill <= redone
+    # elastic-ctl events lists each kill with its cause
+    out = subprocess.run([sys.executable, "-m", "master.ctl", "--master", master.address,
+                          "events"], capture_output=True, text=True, cwd=REPO, timeout=30)
+    lines = out.stdout.splitlines()
+    assert any("worker_lost" in x and by_name["a"] in x and "cause=lost" in x for x in lines)
+    assert any("worker_left" in x and by_name["b"] in x and "cause=preempted" in x
+               for x in lines)
+    assert any("lease_requeued" in x and "cause=preempted" in x for x in lines)
