@@ -130,10 +130,24 @@ def main(argv: list[str] | None = None) -> int:
     loss_fn = nn.BCEWithLogitsLoss()
     steps = records = 0
     started = last_log = time.monotonic()
+    failures_in_a_row = 0
     for ids, dense, y in ds.batches(args.batch_size):
         client.pull(model)
-        loss = loss_fn(model(ids, dense), y)
-        loss.backward()
+        try:
+            loss = loss_fn(model(ids, dense), y)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"loss is {loss.item()}")
+            loss.backward()
+        except (FloatingPointError, ValueError, IndexError) as exc:
+            # bad data, not a bad worker: report the batch FAILED; a shard that fails
+            # --max-shard-failures times is quarantined by the master, the rest goes on
+            model.zero_grad(set_to_none=True)
+            ds.mark_failed(f"{type(exc).__name__}: {exc}")
+            failures_in_a_row += 1
+            if failures_in_a_row > 20:
+                raise  # not a poison record: something is wrong with this worker
+            continue
+        failures_in_a_row = 0
         client.push(model)  # the batch's records count as trained from here on
         steps += 1
         records += len(y)
