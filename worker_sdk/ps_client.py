@@ -94,7 +94,6 @@ class PSClient:
                  discovery_timeout_s: float = 60.0):
         self.data = DataClient(master=master, timeout_s=timeout_s, max_attempts=max_attempts,
                                discovery_timeout_s=discovery_timeout_s)
-        ack.use_push_acks(True)  # records count as trained once their gradients are pushed
         self.pushes = 0
         self.stale_refusals = 0
         self.max_staleness_seen = 0
@@ -104,7 +103,11 @@ class PSClient:
         """Declare the model on the PS set: dense parameters, embedding tables and the
         optimizer (`sgd`, `adagrad` or `adam`, with torch.optim's hyperparameters). The first
         call wins; later ones change nothing. Returns True if this call initialised the PS.
-        Either way the local model is then loaded with the PS's parameters."""
+        Either way the local model is then loaded with the PS's parameters.
+
+        From here on this process trains through the PS, so its ElasticDatasets (ack "auto")
+        count records as trained only once `push` has sent their gradients."""
+        ack.use_push_acks(True)
         tables = []
         for emb in _embeddings(model):
             emb.client = self
