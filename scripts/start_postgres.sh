@@ -4,7 +4,10 @@
 # a temporary directory, listens on 127.0.0.1 only. Stop it with:
 #   pg_ctl -D "$PGDATA_DIR" stop    (the path is printed on stderr)
 set -euo pipefail
-port=${ELASTIC_PS_TEST_PG_PORT:-54329}
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+port=${ELASTIC_PS_TEST_PG_PORT:-$(free_port)}
 dir=${ELASTIC_PS_TEST_PG_DIR:-$(mktemp -d /tmp/elastic-ps-pg.XXXXXX)}
 
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
