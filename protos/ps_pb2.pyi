@@ -174,7 +174,7 @@ class PushRowsResult(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class DataResponse(_message.Message):
-    __slots__ = ("code", "message", "seq", "init_parameters", "pull", "push", "pull_rows", "push_rows")
+    __slots__ = ("code", "message", "seq", "local_endpoint", "init_parameters", "pull", "push", "pull_rows", "push_rows")
     class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         OK: _ClassVar[DataResponse.Code]
@@ -214,6 +214,7 @@ class DataResponse(_message.Message):
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     INIT_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     PULL_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
@@ -222,12 +223,13 @@ class DataResponse(_message.Message):
     code: DataResponse.Code
     message: str
     seq: int
+    local_endpoint: str
     init_parameters: InitParametersResult
     pull: PullResult
     push: PushResult
     pull_rows: PullRowsResult
     push_rows: PushRowsResult
-    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ...) -> None: ...
+    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
     __slots__ = ()
@@ -268,7 +270,7 @@ class TableStatus(_message.Message):
     def __init__(self, spec: _Optional[_Union[TableSpec, _Mapping]] = ..., rows: _Optional[int] = ..., pushes: _Optional[int] = ...) -> None: ...
 
 class GetPSStatusResponse(_message.Message):
-    __slots__ = ("index", "num_ps", "address", "data_address", "initialized", "optimizer", "tensors", "tables", "pushes", "pulls", "duplicates", "refused_stale", "staleness", "max_staleness_seen", "checkpoints", "last_checkpoint", "last_checkpoint_ms", "restored_from", "started_ms", "max_staleness_allowed")
+    __slots__ = ("index", "num_ps", "address", "data_address", "initialized", "optimizer", "tensors", "tables", "pushes", "pulls", "duplicates", "refused_stale", "staleness", "max_staleness_seen", "checkpoints", "last_checkpoint", "last_checkpoint_ms", "restored_from", "started_ms", "max_staleness_allowed", "waited_for_send", "copies_on_write")
     class StalenessEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +298,8 @@ class GetPSStatusResponse(_message.Message):
     RESTORED_FROM_FIELD_NUMBER: _ClassVar[int]
     STARTED_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_STALENESS_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    WAITED_FOR_SEND_FIELD_NUMBER: _ClassVar[int]
+    COPIES_ON_WRITE_FIELD_NUMBER: _ClassVar[int]
     index: int
     num_ps: int
     address: str
@@ -316,4 +320,6 @@ class GetPSStatusResponse(_message.Message):
     restored_from: str
     started_ms: int
     max_staleness_allowed: int
-    def __init__(self, index: _Optional[int] = ..., num_ps: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., initialized: _Optional[bool] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorStatus, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableStatus, _Mapping]]] = ..., pushes: _Optional[int] = ..., pulls: _Optional[int] = ..., duplicates: _Optional[int] = ..., refused_stale: _Optional[int] = ..., staleness: _Optional[_Mapping[int, int]] = ..., max_staleness_seen: _Optional[int] = ..., checkpoints: _Optional[int] = ..., last_checkpoint: _Optional[str] = ..., last_checkpoint_ms: _Optional[int] = ..., restored_from: _Optional[str] = ..., started_ms: _Optional[int] = ..., max_staleness_allowed: _Optional[int] = ...) -> None: ...
+    waited_for_send: int
+    copies_on_write: int
+    def __init__(self, index: _Optional[int] = ..., num_ps: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., initialized: _Optional[bool] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorStatus, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableStatus, _Mapping]]] = ..., pushes: _Optional[int] = ..., pulls: _Optional[int] = ..., duplicates: _Optional[int] = ..., refused_stale: _Optional[int] = ..., staleness: _Optional[_Mapping[int, int]] = ..., max_staleness_seen: _Optional[int] = ..., checkpoints: _Optional[int] = ..., last_checkpoint: _Optional[str] = ..., last_checkpoint_ms: _Optional[int] = ..., restored_from: _Optional[str] = ..., started_ms: _Optional[int] = ..., max_staleness_allowed: _Optional[int] = ..., waited_for_send: _Optional[int] = ..., copies_on_write: _Optional[int] = ...) -> None: ...

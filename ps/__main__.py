@@ -45,7 +45,7 @@ def run(settings: PSSettings) -> int:
 
     import torch
 
-    from .dataplane import BindError, DataPlane
+    from .dataplane import BindError, DataPlane, auto_ipc_path
     from .registrar import Registrar, connect
     from .server import Identity, PortInUse, PSServicer, build_server, now_ms
     from .store import Store
@@ -67,8 +67,11 @@ def run(settings: PSSettings) -> int:
     else:
         log.info("no checkpoint in %s: starting empty", settings.checkpoint_dir)
 
+    ipc_path = {"auto": None, "off": "", "": ""}.get(settings.data_ipc, settings.data_ipc)
+    if ipc_path is None:
+        ipc_path = auto_ipc_path(settings.index)
     data = DataPlane(store, settings.host, settings.data_port, settings.threads,
-                     settings.max_frame_mb * 1024 * 1024)
+                     settings.max_frame_mb * 1024 * 1024, ipc_path)
     try:
         data_port = data.bind()
     except BindError as exc:
@@ -90,8 +93,9 @@ def run(settings: PSSettings) -> int:
     data.start()
     server.start()
     log.info("settings: %s", settings.describe())
+    local = f" local {data.local_endpoint}" if data.local_endpoint else ""
     print(f"elastic-ps {settings.index}/{settings.num_ps} listening on grpc {me.address} "
-          f"data {me.data_address} (pid {os.getpid()})", flush=True)
+          f"data {me.data_address}{local} (pid {os.getpid()})", flush=True)
 
     background = []
     channel = None

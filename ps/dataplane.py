@@ -14,6 +14,8 @@ drop the peer, and any unexpected error is answered INTERNAL and logged.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import threading
 import uuid
 
@@ -41,6 +43,40 @@ class BindError(Exception):
     pass
 
 
+LOCAL_DIR = "elastic-ps"
+MAX_UNIX_PATH = 100  # sun_path is 108 bytes on Linux
+
+
+def auto_ipc_path(index: int) -> str:
+    """A fresh Unix socket path for the same-host endpoint, under the temp directory; sockets
+    left by PS that are gone (killed) are removed. Empty when no usable path exists."""
+    directory = os.path.join(tempfile.gettempdir(), LOCAL_DIR)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        for name in os.listdir(directory):
+            parts = name.split("-")
+            if name.endswith(".sock") and len(parts) == 4 and parts[2].isdigit():
+                if not _alive(int(parts[2])):
+                    try:
+                        os.unlink(os.path.join(directory, name))
+                    except OSError:
+                        pass
+    except OSError:
+        return ""
+    path = os.path.join(directory, f"ps-{index}-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock")
+    return path if len(path) <= MAX_UNIX_PATH else ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _export(t: torch.Tensor):
     """Payload for a pulled tensor: its own memory, tracked, or a small copy."""
     if t.numel() * t.element_size() < ZERO_COPY_MIN_BYTES:
@@ -51,7 +87,9 @@ def _export(t: torch.Tensor):
 
 class DataPlane:
     def __init__(self, store: Store, host: str = "0.0.0.0", port: int = 0, threads: int = 4,
-                 max_frame_bytes: int = 2**31):
+                 max_frame_bytes: int = 2**31, ipc_path: str = ""):
+        self.ipc_path = ipc_path
+        self.local_endpoint = ""
         self.store = store
         self.host = host
         self.port = port
@@ -87,11 +125,23 @@ class DataPlane:
                             f"{exc}") from exc
         endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.bound_port = int(endpoint.rsplit(":", 1)[1])
+        if self.ipc_path:
+            try:
+                sock.bind(f"ipc://{self.ipc_path}")
+            except zmq.ZMQError as exc:
+                sock.close(0)
+                raise BindError(f"cannot listen on ipc://{self.ipc_path}: {exc}") from exc
+            self.local_endpoint = f"ipc://{self.ipc_path}"
         self.frontend = sock
         return self.bound_port
 
     def start(self) -> None:
         assert self.frontend is not None, "bind() first"
+        if self.threads == 0:  # one thread serves the ROUTER socket itself: no hand-over
+            self._threads.append(threading.Thread(target=self._serve, args=(self.frontend,),
+                                                  name="ps-data", daemon=True))
+            self._threads[0].start()
+            return
         backend = self.ctx.socket(zmq.DEALER)
         backend.setsockopt(zmq.LINGER, 0)
         backend.setsockopt(zmq.RCVHWM, 10_000)
@@ -129,13 +179,19 @@ class DataPlane:
         term.start()
         for t in [*self._threads, term]:
             t.join(timeout)
+        if self.ipc_path:
+            try:
+                os.unlink(self.ipc_path)
+            except OSError:
+                pass
 
-    def _serve(self) -> None:
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.RCVHWM, 10_000)
-        sock.setsockopt(zmq.SNDHWM, 10_000)
-        sock.connect(self._backend_addr)
+    def _serve(self, sock: zmq.Socket | None = None) -> None:
+        if sock is None:
+            sock = self.ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, 10_000)
+            sock.setsockopt(zmq.SNDHWM, 10_000)
+            sock.connect(self._backend_addr)
         try:
             while not self._stop.is_set():
                 if not sock.poll(POLL_MS):
@@ -161,8 +217,8 @@ class DataPlane:
             header = parts[0].bytes if hasattr(parts[0], "bytes") else bytes(parts[0])
             req = ps_pb2.DataRequest.FromString(header)
         except (DecodeError, ValueError, RuntimeError) as exc:
-            return [error_response(invalid(f"cannot parse the request header "
-                                           f"(a DataRequest protobuf): {exc}")).SerializeToString()]
+            return [self._error(invalid(f"cannot parse the request header "
+                                        f"(a DataRequest protobuf): {exc}"), 0)]
         kind = req.WhichOneof("body")
         try:
             if kind is None:
@@ -170,12 +226,19 @@ class DataPlane:
                               "push, pull_rows, push_rows")
             return getattr(self, "_" + kind)(req, parts[1:])
         except PSError as exc:
-            return [error_response(exc, req.seq).SerializeToString()]
+            return [self._error(exc, req.seq)]
         except Exception:  # noqa: BLE001 - a bug; the PS keeps serving
             log.exception("internal error handling %s", kind)
-            return [ps_pb2.DataResponse(code=code_number("INTERNAL"), seq=req.seq,
-                                        message=f"internal error handling {kind}"
-                                        ).SerializeToString()]
+            return [self._response(code=code_number("INTERNAL"), seq=req.seq,
+                                   message=f"internal error handling {kind}").SerializeToString()]
+
+    def _response(self, **fields) -> ps_pb2.DataResponse:
+        return ps_pb2.DataResponse(local_endpoint=self.local_endpoint, **fields)
+
+    def _error(self, exc: PSError, seq: int) -> bytes:
+        resp = error_response(exc, seq)
+        resp.local_endpoint = self.local_endpoint
+        return resp.SerializeToString()
 
     @staticmethod
     def _tensors(metas, frames, allowed=tuple(DTYPES)) -> list[tuple[str, torch.Tensor]]:
@@ -199,7 +262,7 @@ class DataPlane:
                                      init_a=spec.init_a, init_b=spec.init_b, seed=spec.seed), cfg))
         initialized, versions, message = self.store.init_parameters(
             tensors, config_from_pb(body.optimizer), tables)
-        resp = ps_pb2.DataResponse(code=0, message=message, seq=req.seq)
+        resp = self._response(code=0, message=message, seq=req.seq)
         resp.init_parameters.initialized = initialized
         resp.init_parameters.versions.update(versions)
         return [resp.SerializeToString()]
@@ -208,7 +271,7 @@ class DataPlane:
         if frames:
             raise invalid("a Pull carries no buffer frames")
         pulled = self.store.pull(list(req.pull.names), _export)
-        resp = ps_pb2.DataResponse(code=0, seq=req.seq)
+        resp = self._response(code=0, seq=req.seq)
         resp.pull.SetInParent()
         out = [None]
         for name, payload, version, tensor in pulled:
@@ -221,7 +284,7 @@ class DataPlane:
     def _push(self, req, frames) -> list:
         grads = self._tensors(req.push.tensors, frames, FLOAT_DTYPES)
         answer = self.store.push(req.client_id, req.seq, grads, list(req.push.versions))
-        resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
+        resp = self._response(code=code_number(answer["code"]), message=answer["message"],
                                    seq=req.seq)
         resp.push.versions.update(answer.get("versions", {}))
         resp.push.max_staleness = answer.get("max_staleness", 0)
@@ -239,7 +302,7 @@ class DataPlane:
         if len(frames) != 1:
             raise invalid(f"a PullRows carries exactly one frame (the int64 ids), got {len(frames)}")
         rows, created = self.store.pull_rows(req.pull_rows.table, self._ids(frames[0]))
-        resp = ps_pb2.DataResponse(code=0, seq=req.seq)
+        resp = self._response(code=0, seq=req.seq)
         resp.pull_rows.dim = rows.shape[1]
         resp.pull_rows.created = created
         return [resp.SerializeToString(), as_buffer(rows)]
@@ -253,7 +316,7 @@ class DataPlane:
         grads = from_frame(frames[1], torch.float32, (ids.numel(), table.spec.dim),
                            f"gradients of table {req.push_rows.table!r}")
         answer = self.store.push_rows(req.client_id, req.seq, req.push_rows.table, ids, grads)
-        resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
+        resp = self._response(code=code_number(answer["code"]), message=answer["message"],
                                    seq=req.seq)
         resp.push_rows.rows = answer.get("rows", 0)
         resp.push_rows.duplicate = answer.get("duplicate", False)

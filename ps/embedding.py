@@ -76,13 +76,17 @@ def initial_rows(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:
         with np.errstate(over="ignore"):
             u = _unit(_splitmix64(rows + cols * _GOLDEN))
         values = spec.init_a + (spec.init_b - spec.init_a) * (u - 2.0**-53)
-    else:  # normal, Box-Muller over two counters per column
-        cols = np.arange(spec.dim, dtype=np.uint64)[None, :] * np.uint64(2)
+    else:  # normal: Box-Muller, one pair of counters gives two columns (cos and sin)
+        pairs = np.arange((spec.dim + 1) // 2, dtype=np.uint64)[None, :] * np.uint64(2)
         with np.errstate(over="ignore"):
-            u1 = _unit(_splitmix64(rows + cols * _GOLDEN))
-            u2 = _unit(_splitmix64(rows + (cols + np.uint64(1)) * _GOLDEN))
-        z = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
-        values = spec.init_a + spec.init_b * z
+            u1 = _unit(_splitmix64(rows + pairs * _GOLDEN))
+            u2 = _unit(_splitmix64(rows + (pairs + np.uint64(1)) * _GOLDEN))
+        radius = np.sqrt(-2.0 * np.log(u1))
+        angle = (2.0 * np.pi) * u2
+        z = np.empty((n, pairs.shape[1] * 2))
+        z[:, 0::2] = radius * np.cos(angle)
+        z[:, 1::2] = radius * np.sin(angle)
+        values = spec.init_a + spec.init_b * z[:, : spec.dim]
     return torch.from_numpy(values.astype(np.float32))
 
 
@@ -95,14 +99,15 @@ class Table:
         self.spec = spec
         self.optimizer = optimizer
         self.lock = threading.Lock()
-        self.slots: dict[int, int] = {}
+        self.index = SortedIndex()
+        self.ids = np.empty(capacity, dtype=np.int64)  # id of each slot, in slot order
         self.weights = torch.empty(capacity, spec.dim)
         self.accum = (torch.empty(capacity, spec.dim) if optimizer.has_accumulator else None)
         self.step = 0
         self.pushes = 0
 
     def __len__(self) -> int:
-        return len(self.slots)
+        return len(self.index)
 
     # -- reading and writing rows -------------------------------------------------------------
 
@@ -125,29 +130,32 @@ class Table:
         return unique.numel()
 
     def _slots(self, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
-        keys = ids.tolist()
-        get = self.slots.get
-        found = [get(k, -1) for k in keys]
-        created = 0
-        if -1 in found:
-            missing = list(dict.fromkeys(k for k, s in zip(keys, found) if s == -1))
-            created = len(missing)
-            start = len(self.slots)
-            self._reserve(start + created)
-            self.weights[start:start + created] = initial_rows(
-                self.spec, np.asarray(missing, dtype=np.int64))
-            if self.accum is not None:
-                self.accum[start:start + created] = self.optimizer.initial_accumulator_value
-            for i, k in enumerate(missing):
-                self.slots[k] = start + i
-            found = [get(k) for k in keys]
-        return torch.tensor(found, dtype=torch.int64), created
+        """Slots of `ids`, creating the missing rows (in first-seen order)."""
+        keys = ids.numpy()
+        slots = self.index.lookup(keys)
+        missing_at = np.flatnonzero(slots < 0)
+        if not missing_at.size:
+            return torch.from_numpy(slots), 0
+        missing, first = np.unique(keys[missing_at], return_index=True)
+        missing = missing[np.argsort(first, kind="stable")]  # first-seen order
+        created = missing.size
+        start = len(self.index)
+        self._reserve(start + created)
+        self.weights[start:start + created] = initial_rows(self.spec, missing)
+        if self.accum is not None:
+            self.accum[start:start + created] = self.optimizer.initial_accumulator_value
+        self.ids[start:start + created] = missing
+        self.index.insert(missing, np.arange(start, start + created, dtype=np.int64))
+        return torch.from_numpy(self.index.lookup(keys)), created
 
     def _reserve(self, needed: int) -> None:
         capacity = self.weights.shape[0]
         if needed <= capacity:
             return
         capacity = max(needed, capacity * 2)
+        ids = np.empty(capacity, dtype=np.int64)
+        ids[: len(self.index)] = self.ids[: len(self.index)]
+        self.ids = ids
         self.weights = _grown(self.weights, capacity)
         if self.accum is not None:
             self.accum = _grown(self.accum, capacity)
@@ -157,9 +165,9 @@ class Table:
     def export(self) -> dict:
         """A copy of the rows (call under the store's exclusive gate)."""
         with self.lock:
-            n = len(self.slots)
+            n = len(self.index)
             return {
-                "ids": torch.tensor(list(self.slots), dtype=torch.int64),
+                "ids": torch.from_numpy(self.ids[:n].copy()),
                 "weights": self.weights[:n].clone(),
                 "accum": None if self.accum is None else self.accum[:n].clone(),
                 "step": self.step,
@@ -179,9 +187,39 @@ class Table:
                 self.accum[:n] = state["accum"]
             else:
                 self.accum[:n] = self.optimizer.initial_accumulator_value
-        self.slots = {int(k): i for i, k in enumerate(ids.tolist())}
+        self.ids[:n] = ids.numpy()
+        self.index = SortedIndex()
+        self.index.insert(ids.numpy().astype(np.int64), np.arange(n, dtype=np.int64))
         self.step = int(state.get("step", 0))
         self.pushes = int(state.get("pushes", 0))
+
+
+class SortedIndex:
+    """id -> slot, as two sorted numpy arrays: vectorized lookups (binary search) and batched
+    inserts (one merge per batch), with no per-id Python work."""
+
+    def __init__(self) -> None:
+        self.keys = np.empty(0, dtype=np.int64)
+        self.slots = np.empty(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.keys.size
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """The slot of each id, -1 where absent."""
+        if not self.keys.size:
+            return np.full(ids.shape, -1, dtype=np.int64)
+        pos = np.searchsorted(self.keys, ids)
+        np.minimum(pos, self.keys.size - 1, out=pos)
+        return np.where(self.keys[pos] == ids, self.slots[pos], -1)
+
+    def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
+        """Add absent, distinct ids."""
+        order = np.argsort(ids, kind="stable")
+        ids, slots = ids[order], slots[order]
+        pos = np.searchsorted(self.keys, ids)
+        self.keys = np.insert(self.keys, pos, ids)
+        self.slots = np.insert(self.slots, pos, slots)
 
 
 def _grown(t: torch.Tensor, capacity: int) -> torch.Tensor:

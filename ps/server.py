@@ -38,7 +38,8 @@ def status_view(store: Store, checkpointer: Checkpointer | None,
         initialized=store.initialized, pushes=s.pushes, pulls=s.pulls,
         duplicates=store.applied.duplicates, refused_stale=s.refused_stale,
         max_staleness_seen=s.max_staleness_seen, started_ms=me.started_ms,
-        max_staleness_allowed=store.max_staleness,
+        max_staleness_allowed=store.max_staleness, waited_for_send=s.waited_for_send,
+        copies_on_write=s.copies_on_write,
     )
     if store.optimizer_cfg:
         resp.optimizer.CopyFrom(config_to_pb(store.optimizer_cfg))

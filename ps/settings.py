@@ -24,6 +24,7 @@ class PSSettings:
     advertise_host: str = ""
     port: int = 0
     data_port: int = 0
+    data_ipc: str = "auto"
     index: int = 0
     num_ps: int = 1
     checkpoint_dir: str = "ps-checkpoints"
@@ -35,7 +36,7 @@ class PSSettings:
     register_interval: float = 2.0
     max_frame_mb: int = 2048
     applied_capacity: int = 100_000
-    torch_threads: int = 0
+    torch_threads: int = 1
     log_level: str = "INFO"
 
     def describe(self) -> str:
@@ -85,6 +86,10 @@ def parse(argv: list[str] | None = None) -> PSSettings:
                    help="gRPC control port; 0 picks a free one")
     p.add_argument("--data-port", type=int, default=_env("data_port", d.data_port),
                    help="ZeroMQ data port; 0 picks a free one")
+    p.add_argument("--data-ipc", default=_env("data_ipc", d.data_ipc),
+                   help="also serve the data plane on a Unix socket (ZeroMQ ipc://) for "
+                   "workers on this machine: 'auto' (a fresh path in the temp directory), "
+                   "'off', or a path. Clients that find it switch to it by themselves")
     p.add_argument("--index", type=int, default=_env("index", d.index),
                    help="this PS's index, 0..num_ps-1")
     p.add_argument("--num-ps", type=int, default=_env("num_ps", d.num_ps),
@@ -102,7 +107,7 @@ def parse(argv: list[str] | None = None) -> PSSettings:
                    help="refuse a gradient more than this many versions stale "
                    "(FAILED_PRECONDITION); -1: accept any")
     p.add_argument("--threads", type=int, default=_env("threads", d.threads),
-                   help="data plane handler threads")
+                   help="data plane handler threads (0: one thread serves the socket directly)")
     p.add_argument("--grpc-threads", type=int, default=_env("grpc_threads", d.grpc_threads),
                    help="gRPC handler threads")
     p.add_argument("--register-interval", type=float,
@@ -114,13 +119,15 @@ def parse(argv: list[str] | None = None) -> PSSettings:
                    default=_env("applied_capacity", d.applied_capacity),
                    help="clients remembered for at-most-once pushes")
     p.add_argument("--torch-threads", type=int, default=_env("torch_threads", d.torch_threads),
-                   help="torch intra-op threads (0: torch's default)")
+                   help="torch intra-op threads (0: torch's default). 1 by default: the PS's "
+                   "updates are memory-bound, and OpenMP teams spin-waiting in several handler "
+                   "threads starve the handlers and ZeroMQ's I/O thread of cores")
     p.add_argument("--log-level", default=_env("log_level", d.log_level),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     a = p.parse_args(argv)
     s = PSSettings(
         master=a.master, standalone=a.standalone, host=a.host, advertise_host=a.advertise_host,
-        port=a.port, data_port=a.data_port, index=a.index, num_ps=a.num_ps,
+        port=a.port, data_port=a.data_port, data_ipc=a.data_ipc, index=a.index, num_ps=a.num_ps,
         checkpoint_dir=a.checkpoint_dir, checkpoint_interval=a.checkpoint_interval,
         keep_checkpoints=a.keep_checkpoints, max_staleness=a.max_staleness, threads=a.threads,
         grpc_threads=a.grpc_threads, register_interval=a.register_interval,
@@ -155,8 +162,8 @@ def check(s: PSSettings) -> list[str]:
         problems.append("--keep-checkpoints must be >= 1")
     if s.max_staleness < -1:
         problems.append("--max-staleness must be >= 0, or -1 for no limit")
-    if s.threads < 1 or s.grpc_threads < 2:
-        problems.append("--threads must be >= 1 and --grpc-threads >= 2")
+    if s.threads < 0 or s.grpc_threads < 2:
+        problems.append("--threads must be >= 0 and --grpc-threads >= 2")
     if s.register_interval <= 0:
         problems.append("--register-interval must be > 0")
     if s.max_frame_mb < 1:

@@ -39,6 +39,9 @@ from .wire import DTYPE_NAMES, FLOAT_DTYPES
 
 FORMAT = 1
 STALENESS_BUCKET_CAP = 64
+# Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still
+# sending the tensor at most as long as copying the tensor would take, then copies.
+COPY_BYTES_PER_S = 2e9
 # export(tensor) -> (payload, tracker or None); a tracker has `.done` once the payload's bytes
 # are no longer read by anyone.
 Export = Callable[[torch.Tensor], tuple]
@@ -67,6 +70,7 @@ class Stats:
     row_pushes: int = 0
     refused_stale: int = 0
     copies_on_write: int = 0
+    waited_for_send: int = 0
     ahead: int = 0  # pushes that carried a version newer than the PS's (it restarted older)
     max_staleness_seen: int = 0
     staleness: Counter = field(default_factory=Counter)
@@ -252,14 +256,37 @@ class Store:
             return 0
         return d.version - pulled
 
-    def _step(self, d: Dense, grad: torch.Tensor) -> None:
-        """Under d.lock: apply one gradient, copying first if a pull is still sending."""
-        if d.pins:
-            d.pins = [p for p in d.pins if not p.done]
-            if d.pins:
-                d.value.data = d.value.data.clone()
-                d.pins = []
+    def _unpin(self, d: Dense) -> None:
+        """Under d.lock: make sure no pull is still sending d's memory before it changes.
+
+        Wait for the sends at most about as long as copying the tensor would take (idle
+        waiting leaves the CPU to ZeroMQ and the workers); then copy on write.
+        """
+        pins = [p for p in d.pins if not p.done]
+        d.pins = []
+        if not pins:
+            return
+        deadline = time.monotonic() + d.value.numel() * d.value.element_size() / COPY_BYTES_PER_S
+        for p in pins:
+            left = deadline - time.monotonic()
+            if left <= 0 or not hasattr(p, "wait"):
+                break
+            try:
+                p.wait(left)
+            except Exception:  # noqa: BLE001 - zmq.NotDone: still sending
+                break
+        if any(not p.done for p in pins):
+            d.value.data = d.value.data.clone()
+            with self._stats_lock:
                 self.stats.copies_on_write += 1
+        else:
+            with self._stats_lock:
+                self.stats.waited_for_send += 1
+
+    def _step(self, d: Dense, grad: torch.Tensor) -> None:
+        """Under d.lock: apply one gradient (after any pull still sending the tensor)."""
+        if d.pins:
+            self._unpin(d)
         step_dense(d.optimizer, d.value, grad)
         d.version += 1
         d.pushes += 1

@@ -273,3 +273,51 @@ def test_refusals_raise_ps_error_with_the_code(inproc_ps):
         with pytest.raises(PSError) as err:
             c.pull(["w"])
         assert err.value.code == "FAILED_PRECONDITION" and "InitParameters" in err.value.message
+
+
+def test_same_host_socket_is_used_when_offered_and_dropped_when_it_fails(tmp_path, inproc_ps):
+    import socket as pysocket
+
+    from ps.client import _Connection
+
+    path = tmp_path / "ps.sock"
+    listener = pysocket.socket(pysocket.AF_UNIX)
+    listener.bind(str(path))
+    try:
+        conn = _Connection(zmq.Context.instance(), "tcp://127.0.0.1:1")
+        conn.offer(f"ipc://{tmp_path / 'absent.sock'}")   # not on this machine: stay on TCP
+        conn.offer("tcp://elsewhere:2")
+        assert conn.current == "tcp://127.0.0.1:1"
+        conn.offer(f"ipc://{path}")
+        assert conn.current == f"ipc://{path}"
+        conn.failed()                                     # no answer there: back to TCP
+        assert conn.current == "tcp://127.0.0.1:1"
+        conn.offer(f"ipc://{path}")                       # and that path is not tried again
+        assert conn.current == "tcp://127.0.0.1:1"
+        off = _Connection(zmq.Context.instance(), "tcp://127.0.0.1:1", prefer_local=False)
+        off.offer(f"ipc://{path}")
+        assert off.current == "tcp://127.0.0.1:1"
+    finally:
+        listener.close()
+
+
+def test_a_ps_with_a_local_socket_is_reached_through_it(tmp_path):
+    from ps.dataplane import DataPlane
+
+    plane = DataPlane(Store(), host="127.0.0.1", port=0, threads=1,
+                      ipc_path=str(tmp_path / "d.sock"))
+    port = plane.bind()
+    plane.start()
+    try:
+        with DataClient([f"tcp://127.0.0.1:{port}"], timeout_s=5) as c:
+            c.init_parameters({"w": torch.zeros(100_000)}, "sgd", lr=1.0)
+            assert c.transports == [f"ipc://{tmp_path / 'd.sock'}"]
+            c.pull()
+            c.push({"w": torch.ones(100_000)})
+            assert torch.all(c.pull()["w"] == -1.0)
+        with DataClient([f"tcp://127.0.0.1:{port}"], timeout_s=5, prefer_local=False) as c:
+            c.pull()
+            assert c.transports == [f"tcp://127.0.0.1:{port}"]
+    finally:
+        plane.stop()
+    assert not (tmp_path / "d.sock").exists()

@@ -168,6 +168,29 @@ def test_a_pull_in_flight_is_never_changed_under_it():
     assert sent[1].tolist() == [-2.0] * 4 and s.stats.copies_on_write == 1
 
 
+def test_a_push_waits_briefly_for_a_send_about_to_finish():
+    s = Store()
+    s.init_parameters([("w", torch.zeros(1 << 20))], SGD1)  # 4 MB: a ~2 ms wait budget
+
+    class Tracker:
+        done = False
+
+        def wait(self, timeout):
+            self.done = True  # the send finishes while the push waits
+
+    sent = []
+
+    def export(t):
+        view = t.view(-1)
+        sent.append(view)
+        return view, Tracker()
+
+    s.pull(["w"], export)
+    s.push("c", 1, [("w", torch.ones(1 << 20))], [0])
+    assert s.stats.copies_on_write == 0 and s.stats.waited_for_send == 1
+    assert sent[0][0].item() == -1.0  # updated in place: the send had finished
+
+
 def test_snapshot_restore_continues_identically():
     cfg = make_config("adam", lr=0.05)
     a = Store(index=1, num_ps=2)
