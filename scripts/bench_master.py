@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark the master against DESIGN.md's performance targets, on 127.0.0.1 only.
 
-Four measures, each bounded in time and count:
+Six measures, each bounded in time and count:
 
 1. Throughput: shards handed out and acknowledged per second with 1, 8 and 32 client
    processes (each its own gRPC channel and registered worker), against a real
@@ -23,12 +23,23 @@ Four measures, each bounded in time and count:
 4. Master RSS (psutil) of the real master process with a 10^6-shard dataset, 1,000
    registered workers holding 2 leases each, and 70,000 shards already done (so the bounded
    cache of recently ended leases is full).
+5. The cost of progress reports: at the largest client count, batched-path shards/s without
+   and with PROGRESS reports (half-way into each lease), alternating run by run on fresh
+   masters: "progress-heartbeat" sends a Heartbeat with PROGRESS for every held lease before
+   every GetShard (the stress case; the SDK heartbeats once a second), "progress-piggyback"
+   holds two generations of leases and each GetShard carries DONE for the older and PROGRESS
+   for the newer (as the SDK asks for leases once it has read all it holds, carrying DONE for
+   the trained ones and PROGRESS for those still in training). Reported as a ratio to batched.
+6. Appending and reading 10^5 events: in-process, Journal.event + Store.apply on a SQLite
+   file (100 events a commit; also 1 a commit on fewer events), read back with Store.events
+   in pages of 10,000 (GetEvents' cap); then GetEvents over gRPC from a real master started
+   on that database (limit 10,000 and the default 1,000).
 
 Options for digging: --py-spy FILE profiles the master during the largest batched run;
 --master-src DIR benchmarks a patched copy of the `master` package (DIR/master) instead.
 
 Usage:
-    python scripts/bench_master.py                 # full run, about 4 minutes
+    python scripts/bench_master.py                 # full run, about 6 minutes
     python scripts/bench_master.py --quick         # about 1 minute
     python scripts/bench_master.py --json out.json --only throughput --clients 32
     python scripts/bench_master.py --py-spy prof.txt   # profile the master under the
@@ -65,6 +76,10 @@ TARGET_PCT_ECHO = 70.0
 TARGET_FLAT = 1.5
 TARGET_RSS_MB = 300.0
 BATCH = 4
+# calls a client makes per step, by kind (the others make one)
+CALLS_PER_STEP = {"two-calls": 2, "dlrover": 2, "progress-heartbeat": 2}
+PROGRESS_KINDS = ("batched", "progress-heartbeat", "progress-piggyback")
+EVENTS_PAGE = 10_000  # GetEvents' cap on `limit` (master/server.py MAX_EVENTS)
 
 
 # ---- the bare echo server (a child process of this script) ---------------------------------
@@ -241,7 +256,7 @@ def _client_loop(idx: int, cmd_q, res_q, go, start_at) -> None:
                 end = time.monotonic()
                 if end > deadline:
                     break  # finished after the window: not counted
-                stats["calls"] += 2 if kind in ("two-calls", "dlrover") else 1
+                stats["calls"] += CALLS_PER_STEP.get(kind, 1)
                 stats["shards"] += shards
                 stats["leased"] += leased
                 stats["refused"] += refused
@@ -303,6 +318,55 @@ def _master_step(stub, pb, kind: str, dataset: str, idx: int):
                                records_done=lease.shard.end - lease.shard.start)]), timeout=30)
             ok = sum(1 for r in res.results if r.accepted)
             return ok, 1, len(res.results) - ok
+
+        return step
+
+    progress = pb.ShardReport.PROGRESS
+
+    def half(leases) -> list:
+        """PROGRESS half-way into each lease, as the SDK reports trained offsets."""
+        return [pb.ShardReport(lease_id=x.lease_id, outcome=progress,
+                               records_done=(x.shard.end - x.shard.start) // 2) for x in leases]
+
+    if kind == "progress-heartbeat":
+        # the stress case: a Heartbeat with PROGRESS for every held lease before every
+        # GetShard (the SDK heartbeats once a second), then DONE piggybacked on GetShard
+        held_hb: list = []
+
+        def step():
+            hb = stub.Heartbeat(pb.HeartbeatRequest(worker_id=worker_id,
+                                                    progress=half(held_hb)), timeout=30)
+            refused = sum(1 for r in hb.results if not r.accepted)
+            reports = [pb.ShardReport(lease_id=x.lease_id, outcome=done,
+                                      records_done=x.shard.end - x.shard.start) for x in held_hb]
+            got = stub.GetShard(pb.GetShardRequest(worker_id=worker_id, dataset=dataset,
+                                                   max_shards=BATCH, reports=reports),
+                                timeout=30)
+            held_hb[:] = got.leases
+            ok = sum(1 for r in got.results if r.accepted)
+            return ok, len(got.leases), refused + len(got.results) - ok
+
+        return step
+
+    if kind == "progress-piggyback":
+        # SDK-like: two generations of leases held; each GetShard carries DONE for the
+        # older one and PROGRESS (half-way) for the newer one, still in training
+        older: list = []
+        newer: list = []
+
+        def step():
+            reports = [pb.ShardReport(lease_id=x.lease_id, outcome=done,
+                                      records_done=x.shard.end - x.shard.start)
+                       for x in older] + half(newer)
+            got = stub.GetShard(pb.GetShardRequest(worker_id=worker_id, dataset=dataset,
+                                                   max_shards=BATCH, reports=reports),
+                                timeout=30)
+            n_done = len(older)
+            ok = sum(1 for r in got.results[:n_done] if r.accepted)  # DONE acked: shards
+            refused = sum(1 for r in got.results if not r.accepted)
+            older[:] = newer
+            newer[:] = got.leases
+            return ok, len(got.leases), refused
 
         return step
 
@@ -707,6 +771,163 @@ def bench_rss(args, workdir: Path, log) -> dict:
     return out
 
 
+# ---- 5: the cost of progress reports --------------------------------------------------------
+
+
+def bench_progress(args, workdir: Path, log) -> dict:
+    """Batched path at the largest client count, with and without PROGRESS reports, alternating
+    run by run (batched, with heartbeats, piggybacked, batched, ...), each on a fresh master."""
+    k = max(args.clients)
+    clients = Clients(k)
+    runs = []
+    try:
+        for rnd in range(args.progress_rounds):
+            for kind in PROGRESS_KINDS:
+                server = start_master(workdir, f"progress-{kind}-r{rnd}")
+                try:
+                    _create_dataset(server.port, "bench", 10_000_000, 10, 1000)
+                    r = clients.run(k, kind, server.port, "bench", args.duration, server.pid)
+                finally:
+                    code = server.stop()
+                r.update(round=rnd, server_exit=code)
+                runs.append(r)
+                log(f"  {kind:18s} {k:2d} clients: {r['shards_per_s']:7.0f} shards/s "
+                    f"{r['calls_per_s']:7.0f} calls/s p50 {r['p50_ms']:.2f} ms p99 "
+                    f"{r['p99_ms']:.2f} ms server CPU {r['server_cpu']:.2f} cores, "
+                    f"refused {r['refused']}, errors {r['errors']}"
+                    + (f" ({r['first_error']})" if r["first_error"] else ""))
+    finally:
+        clients.close()
+    rows = []
+    base = [r for r in runs if r["kind"] == "batched"]
+    for kind in PROGRESS_KINDS:
+        mine = [r for r in runs if r["kind"] == kind]
+        shards = statistics.mean(r["shards_per_s"] for r in mine)
+        # per round against the batched run of the same round (run just before it)
+        per_round = [r["shards_per_s"] / b["shards_per_s"] for r, b in zip(mine, base)
+                     if b["shards_per_s"]]
+        rows.append(dict(
+            kind=kind, clients=k, rounds=len(mine), shards_per_s=shards,
+            shards_per_s_runs=[r["shards_per_s"] for r in mine],
+            calls_per_s=statistics.mean(r["calls_per_s"] for r in mine),
+            p50_ms=statistics.mean(r["p50_ms"] for r in mine),
+            p99_ms=statistics.mean(r["p99_ms"] for r in mine),
+            server_cpu=statistics.mean(r["server_cpu"] for r in mine),
+            # server CPU per shard acknowledged: what the progress reports add
+            server_us_per_shard=statistics.mean(
+                r["server_cpu"] * 1e6 / r["shards_per_s"] for r in mine if r["shards_per_s"]),
+            ratio=shards / statistics.mean(b["shards_per_s"] for b in base),
+            ratio_rounds=per_round,
+            refused=sum(r["refused"] for r in mine), errors=sum(r["errors"] for r in mine),
+        ))
+    return {"runs": runs, "summary": rows}
+
+
+# ---- 6: appending and reading 10^5 events ----------------------------------------------------
+
+
+def bench_events(args, workdir: Path, log) -> dict:
+    """Append events through Journal.event + Store.apply (SQLite file, durable commits), read
+    them back through Store.events in pages of 10,000 (as GetEvents does), then over gRPC
+    with GetEvents from a real master started on that database."""
+    import grpc
+
+    from master.journal import Journal
+    from master.store import Store
+    from protos import master_pb2 as pb
+    from protos import master_pb2_grpc as pb_grpc
+
+    n, per_commit = args.events, args.events_per_commit
+
+    def append(db: Path, count: int, per: int) -> float:
+        store = Store(f"sqlite:///{db}")
+        store.upgrade()
+        journal = Journal()
+        try:
+            t = time.perf_counter()
+            for first in range(0, count, per):
+                for i in range(first, min(first + per, count)):
+                    # the commonest event under churn, with a detail of its usual size
+                    start = (i % 100_000) * 10
+                    journal.event("lease_requeued", worker_id=f"w{i % 1000:06d}",
+                                  dataset="bench", epoch=i // 100_000, shard_index=i % 100_000,
+                                  cause=("lost", "preempted", "timeout")[i % 3],
+                                  detail=f"lease {i + 1} offset 5: [{start}, {start + 5}) "
+                                  f"done, [{start + 5}, {start + 10}) back")
+                store.apply(journal.swap())
+            return time.perf_counter() - t
+        finally:
+            store.close()
+
+    def read_store(db: Path) -> tuple[float, int]:
+        store = Store(f"sqlite:///{db}")
+        try:
+            t = time.perf_counter()
+            since, got, pages = 0, 0, 0
+            while True:
+                rows = store.events(since, EVENTS_PAGE)
+                pages += 1
+                if not rows:
+                    break
+                assert rows[0]["seq"] == since + 1, (since, rows[0]["seq"])
+                got += len(rows)
+                since = rows[-1]["seq"]
+            return time.perf_counter() - t, got
+        finally:
+            store.close()
+
+    def read_grpc(port: int, limit: int) -> tuple[float, int, int]:
+        with grpc.insecure_channel(f"{HOST}:{port}") as channel:
+            stub = pb_grpc.MasterStub(channel)
+            stub.GetEvents(pb.GetEventsRequest(since=0, limit=1), timeout=60)  # connected
+            t = time.perf_counter()
+            since, got, calls = 0, 0, 0
+            while True:
+                res = stub.GetEvents(pb.GetEventsRequest(since=since, limit=limit), timeout=60)
+                calls += 1
+                if not res.events:
+                    break
+                got += len(res.events)
+                since = res.next
+            return time.perf_counter() - t, got, calls
+
+    out: dict = {"events": n, "per_commit": per_commit, "append": [], "read_store": [],
+                 "append_single": [], "read_grpc": {}}
+    for rnd in range(args.events_rounds):
+        # round 0's database is kept for the master below (start_master opens NAME.db)
+        path = workdir / ("events.db" if rnd == 0 else f"events-{rnd}.db")
+        out["append"].append(append(path, n, per_commit))
+        seconds, got = read_store(path)
+        assert got == n, (got, n)
+        out["read_store"].append(seconds)
+        log(f"  round {rnd}: append {n:,} events, {per_commit} a commit: "
+            f"{out['append'][-1]:.2f} s; read back in pages of {EVENTS_PAGE:,}: {seconds:.2f} s")
+        if rnd:
+            path.unlink()
+    # one event a commit (a lone registration, say): the per-commit floor, on fewer events
+    single = args.events_single
+    out["append_single"].append(append(workdir / "events-single.db", single, 1))
+    out["single"] = single
+    log(f"  append {single:,} events, 1 a commit: {out['append_single'][-1]:.2f} s")
+    # over gRPC, from a real master on the first database
+    t = time.perf_counter()
+    server = start_master(workdir, "events", ())
+    out["master_start_s"] = time.perf_counter() - t  # includes the interpreter's start
+    try:
+        for limit in (EVENTS_PAGE, 1000):
+            runs = []
+            for _ in range(args.events_rounds):
+                seconds, got, calls = read_grpc(server.port, limit)
+                assert got >= n, (got, n)  # plus the master's own master_started event
+                runs.append(seconds)
+            out["read_grpc"][limit] = dict(seconds=runs, events=got, calls=calls)
+            log(f"  GetEvents, limit {limit:,}: {got:,} events in {calls} calls, "
+                f"{min(runs):.2f} s (min of {len(runs)}; median {statistics.median(runs):.2f})")
+    finally:
+        server.stop()
+    return out
+
+
 # ---- report -----------------------------------------------------------------------------------
 
 
@@ -760,7 +981,53 @@ def render(results: dict, args) -> str:
             f"after the dataset {rss['rss_dataset_mb']:.0f} MB, after the workers "
             f"{rss['rss_workers_mb']:.0f} MB; CreateDataset of {rss['shards']:,} shards took "
             f"{rss['create_s'] * 1e3:.0f} ms)", ""]
-    lines += ["Targets (DESIGN.md):"] + [f"  {t}" for t in targets(results)]
+    prog = results.get("progress")
+    if prog:
+        rows = prog["summary"]
+        lines += [
+            f"Cost of progress reports: {rows[0]['clients']} clients, batched path "
+            f"(GetShard max_shards={BATCH} carrying DONE), {args.duration:g} s per run, "
+            f"{rows[0]['rounds']} round(s), alternating batched / with heartbeats / "
+            "piggybacked, fresh master each run; PROGRESS = half of each lease",
+            "",
+            "| variant | shards/s (mean) | shards/s per run | x batched (mean) "
+            "| x batched per round | calls/s | p50 ms | p99 ms | server CPU us a shard "
+            "| refused | errors |",
+            "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['kind']} | {r['shards_per_s']:,.0f} | "
+                + ", ".join(f"{x:,.0f}" for x in r["shards_per_s_runs"])
+                + f" | {r['ratio']:.2f} | " + ", ".join(f"{x:.2f}" for x in r["ratio_rounds"])
+                + f" | {r['calls_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+                f"{r['server_us_per_shard']:.0f} | {r['refused']} | {r['errors']} |")
+        lines.append("")
+    ev = results.get("events")
+    if ev:
+        n = ev["events"]
+        lines += [
+            f"Events: append through Journal.event + Store.apply (SQLite file, WAL, "
+            f"synchronous=FULL), read back in pages; min (median) of {len(ev['append'])} "
+            "run(s)", "",
+            "| measure | events | seconds (min) | seconds (median) | events/s |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+
+        def row(label: str, count: int, runs: list[float]) -> str:
+            return (f"| {label} | {count:,} | {min(runs):.2f} | {statistics.median(runs):.2f} "
+                    f"| {count / min(runs):,.0f} |")
+
+        lines.append(row(f"append, {ev['per_commit']} a commit", n, ev["append"]))
+        lines.append(row("append, 1 a commit", ev["single"], ev["append_single"]))
+        lines.append(row(f"read, Store.events pages of {EVENTS_PAGE:,}", n, ev["read_store"]))
+        for limit, g in sorted(ev["read_grpc"].items(), key=lambda kv: -int(kv[0])):
+            lines.append(row(f"read, GetEvents over gRPC, limit {int(limit):,} "
+                             f"({g['calls']} calls)", g["events"], g["seconds"]))
+        lines += ["", f"(the master started on the {n:,}-event database in "
+                  f"{ev['master_start_s']:.2f} s, interpreter start included)", ""]
+    lines += ["Targets (DESIGN.md):"] + ([f"  {t}" for t in targets(results)]
+                                         or ["  (none for the parts run)"])
     return "\n".join(lines)
 
 
@@ -822,7 +1089,8 @@ def main(argv: list[str] | None = None) -> int:
                    "(default 2, 1 with --quick)")
     p.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")],
                    default=[1, 8, 32], help="client process counts (default 1,8,32)")
-    p.add_argument("--only", choices=["throughput", "cost", "rss"], action="append",
+    p.add_argument("--only", choices=["throughput", "cost", "rss", "progress", "events"],
+                   action="append",
                    help="run only these parts (repeatable)")
     p.add_argument("--json", help="also write the results as JSON to this path")
     p.add_argument("--py-spy", help="profile the master during the largest batched run into "
@@ -859,7 +1127,12 @@ def main(argv: list[str] | None = None) -> int:
     args.rss_workers = 1000
     args.rss_holders = 1000
     args.rss_churn = 70_000
-    parts = args.only or ["throughput", "cost", "rss"]
+    args.progress_rounds = args.rounds + 1  # 3 by default: the ratio is the point here
+    args.events = 100_000
+    args.events_per_commit = 100
+    args.events_single = 2_000 if args.quick else 10_000
+    args.events_rounds = 1 if args.quick else 3
+    parts = args.only or ["throughput", "progress", "events", "cost", "rss"]
 
     def log(msg: str) -> None:
         print(msg, flush=True)
@@ -871,16 +1144,30 @@ def main(argv: list[str] | None = None) -> int:
     log(f"bench_master: {machine}; commit {results['commit']}"
         + (f"; master from {MASTER_SRC}" if MASTER_SRC else ""))
     began = time.monotonic()
+    results["load_average"] = {}
+
+    def part(name: str, title: str) -> None:
+        load = os.getloadavg()
+        results["load_average"][name] = load
+        log(f"{title} (load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})")
+
     with tempfile.TemporaryDirectory(prefix="bench-master-") as tmp:
         workdir = Path(tmp)
         if "throughput" in parts:
-            log("[1+2] throughput, alternating echo / ours:")
+            part("throughput", "[1+2] throughput, alternating echo / ours:")
             results["throughput"] = bench_throughput(args, workdir, log)
+        if "progress" in parts:
+            part("progress", f"[5] cost of progress reports, {max(args.clients)} clients, "
+                 "alternating:")
+            results["progress"] = bench_progress(args, workdir, log)
+        if "events" in parts:
+            part("events", f"[6] append and read {args.events:,} events:")
+            results["events"] = bench_events(args, workdir, log)
         if "cost" in parts:
-            log("[3] cost per shard operation:")
+            part("cost", "[3] cost per shard operation:")
             results["cost"] = bench_cost(args, workdir, log)
         if "rss" in parts:
-            log("[4] master RSS:")
+            part("rss", "[4] master RSS:")
             results["rss"] = bench_rss(args, workdir, log)
     results["elapsed_s"] = time.monotonic() - began
     results["load_average_end"] = os.getloadavg()[0]
