@@ -105,7 +105,11 @@ class LocalCluster:
             log.close()
 
     def __enter__(self) -> "LocalCluster":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.close()  # a PS that failed to start must not leave the master running
+            raise
 
     def __exit__(self, *exc) -> None:
         self.close()
