@@ -67,11 +67,11 @@ def run(settings: PSSettings) -> int:
     else:
         log.info("no checkpoint in %s: starting empty", settings.checkpoint_dir)
 
-    ipc_path = {"auto": None, "off": "", "": ""}.get(settings.data_ipc, settings.data_ipc)
-    if ipc_path is None:
-        ipc_path = auto_ipc_path(settings.index)
+    auto = settings.data_ipc == "auto"
+    ipc_path = auto_ipc_path(settings.index) if auto else (
+        "" if settings.data_ipc in ("", "off") else settings.data_ipc)
     data = DataPlane(store, settings.host, settings.data_port, settings.threads,
-                     settings.max_frame_mb * 1024 * 1024, ipc_path)
+                     settings.max_frame_mb * 1024 * 1024, ipc_path, ipc_optional=auto)
     try:
         data_port = data.bind()
     except BindError as exc:

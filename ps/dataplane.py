@@ -53,6 +53,8 @@ def auto_ipc_path(index: int) -> str:
     directory = os.path.join(tempfile.gettempdir(), LOCAL_DIR)
     try:
         os.makedirs(directory, exist_ok=True)
+        if not os.access(directory, os.W_OK):
+            return ""
         for name in os.listdir(directory):
             parts = name.split("-")
             if name.endswith(".sock") and len(parts) == 4 and parts[2].isdigit():
@@ -87,8 +89,9 @@ def _export(t: torch.Tensor):
 
 class DataPlane:
     def __init__(self, store: Store, host: str = "0.0.0.0", port: int = 0, threads: int = 4,
-                 max_frame_bytes: int = 2**31, ipc_path: str = ""):
+                 max_frame_bytes: int = 2**31, ipc_path: str = "", ipc_optional: bool = False):
         self.ipc_path = ipc_path
+        self.ipc_optional = ipc_optional
         self.local_endpoint = ""
         self.store = store
         self.host = host
@@ -128,10 +131,14 @@ class DataPlane:
         if self.ipc_path:
             try:
                 sock.bind(f"ipc://{self.ipc_path}")
+                self.local_endpoint = f"ipc://{self.ipc_path}"
             except zmq.ZMQError as exc:
-                sock.close(0)
-                raise BindError(f"cannot listen on ipc://{self.ipc_path}: {exc}") from exc
-            self.local_endpoint = f"ipc://{self.ipc_path}"
+                if not self.ipc_optional:
+                    sock.close(0)
+                    raise BindError(f"cannot listen on ipc://{self.ipc_path}: {exc}") from exc
+                log.warning("no same-machine endpoint (cannot listen on ipc://%s: %s); workers "
+                            "here use TCP", self.ipc_path, exc)
+                self.ipc_path = ""
         self.frontend = sock
         return self.bound_port
 

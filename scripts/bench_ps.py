@@ -47,6 +47,10 @@ sys.path.insert(0, str(ROOT))
 
 CHUNK = 1 << 20
 DENSE_SYSTEMS = ["elastic-ps", "elastic-ps-tcp", "grpc-raw", "rpc-default", "rpc-tcp"]
+RATIOS = [("elastic-ps", "grpc-raw"), ("elastic-ps", "rpc-tcp"), ("elastic-ps", "rpc-default"),
+          ("elastic-ps-tcp", "grpc-raw"), ("elastic-ps-tcp", "rpc-tcp"),
+          ("elastic-ps-tcp", "rpc-tcp-basic")]
+FLOORS = [("elastic-ps", "grpc-raw", 2.0), ("elastic-ps", "rpc-tcp", 0.8)]
 LR = 1e-9
 
 
@@ -483,7 +487,7 @@ def main() -> None:
     p.add_argument("--chunk", type=int, default=CHUNK, help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, default=4096, help="embedding batch (ids per call)")
     p.add_argument("--dim", type=int, default=64, help="embedding dimension")
-    p.add_argument("--seconds", type=float, default=3.0, help="measured seconds per run")
+    p.add_argument("--seconds", type=float, default=2.0, help="measured seconds per run")
     p.add_argument("--rounds", type=int, default=2, help="rounds alternating the systems")
     p.add_argument("--sizes", default="1M,10M", help="dense model sizes (parameters)")
     p.add_argument("--workers", default="1,2", help="worker process counts")
@@ -509,6 +513,7 @@ def main() -> None:
     print(f"# bench_ps: {os.cpu_count()} cpus, {args.seconds}s x {args.rounds} rounds per "
           f"system and configuration; logs in {work}", flush=True)
     results: dict = {"dense": [], "embedding": []}
+    floors: list[tuple] = []
     header = f"{'model':>6} {'workers':>7} {'system':<14} {'rt/s':>9} {'MB/s':>9}  rounds (rt/s)"
     print(header)
     for params in sizes:
@@ -535,13 +540,21 @@ def main() -> None:
                 results["dense"].append({"params": params, "bytes": nbytes, "workers": workers,
                                          "system": system, "rt_per_s": rates, "mean": mean,
                                          "MB_per_s": mbs})
-            ours = statistics.fmean(per_system.get("elastic-ps", [float("nan")]))
-            ratios = []
-            for other in systems:
-                if other != "elastic-ps" and "elastic-ps" in per_system:
-                    ratios.append(f"{other} {ours / statistics.fmean(per_system[other]):.2f}x")
+            mean = {k: statistics.fmean(v) for k, v in per_system.items()}
+            ratios = [f"{a}/{b} {mean[a] / mean[b]:.2f}x" for a, b in RATIOS
+                      if a in mean and b in mean]
             if ratios:
-                print(f"{'':>6} {'':>7} elastic-ps vs: {', '.join(ratios)}", flush=True)
+                print(f"{'':>6} {'':>7} {', '.join(ratios)}", flush=True)
+            for a, b, floor in FLOORS:
+                if a in mean and b in mean:
+                    ratio = mean[a] / mean[b]
+                    floors.append((f"{params / 1e6:g}M x{workers}", a, b, ratio, floor))
+
+    if floors:
+        print("\n# floors (ratios of the means measured side by side above)")
+        for config, a, b, ratio, floor in floors:
+            verdict = "ok" if ratio >= floor else "BELOW"
+            print(f"{config:>9} {a}/{b} = {ratio:.2f}x (floor {floor}x) {verdict}")
 
     if not args.no_embedding:
         print(f"\n# embedding PullRows+PushRows, batch {args.batch}, dim {args.dim}, "
