@@ -48,14 +48,15 @@ class Run:
 
 
 def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: float,
-          timeout: float) -> Run:
+          timeout: float, workers: int = 1) -> Run:
     run = Run(name)
     shards = None
     bar = tqdm(total=total, unit="rec", desc=name, dynamic_ncols=True)
     started = time.monotonic()
     last_eval = 0.0
     done_before = 0
-    cluster.add_worker()
+    for _ in range(workers):
+        cluster.add_worker()
     try:
         while time.monotonic() - started < timeout:
             ds = cluster.dataset_status()
@@ -130,7 +131,9 @@ def main() -> int:
     p.add_argument("--shard-size", type=int, default=1024)
     p.add_argument("--workdir", default="demo-run")
     p.add_argument("--eval-every", type=float, default=3.0, help="seconds between AUC checks")
-    p.add_argument("--no-baseline", action="store_true", help="skip the single-worker run")
+    p.add_argument("--no-baseline", action="store_true", help="skip the run without churn")
+    p.add_argument("--baseline-workers", type=int, default=1,
+                   help="workers of the run without churn (default 1)")
     p.add_argument("--timeout", type=float, default=900)
     args = p.parse_args()
 
@@ -150,14 +153,16 @@ def main() -> int:
     churn_plan = [(0.10, "add", 3), (0.35, "SIGKILL", 1), (0.55, "SIGTERM", 1)]
     runs = []
     try:
-        for name, plan in [("with churn", churn_plan)] + \
-                ([] if args.no_baseline else [("one worker, no churn", [])]):
-            directory = work / name.split()[0].replace(",", "")
+        calm = f"{args.baseline_workers} worker{'s' if args.baseline_workers > 1 else ''}, " \
+            "no churn"
+        for name, plan, workers in [("with churn", churn_plan, 1)] + \
+                ([] if args.no_baseline else [(calm, [], args.baseline_workers)]):
+            directory = work / ("churn" if plan else "calm")
             subprocess.run(["rm", "-rf", str(directory)], check=True)
             with LocalCluster(directory, data, num_ps=2, train_args=train_args) as cluster:
                 print(f"\n{name}: master on {cluster.db}, 2 PS, logs in {directory}")
                 runs.append(train(cluster, name, total, list(plan), args.eval_every,
-                                  args.timeout))
+                                  args.timeout, workers))
     except KeyboardInterrupt:
         print("\ninterrupted: every process of the demo has been stopped", file=sys.stderr)
         return 130
