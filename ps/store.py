@@ -78,11 +78,10 @@ class Stats:
 
 class Store:
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
-                 applied_capacity: int = 100_000, clock: Callable[[], float] = time.time):
+                 applied_capacity: int = 100_000):
         self.index = index
         self.num_ps = num_ps
         self.max_staleness = max_staleness
-        self.clock = clock
         self.gate = Gate()
         self._stats_lock = threading.Lock()
         self.applied = AppliedTable(applied_capacity)
