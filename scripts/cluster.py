@@ -62,6 +62,12 @@ class LocalCluster:
         self.master = Proc(master_args(self.db, *self.master_flags, port=port),
                            "elastic-master").start()
 
+    def standby_worker(self, *extra: str) -> tuple[str, Path]:
+        """A worker started now that joins only once the returned file is created: its
+        interpreter and torch are loaded beforehand, as on a machine of its own."""
+        go = self.workdir / f"go-{self._n + 1}"
+        return self.add_worker("--start-when", str(go), *extra), go
+
     def add_worker(self, *extra: str) -> str:
         self._n += 1
         name = f"worker-{self._n}"

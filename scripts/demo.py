@@ -48,15 +48,20 @@ class Run:
 
 
 def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: float,
-          timeout: float, workers: int = 1) -> Run:
+          timeout: float, workers: int = 1, warm: bool = True) -> Run:
     run = Run(name)
     shards = None
     bar = tqdm(total=total, unit="rec", desc=name, dynamic_ncols=True)
     started = time.monotonic()
     last_eval = 0.0
     done_before = 0
+    # the workers that scale up later start now as warm standbys (torch loaded), so the run
+    # measures churn and not 2 cores busy importing torch three times at once
+    standby = [cluster.standby_worker()[1] for action in plan if action[1] == "add"
+               for _ in range(action[2])] if warm else []
     for _ in range(workers):
         cluster.add_worker()
+    active = workers
     try:
         while time.monotonic() - started < timeout:
             ds = cluster.dataset_status()
@@ -68,18 +73,24 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
                 shards = -(-ds.spec.num_records // ds.spec.shard_size)
                 bar.set_postfix_str(
                     f"epoch {min(ds.epoch, ds.spec.num_epochs - 1) + 1}/{ds.spec.num_epochs} "
-                    f"shards {ds.done}/{shards} workers {len(cluster.alive())}"
+                    f"shards {ds.done}/{shards} workers {active}"
                     + (f" AUC {run.curve[-1][1]:.4f}" if run.curve else ""))
             while plan and done >= plan[0][0] * total:
                 _, action, count = plan.pop(0)
                 alive = cluster.alive()
                 if action == "add":
                     for _ in range(count):
-                        cluster.add_worker()
-                    tqdm.write(f"[{now:5.1f}s] scaled up: {len(cluster.alive())} workers")
+                        if standby:
+                            standby.pop(0).touch()
+                        else:
+                            cluster.add_worker()
+                    active += count
+                    tqdm.write(f"[{now:5.1f}s] scaled up: {active} workers")
                 elif action in ("SIGKILL", "SIGTERM") and alive:
-                    cluster.signal_worker(alive[0], getattr(signal, action))
-                    tqdm.write(f"[{now:5.1f}s] {action} {alive[0]}"
+                    victim = next((n for n in alive if cluster.training(n)), alive[0])
+                    active -= 1
+                    cluster.signal_worker(victim, getattr(signal, action))
+                    tqdm.write(f"[{now:5.1f}s] {action} {victim}"
                                + (": its shards come back after the 3 s worker timeout"
                                   if action == "SIGKILL" else
                                   ": it hands its leases back with their progress and exits"))
@@ -130,11 +141,13 @@ def main() -> int:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--shard-size", type=int, default=1024)
     p.add_argument("--workdir", default="demo-run")
-    p.add_argument("--eval-every", type=float, default=3.0, help="seconds between AUC checks")
+    p.add_argument("--eval-every", type=float, default=1.0, help="seconds between AUC checks")
     p.add_argument("--no-baseline", action="store_true", help="skip the run without churn")
     p.add_argument("--baseline-workers", type=int, default=1,
                    help="workers of the run without churn (default 1)")
     p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--cold-start", action="store_true",
+                   help="start scaled-up workers from scratch instead of warm standbys")
     args = p.parse_args()
 
     work = ROOT / args.workdir
@@ -162,7 +175,7 @@ def main() -> int:
             with LocalCluster(directory, data, num_ps=2, train_args=train_args) as cluster:
                 print(f"\n{name}: master on {cluster.db}, 2 PS, logs in {directory}")
                 runs.append(train(cluster, name, total, list(plan), args.eval_every,
-                                  args.timeout, workers))
+                                  args.timeout, workers, warm=not args.cold_start))
     except KeyboardInterrupt:
         print("\ninterrupted: every process of the demo has been stopped", file=sys.stderr)
         return 130

@@ -110,12 +110,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="worker label, e.g. market=spot (repeatable)")
     p.add_argument("--eval", action="store_true", help="only evaluate the current model")
     p.add_argument("--log-every", type=float, default=5.0, help="seconds between progress lines")
+    p.add_argument("--start-when", metavar="PATH",
+                   help="load everything, then join only once PATH exists (a warm standby)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     labels = dict(item.split("=", 1) for item in args.label if "=" in item)
     if len(labels) != len(args.label):
         p.error("--label takes KEY=VALUE")
     train = ClickLog(args.data, "train")
+    if args.start_when:
+        deadline = time.monotonic() + 3600
+        while not Path(args.start_when).exists():
+            if time.monotonic() > deadline:
+                p.error(f"--start-when {args.start_when}: it never appeared")
+            time.sleep(0.05)
     model = build_model(train.meta)
     client = PSClient(master=args.master)
     client.init_parameters(model, optimizer="adagrad", lr=args.lr)
