@@ -33,9 +33,9 @@ class MasterProcess:
 
     `kill()` (SIGKILL) and `start()` again restart it on the same database and port."""
 
-    def __init__(self, workdir: Path, *args: str):
+    def __init__(self, workdir: Path, *args: str, db: str | None = None):
         self.workdir = workdir
-        self.db = f"sqlite:///{workdir / 'm.db'}"
+        self.db = db or f"sqlite:///{workdir / 'm.db'}"
         self.args = list(args)
         self.port = 0
         self.proc: subprocess.Popen | None = None
@@ -110,14 +110,14 @@ class MasterProcess:
 
 @pytest.fixture
 def master_factory(tmp_path):
-    """`master_factory(*flags)` starts a master (each in its own directory); all are killed at
-    teardown."""
+    """`master_factory(*flags, db=URL)` starts a master (each in its own directory, on its own
+    SQLite file unless `db` names a database); all are killed at teardown."""
     masters: list[MasterProcess] = []
 
-    def start(*args: str) -> MasterProcess:
+    def start(*args: str, db: str | None = None) -> MasterProcess:
         workdir = tmp_path / f"master{len(masters)}"
         workdir.mkdir()
-        m = MasterProcess(workdir, *args)
+        m = MasterProcess(workdir, *args, db=db)
         masters.append(m)
         return m.start()
 

@@ -9,21 +9,14 @@ import pytest
 
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
-from tests import procs
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def master(tmp_path):
-    proc = procs.master(f"sqlite:///{tmp_path}/m.db")
-    yield proc
-    proc.kill()
-
-
 def ctl(master_address, *args):
     return subprocess.run([sys.executable, "-m", "master.ctl", "--master", master_address, *args],
-                          capture_output=True, text=True, timeout=30, cwd=procs.ROOT)
+                          capture_output=True, text=True, timeout=30, cwd=REPO)
 
 
 def test_status_shows_datasets_workers_and_ps(master):

@@ -14,22 +14,11 @@ from master.simworker import SimWorker
 from master.store import Store
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
-from tests import procs
+from scripts.launch import Proc
+from tests.conftest import REPO
 from tests.master.harness import assert_exactly_once, audit
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def db(tmp_path):
-    return f"sqlite:///{tmp_path}/master.db"
-
-
-@pytest.fixture
-def master(db):
-    proc = procs.master(db)
-    yield proc
-    proc.kill()
 
 
 def stub_for(address):
@@ -101,7 +90,7 @@ def run_workers(address, n, dataset="train", **kw):
     return workers, threads
 
 
-def test_concurrent_clients_drain_two_epochs_exactly_once(master, db):
+def test_concurrent_clients_drain_two_epochs_exactly_once(master):
     stub, _ = stub_for(master.address)
     stub.CreateDataset(spec(records=2005, shard=10, epochs=2, shuffle=True, seed=4))
     workers, threads = run_workers(master.address, 4, max_shards=3)
@@ -112,7 +101,7 @@ def test_concurrent_clients_drain_two_epochs_exactly_once(master, db):
     assert ds.finished and [e.records_done for e in ds.epochs] == [2005, 2005]
     assert [e.done for e in ds.epochs] == [201, 201]
     assert sum(w.records_trained for w in workers) == 2 * 2005
-    history = audit(Store(db), "train")
+    history = audit(Store(master.db), "train")
     for epoch in (0, 1):
         assert_exactly_once(history[epoch], 2005)
 
@@ -140,47 +129,43 @@ def test_a_silent_worker_is_declared_lost_and_its_shards_move_within_3s(master):
     assert [e.worker_id for e in reasons] == [quiet]
 
 
-def _kill_master_twice_mid_run(db_url, records=3000, shard=10):
+def _kill_master_twice_mid_run(proc, records=3000, shard=10):
     """Drive 3 workers through 2 epochs while the master is SIGKILLed twice."""
-    proc = procs.master(db_url)
-    port = proc.port
-    try:
-        stub, _ = stub_for(proc.address)
-        stub.CreateDataset(spec(records=records, shard=shard, epochs=2, shuffle=True, seed=9))
-        workers, threads = run_workers(proc.address, 3, max_shards=2,
-                                       seconds_per_record=0.0002)
-        for kill in range(2):
-            target = (kill + 1) * records * 2 // 3
-            deadline = time.monotonic() + 60
-            while sum(w.records_trained for w in workers) < target:
-                assert time.monotonic() < deadline, "workers made no progress"
-                time.sleep(0.02)
-            proc.kill()
-            time.sleep(0.3)
-            proc = procs.master(db_url, port=port)
-        for t in threads:
-            t.join(120)
-        assert not any(t.is_alive() for t in threads)
-        stub, _ = stub_for(proc.address)
-        ds = status_of(stub)
-        assert ds.finished and [e.records_done for e in ds.epochs] == [records, records]
-        events = stub.GetEvents(pb.GetEventsRequest()).events
-        assert [e.cause for e in events if e.kind == "master_started"] == \
-            ["fresh", "restarted", "restarted"]
-        history = audit(Store(db_url), "train")
-        for epoch in (0, 1):
-            assert_exactly_once(history[epoch], records)
-    finally:
+    stub, _ = stub_for(proc.address)
+    stub.CreateDataset(spec(records=records, shard=shard, epochs=2, shuffle=True, seed=9))
+    workers, threads = run_workers(proc.address, 3, max_shards=2,
+                                   seconds_per_record=0.0002)
+    for kill in range(2):
+        target = (kill + 1) * records * 2 // 3
+        deadline = time.monotonic() + 60
+        while sum(w.records_trained for w in workers) < target:
+            assert time.monotonic() < deadline, "workers made no progress"
+            time.sleep(0.02)
         proc.kill()
+        time.sleep(0.3)
+        proc.start()  # the same database and port
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    stub, _ = stub_for(proc.address)
+    ds = status_of(stub)
+    assert ds.finished and [e.records_done for e in ds.epochs] == [records, records]
+    events = stub.GetEvents(pb.GetEventsRequest()).events
+    assert [e.cause for e in events if e.kind == "master_started"] == \
+        ["fresh", "restarted", "restarted"]
+    history = audit(Store(proc.db), "train")
+    for epoch in (0, 1):
+        assert_exactly_once(history[epoch], records)
 
 
-def test_master_killed_twice_mid_run_loses_and_double_counts_nothing_sqlite(db):
-    _kill_master_twice_mid_run(db)
+def test_master_killed_twice_mid_run_loses_and_double_counts_nothing_sqlite(master):
+    _kill_master_twice_mid_run(master)
 
 
 @pytest.mark.postgres
-def test_master_killed_twice_mid_run_loses_and_double_counts_nothing_postgres(pg_url):
-    _kill_master_twice_mid_run(pg_url)
+def test_master_killed_twice_mid_run_loses_and_double_counts_nothing_postgres(
+        pg_url, master_factory):
+    _kill_master_twice_mid_run(master_factory(db=pg_url))
 
 
 # ---- the command line ------------------------------------------------------------------------
@@ -188,7 +173,7 @@ def test_master_killed_twice_mid_run_loses_and_double_counts_nothing_postgres(pg
 
 def run_cli(*args, timeout=30):
     return subprocess.run([sys.executable, "-m", "master", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=procs.ROOT)
+                          text=True, timeout=timeout, cwd=REPO)
 
 
 def test_unopenable_db_exits_non_zero_with_the_reason(tmp_path):
@@ -212,7 +197,7 @@ def test_port_in_use_exits_non_zero(master, tmp_path):
 
 
 def test_sigterm_stops_cleanly_and_env_vars_configure(tmp_path):
-    proc = procs.Proc(
+    proc = Proc(
         [sys.executable, "-m", "master", "--host", "127.0.0.1"], "elastic-master",
         env={"ELASTIC_PS_PORT": "0", "ELASTIC_PS_DB": f"sqlite:///{tmp_path}/env.db",
              "ELASTIC_PS_WORKER_TIMEOUT": "7.5"},
