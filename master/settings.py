@@ -61,10 +61,7 @@ def parse(argv: list[str] | None = None) -> MasterSettings:
                    help="gRPC handler threads")
     p.add_argument("--log-level", default=_env("log_level", d.log_level),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    try:
-        a = p.parse_args(argv)
-    except SystemExit:
-        raise
+    a = p.parse_args(argv)  # bad flags: argparse prints why and exits 2
     s = MasterSettings(
         host=a.host, port=a.port, db=a.db, heartbeat_interval=a.heartbeat_interval,
         worker_timeout=a.worker_timeout, max_shard_failures=a.max_shard_failures,
