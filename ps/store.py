@@ -192,18 +192,21 @@ class Store:
                 raise invalid(f"gradient of {name!r} is {DTYPE_NAMES.get(g.dtype)}"
                               f"{list(g.shape)}, the tensor is "
                               f"{DTYPE_NAMES[d.value.dtype]}{list(d.value.shape)}")
+        return self._at_most_once(
+            client_id, seq, lambda: self._apply(grads, versions),
+            lambda: {"versions": self.versions(names), "max_staleness": 0})
+
+    def _at_most_once(self, client_id: str, seq: int, apply, defaults) -> dict:
+        """Run `apply` once per (client_id, seq): a retry gets the first answer back, marked
+        duplicate (with `defaults()` filling what an error answer lacks)."""
         with self.gate.shared():
             self._refuse_if_stopping()
             try:
                 entry = self.applied.begin(client_id, seq)
             except Duplicate as dup:
-                answer = dict(dup.answer)
-                answer.setdefault("versions", self.versions(names))
-                answer.setdefault("max_staleness", 0)
-                answer["duplicate"] = True
-                return answer
+                return {**defaults(), **dup.answer, "duplicate": True}
             try:
-                answer = self._apply(grads, versions)
+                answer = apply()
             except BaseException:
                 self.applied.abandon(client_id, entry)
                 raise
@@ -331,25 +334,13 @@ class Store:
         if grads.dtype != torch.float32 or tuple(grads.shape) != (ids.numel(), t.spec.dim):
             raise invalid(f"table {table!r}: gradients must be float32 [{ids.numel()}, "
                           f"{t.spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}{list(grads.shape)}")
-        with self.gate.shared():
-            self._refuse_if_stopping()
-            try:
-                entry = self.applied.begin(client_id, seq)
-            except Duplicate as dup:
-                answer = dict(dup.answer)
-                answer.setdefault("rows", 0)
-                answer["duplicate"] = True
-                return answer
-            try:
-                rows = t.push(ids, grads)
-            except BaseException:
-                self.applied.abandon(client_id, entry)
-                raise
-            answer = {"code": "OK", "message": "", "rows": rows}
-            self.applied.finish(entry, answer)
+        def apply() -> dict:
+            answer = {"code": "OK", "message": "", "rows": t.push(ids, grads)}
             with self._stats_lock:
                 self.stats.row_pushes += 1
-            return dict(answer, duplicate=False)
+            return answer
+
+        return self._at_most_once(client_id, seq, apply, lambda: {"rows": 0})
 
     # -- lifecycle and checkpoints ------------------------------------------------------------
 
