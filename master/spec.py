@@ -5,7 +5,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from .errors import invalid
-from .order import ShardOrder
+from .shard_order import ShardOrder
 
 MAX_NAME = 128
 DEFAULT_LEASE_TIMEOUT_S = 600.0

@@ -48,11 +48,11 @@ def run(settings: PSSettings) -> int:
     from .dataplane import BindError, DataPlane, auto_ipc_path
     from .registrar import Registrar, connect
     from .server import Identity, PortInUse, PSServicer, build_server, now_ms
-    from .store import Store
+    from .params import ParamStore
 
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
-    store = Store(settings.index, settings.num_ps, settings.max_staleness,
+    store = ParamStore(settings.index, settings.num_ps, settings.max_staleness,
                   settings.applied_capacity)
     checkpointer = Checkpointer(store, CheckpointDir(settings.checkpoint_dir, settings.index,
                                                      settings.num_ps, settings.keep_checkpoints))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .store import Store
+from .params import ParamStore
 
 log = logging.getLogger(__name__)
 
@@ -181,13 +181,13 @@ def _fsync_dir(directory: Path) -> None:
 
 
 class Checkpointer:
-    """Takes checkpoints of a Store into a CheckpointDir, one at a time, and restores one.
+    """Takes checkpoints of a ParamStore into a CheckpointDir, one at a time, and restores one.
 
     The snapshot is taken under the store's exclusive gate (pushes pause for the time it takes
     to copy the state in memory); serializing and writing happen after, while pushes go on.
     """
 
-    def __init__(self, store: Store, directory: CheckpointDir):
+    def __init__(self, store: ParamStore, directory: CheckpointDir):
         self.store = store
         self.dir = directory
         self._lock = threading.Lock()

@@ -2,10 +2,10 @@
 
 A client's multipart message [DataRequest, buffer, ...] arrives on a ROUTER socket bound to
 `--data-port`; `zmq.proxy` (C code, no GIL) hands it over an in-process socket to one of
-`threads` handler threads, which decode it, call the `Store`, and send back
+`threads` handler threads, which decode it, call the `ParamStore`, and send back
 [DataResponse, buffer, ...] the same way. Received tensor frames are wrapped with
 `torch.frombuffer` (no copy); a pulled tensor is sent from the tensor's own memory (no copy)
-and its tracker pins it until ZeroMQ has written the bytes (see `ps.store`).
+and its tracker pins it until ZeroMQ has written the bytes (see `ps.params`).
 
 Bad input never takes the PS down: a header that does not parse is answered INVALID_ARGUMENT,
 a message without a body frame is dropped, frames larger than `max_frame_bytes` make ZeroMQ
@@ -28,7 +28,7 @@ from protos import ps_pb2
 from .embedding import TableSpec
 from .errors import PSError, invalid
 from .optim import config_from_pb
-from .store import Store
+from .params import ParamStore
 from .wire import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number, error_response,
                    from_frame, meta_of)
 
@@ -88,7 +88,7 @@ def _export(t: torch.Tensor):
 
 
 class DataPlane:
-    def __init__(self, store: Store, host: str = "0.0.0.0", port: int = 0, threads: int = 4,
+    def __init__(self, store: ParamStore, host: str = "0.0.0.0", port: int = 0, threads: int = 4,
                  max_frame_bytes: int = 2**31, ipc_path: str = "", ipc_optional: bool = False):
         self.ipc_path = ipc_path
         self.ipc_optional = ipc_optional

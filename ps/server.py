@@ -1,4 +1,4 @@
-"""gRPC control plane: a thin servicer over the Store and Checkpointer, plus health checking."""
+"""gRPC control plane: a thin servicer over the ParamStore and Checkpointer, plus health checking."""
 from __future__ import annotations
 
 import errno
@@ -14,7 +14,7 @@ from protos import ps_pb2, ps_pb2_grpc
 
 from .checkpoint import Checkpointer
 from .optim import config_to_pb
-from .store import Store
+from .params import ParamStore
 from .wire import meta_of
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ class Identity:
     started_ms: int = 0
 
 
-def status_view(store: Store, checkpointer: Checkpointer | None,
+def status_view(store: ParamStore, checkpointer: Checkpointer | None,
                 me: Identity) -> ps_pb2.GetPSStatusResponse:
     s = store.stats
     resp = ps_pb2.GetPSStatusResponse(
@@ -65,7 +65,7 @@ def status_view(store: Store, checkpointer: Checkpointer | None,
 
 
 class PSServicer(ps_pb2_grpc.ParameterServerServicer):
-    def __init__(self, store: Store, checkpointer: Checkpointer, me: Identity):
+    def __init__(self, store: ParamStore, checkpointer: Checkpointer, me: Identity):
         self.store = store
         self.checkpointer = checkpointer
         self.me = me

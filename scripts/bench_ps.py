@@ -10,7 +10,7 @@ Dense: each worker process loops `pull` all parameters + `push` a gradient of th
 configuration the systems run one after another, and the rounds alternate them again, so they
 share the machine's conditions:
 
-- `elastic-ps`: the real `python -m ps --standalone`, and `ps.client.DataClient` (SGD applied
+- `elastic-ps`: the real `python -m ps --standalone`, and `worker_sdk.ps_data.DataClient` (SGD applied
   per push with torch.optim under per-tensor locks, zero-copy ZeroMQ frames);
 - `grpc-raw`: grpcio moving the same bytes, raw bytes methods (no protobuf), 1 MiB chunks
   streamed both ways; the server keeps the pushed bytes in a buffer and applies nothing;
@@ -119,7 +119,7 @@ def _loop(run_dir: Path, rank: int, step, warmup: int = 3) -> None:
 def worker_elastic(args) -> None:
     import torch
 
-    from ps.client import DataClient
+    from worker_sdk.ps_data import DataClient
 
     shapes = model_shapes(args.params)
     grads = {n: torch.full(s, 1.0) for n, s in shapes}
@@ -138,7 +138,7 @@ def worker_elastic(args) -> None:
 def worker_embedding(args) -> None:
     import torch
 
-    from ps.client import DataClient
+    from worker_sdk.ps_data import DataClient
 
     c = DataClient([args.endpoint], timeout_s=120)
     g = torch.Generator().manual_seed(args.rank)
@@ -414,7 +414,7 @@ def run_elastic(work: Path, params: int, workers: int, seconds: float, role: str
 def _init_elastic(endpoint: str, params: int, role: str) -> None:
     import torch
 
-    from ps.client import DataClient
+    from worker_sdk.ps_data import DataClient
     from ps.embedding import TableSpec
 
     with DataClient([endpoint], timeout_s=120) as c:

@@ -47,7 +47,7 @@ from . import preempt
 from .errors import Cancelled, ElasticError, MasterError
 from .leases import HeldLease, LeaseTable
 from .master_client import MasterClient
-from .order import ShardLayout
+from .record_order import ShardLayout
 from .retry import RetryPolicy
 
 log = logging.getLogger(__name__)

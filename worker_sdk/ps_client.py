@@ -21,7 +21,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from ps.client import DataClient, PushOutcome, StaleGradient
+from worker_sdk.ps_data import DataClient, PushOutcome, StaleGradient
 from ps.embedding import TableSpec
 from ps.partition import check_row_ids
 

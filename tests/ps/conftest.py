@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 from ps.dataplane import DataPlane
-from ps.store import Store
+from ps.params import ParamStore
 
 
 class InProcessPS:
-    def __init__(self, store: Store, threads: int = 2):
+    def __init__(self, store: ParamStore, threads: int = 2):
         self.store = store
         self.plane = DataPlane(store, host="127.0.0.1", port=0, threads=threads,
                                max_frame_bytes=64 << 20)
@@ -25,8 +25,8 @@ def inproc_ps():
     """A factory of in-process PS (store + data plane on 127.0.0.1:0), stopped afterwards."""
     started: list[InProcessPS] = []
 
-    def make(store: Store | None = None, threads: int = 2) -> InProcessPS:
-        ps = InProcessPS(store or Store(), threads)
+    def make(store: ParamStore | None = None, threads: int = 2) -> InProcessPS:
+        ps = InProcessPS(store or ParamStore(), threads)
         started.append(ps)
         return ps
 

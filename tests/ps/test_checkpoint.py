@@ -10,11 +10,11 @@ import torch
 from ps.checkpoint import CheckpointDir, Checkpointer, CorruptCheckpoint, decode, encode
 from ps.embedding import TableSpec
 from ps.optim import make_config
-from ps.store import Store
+from ps.params import ParamStore
 
 
-def _store(value: float = 0.0) -> Store:
-    s = Store(index=0, num_ps=2)
+def _store(value: float = 0.0) -> ParamStore:
+    s = ParamStore(index=0, num_ps=2)
     s.init_parameters([("w", torch.full((3,), value))], make_config("adagrad", lr=0.1),
                       [(TableSpec("e", 2, seed=1), None)])
     return s
@@ -56,7 +56,7 @@ def test_newest_good_checkpoint_restored_and_old_ones_pruned(tmp_path):
         ck.write()
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["ps-0-of-2-00000002.ckpt", "ps-0-of-2-00000003.ckpt"]
-    fresh = Store(index=0, num_ps=2)
+    fresh = ParamStore(index=0, num_ps=2)
     info = Checkpointer(fresh, CheckpointDir(tmp_path, 0, 2)).restore()
     assert info.number == 3 and fresh.versions() == {"w": 3}
     assert torch.equal(fresh.dense["w"].value, store.dense["w"].value)
@@ -71,7 +71,7 @@ def test_corrupt_newest_is_refused_and_the_previous_used(tmp_path, caplog):
     store.push("c", 2, [("w", torch.ones(3))], [1])
     newest = ck.write().path
     newest.write_bytes(newest.read_bytes()[:-100])  # a torn write
-    fresh = Store(index=0, num_ps=2)
+    fresh = ParamStore(index=0, num_ps=2)
     with caplog.at_level(logging.ERROR):
         info = Checkpointer(fresh, CheckpointDir(tmp_path, 0, 2)).restore()
     assert info.number == 1 and fresh.versions() == {"w": 1}
@@ -82,12 +82,12 @@ def test_corrupt_newest_is_refused_and_the_previous_used(tmp_path, caplog):
 
 
 def test_only_this_ps_and_count_files_are_used(tmp_path, caplog):
-    other = Store(index=1, num_ps=2)
+    other = ParamStore(index=1, num_ps=2)
     other.init_parameters([("x", torch.ones(1))], make_config("sgd"))
     CheckpointDir(tmp_path, 1, 2).write(other.snapshot(), 1)
-    CheckpointDir(tmp_path, 0, 3).write(Store(index=0, num_ps=3).snapshot(), 1)
+    CheckpointDir(tmp_path, 0, 3).write(ParamStore(index=0, num_ps=3).snapshot(), 1)
     (tmp_path / ".ps-0-of-2-00000009.ckpt.tmp-123").write_bytes(b"half")
-    fresh = Store(index=0, num_ps=2)
+    fresh = ParamStore(index=0, num_ps=2)
     with caplog.at_level(logging.WARNING):
         assert Checkpointer(fresh, CheckpointDir(tmp_path, 0, 2)).restore() is None
     assert not fresh.initialized
@@ -96,7 +96,7 @@ def test_only_this_ps_and_count_files_are_used(tmp_path, caplog):
 
 
 def test_periodic_write_skips_when_nothing_changed(tmp_path):
-    store = Store(index=0, num_ps=2)
+    store = ParamStore(index=0, num_ps=2)
     ck = Checkpointer(store, CheckpointDir(tmp_path, 0, 2))
     ck.restore()
     assert ck.write(only_if_changed=True) is None  # fresh and empty: nothing to keep

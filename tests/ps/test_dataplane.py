@@ -9,9 +9,9 @@ import torch
 import zmq
 
 from protos import ps_pb2
-from ps.client import DataClient, PSUnavailable, StaleGradient
+from worker_sdk.ps_data import DataClient, PSUnavailable, StaleGradient
 from ps.errors import PSError
-from ps.store import Store
+from ps.params import ParamStore
 
 
 def _client(ps, **kw) -> DataClient:
@@ -168,7 +168,7 @@ def test_pulls_never_see_a_half_applied_push(inproc_ps):
 
 
 def test_stale_push_refused_with_failed_precondition(inproc_ps):
-    ps = inproc_ps(Store(max_staleness=0))
+    ps = inproc_ps(ParamStore(max_staleness=0))
     with _client(ps) as a, _client(ps) as b:
         a.init_parameters({"w": torch.zeros(4)}, "sgd", lr=1.0)
         a.pull()
@@ -278,7 +278,7 @@ def test_refusals_raise_ps_error_with_the_code(inproc_ps):
 def test_same_host_socket_is_used_when_offered_and_dropped_when_it_fails(tmp_path, inproc_ps):
     import socket as pysocket
 
-    from ps.client import _Connection
+    from worker_sdk.ps_data import _Connection
 
     path = tmp_path / "ps.sock"
     listener = pysocket.socket(pysocket.AF_UNIX)
@@ -304,7 +304,7 @@ def test_same_host_socket_is_used_when_offered_and_dropped_when_it_fails(tmp_pat
 def test_a_ps_with_a_local_socket_is_reached_through_it(tmp_path):
     from ps.dataplane import DataPlane
 
-    plane = DataPlane(Store(), host="127.0.0.1", port=0, threads=1,
+    plane = DataPlane(ParamStore(), host="127.0.0.1", port=0, threads=1,
                       ipc_path=str(tmp_path / "d.sock"))
     port = plane.bind()
     plane.start()

@@ -8,7 +8,7 @@ import torch
 from ps.embedding import Table, TableSpec, initial_rows
 from ps.errors import PSError
 from ps.optim import RowOptimizer, make_config
-from ps.store import Store
+from ps.params import ParamStore
 
 
 def test_rows_depend_only_on_seed_table_and_id():
@@ -42,7 +42,7 @@ def test_initializers_have_the_asked_distribution():
 def test_row_updates_match_torch_sparse_embedding(optimizer, hyper):
     dim, num = 8, 50
     spec = TableSpec("emb", dim, seed=11)
-    store = Store()
+    store = ParamStore()
     store.init_parameters([], make_config("sgd"), [(spec, {"name": optimizer, **hyper})])
     reference = torch.nn.Embedding(num, dim, sparse=True)
     with torch.no_grad():
@@ -64,7 +64,7 @@ def test_row_updates_match_torch_sparse_embedding(optimizer, hyper):
 
 
 def test_pull_creates_rows_lazily_and_once():
-    store = Store()
+    store = ParamStore()
     store.init_parameters([], make_config("sgd"), [(TableSpec("e", 4), None)])
     rows, created = store.pull_rows("e", torch.tensor([3, 1, 3]))
     assert created == 2 and torch.equal(rows[0], rows[2])
@@ -84,7 +84,7 @@ def test_table_grows_past_its_capacity():
 
 @pytest.mark.parametrize("ids", [[-1], [2**53], [0, 2**62]])
 def test_negative_and_huge_ids_refused(ids):
-    store = Store()
+    store = ParamStore()
     store.init_parameters([], make_config("sgd"), [(TableSpec("e", 4), None)])
     for call in (lambda: store.pull_rows("e", torch.tensor(ids)),
                  lambda: store.push_rows("c", 1, "e", torch.tensor(ids), torch.ones(len(ids), 4))):
@@ -95,7 +95,7 @@ def test_negative_and_huge_ids_refused(ids):
 
 
 def test_each_ps_only_takes_its_own_ids():
-    store = Store(index=1, num_ps=2)
+    store = ParamStore(index=1, num_ps=2)
     store.init_parameters([], make_config("sgd"), [(TableSpec("e", 4), None)])
     store.pull_rows("e", torch.tensor([1, 3, 5]))
     with pytest.raises(PSError, match="id 4 belongs to PS 0 of 2"):
@@ -103,7 +103,7 @@ def test_each_ps_only_takes_its_own_ids():
 
 
 def test_bad_row_pushes_refused():
-    store = Store()
+    store = ParamStore()
     store.init_parameters([], make_config("sgd"), [(TableSpec("e", 4), None)])
     for call, code in [
         (lambda: store.pull_rows("nope", torch.tensor([1])), "NOT_FOUND"),
@@ -120,7 +120,7 @@ def test_bad_row_pushes_refused():
 
 
 def test_a_retried_row_push_is_applied_once():
-    store = Store()
+    store = ParamStore()
     store.init_parameters([], make_config("sgd", lr=1.0), [(TableSpec("e", 2, "zeros"), None)])
     assert not store.push_rows("c", 1, "e", torch.tensor([4]), torch.ones(1, 2))["duplicate"]
     assert store.push_rows("c", 1, "e", torch.tensor([4]), torch.ones(1, 2))["duplicate"]

@@ -6,7 +6,7 @@ import torch
 
 from ps.errors import PSError
 from ps.optim import make_config
-from ps.store import Store
+from ps.params import ParamStore
 
 CASES = [
     ("sgd", dict(lr=0.1)),
@@ -31,7 +31,7 @@ def _gradients(steps: int, shapes: dict, seed: int = 0):
 def test_store_matches_torch_optim(name, hyper):
     shapes = {"w": (5, 3), "b": (3,)}
     init = {n: torch.randn(s, generator=torch.Generator().manual_seed(7)) for n, s in shapes.items()}
-    store = Store()
+    store = ParamStore()
     store.init_parameters(list(init.items()), make_config(name, **hyper))
 
     local = {n: t.clone().requires_grad_(True) for n, t in init.items()}
@@ -48,7 +48,7 @@ def test_store_matches_torch_optim(name, hyper):
 
 
 def test_float64_and_bfloat16_tensors_train():
-    store = Store()
+    store = ParamStore()
     store.init_parameters([("d", torch.ones(3, dtype=torch.float64)),
                            ("h", torch.ones(3, dtype=torch.bfloat16))], make_config("sgd", lr=0.5))
     store.push("c", 1, [("d", torch.ones(3, dtype=torch.float64)),

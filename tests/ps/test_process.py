@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import master_pb2, master_pb2_grpc, ps_pb2, ps_pb2_grpc
 from ps import partition
-from ps.client import DataClient
+from worker_sdk.ps_data import DataClient
 from ps.embedding import TableSpec, initial_rows
 from tests.ps.procs import term
 

@@ -10,13 +10,13 @@ from ps.applied import AppliedTable, Duplicate
 from ps.embedding import TableSpec
 from ps.errors import PSError
 from ps.optim import make_config
-from ps.store import Store
+from ps.params import ParamStore
 
 SGD1 = make_config("sgd", lr=1.0)
 
 
-def _store(**kw) -> Store:
-    s = Store(**kw)
+def _store(**kw) -> ParamStore:
+    s = ParamStore(**kw)
     s.init_parameters([("w", torch.zeros(4)), ("b", torch.zeros(2))], SGD1)
     return s
 
@@ -40,7 +40,7 @@ def test_first_init_wins_and_later_ones_answer_versions():
 
 
 def test_requests_before_init_are_refused():
-    s = Store()
+    s = ParamStore()
     assert _code(s.pull, ["w"]) == "FAILED_PRECONDITION"
     assert _code(s.push, "c", 1, [("w", torch.ones(4))], [0]) == "FAILED_PRECONDITION"
     assert _code(s.pull_rows, "emb", torch.tensor([1])) == "FAILED_PRECONDITION"
@@ -62,7 +62,7 @@ def test_bad_pushes_change_nothing():
 
 
 def test_bad_inits_refused():
-    s = Store()
+    s = ParamStore()
     assert _code(s.init_parameters, [("w", torch.ones(2, dtype=torch.int64))], SGD1) \
         == "INVALID_ARGUMENT"
     assert _code(s.init_parameters, [("w", torch.ones(2)), ("w", torch.ones(2))], SGD1) \
@@ -169,7 +169,7 @@ def test_a_pull_in_flight_is_never_changed_under_it():
 
 
 def test_a_push_waits_briefly_for_a_send_about_to_finish():
-    s = Store()
+    s = ParamStore()
     s.init_parameters([("w", torch.zeros(1 << 20))], SGD1)  # 4 MB: a ~2 ms wait budget
 
     class Tracker:
@@ -193,12 +193,12 @@ def test_a_push_waits_briefly_for_a_send_about_to_finish():
 
 def test_snapshot_restore_continues_identically():
     cfg = make_config("adam", lr=0.05)
-    a = Store(index=1, num_ps=2)
+    a = ParamStore(index=1, num_ps=2)
     a.init_parameters([("w", torch.arange(6.0))], cfg, [(TableSpec("e", 3, seed=5),
                                                          {"name": "adagrad", "lr": 0.1})])
     a.push("c", 1, [("w", torch.ones(6))], [0])
     a.push_rows("c", 2, "e", torch.tensor([1, 3, 3]), torch.ones(3, 3))
-    b = Store(index=1, num_ps=2)
+    b = ParamStore(index=1, num_ps=2)
     b.restore(a.snapshot())
     assert b.versions() == a.versions() and b.initialized
     for s in (a, b):
@@ -211,9 +211,9 @@ def test_snapshot_restore_continues_identically():
 
 
 def test_restore_refuses_another_ps():
-    a = Store(index=0, num_ps=2)
+    a = ParamStore(index=0, num_ps=2)
     with pytest.raises(ValueError, match="PS 0 of 2"):
-        Store(index=1, num_ps=2).restore(a.snapshot())
+        ParamStore(index=1, num_ps=2).restore(a.snapshot())
 
 
 def test_after_stop_mutations_are_refused_but_pulls_answered():
@@ -224,7 +224,7 @@ def test_after_stop_mutations_are_refused_but_pulls_answered():
 
 
 def test_snapshot_sees_no_half_applied_push():
-    s = Store()
+    s = ParamStore()
     names = [f"t{i}" for i in range(8)]
     s.init_parameters([(n, torch.zeros(1000)) for n in names], SGD1)
     stop = threading.Event()

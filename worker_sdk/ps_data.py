@@ -33,11 +33,11 @@ import zmq
 
 from protos import ps_pb2
 
-from . import partition
-from .embedding import TableSpec
-from .errors import PSError
-from .optim import config_to_pb, make_config
-from .wire import as_buffer, check_meta, code_name, from_frame, meta_of
+from ps import partition
+from ps.embedding import TableSpec
+from ps.errors import PSError
+from ps.optim import config_to_pb, make_config
+from ps.wire import as_buffer, check_meta, code_name, from_frame, meta_of
 
 
 class PSUnavailable(PSError):

@@ -76,7 +76,7 @@ class Stats:
     staleness: Counter = field(default_factory=Counter)
 
 
-class Store:
+class ParamStore:
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
                  applied_capacity: int = 100_000):
         self.index = index
@@ -429,4 +429,4 @@ def table_specs(tables: Iterable) -> list[tuple[TableSpec, dict | None]]:
     return out
 
 
-__all__ = ["Store", "Dense", "PSError", "TableSpec", "table_specs"]
+__all__ = ["ParamStore", "Dense", "PSError", "TableSpec", "table_specs"]
