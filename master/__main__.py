@@ -7,6 +7,8 @@ import signal
 import sys
 import threading
 
+from rpckit.server import run_main
+
 from .committer import Committer
 from .core import MasterCore, Settings
 from .ps_monitor import PSMonitor
@@ -83,12 +85,7 @@ def run(settings: MasterSettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = parse(argv)
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    sys.exit(run(settings))
+    run_main(parse, run, argv)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import threading
 from typing import Callable, TypeVar
 
 from .core import MasterCore
-from .errors import ServiceError
+from rpckit.errors import Reason, ServiceError
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Committer:
         """Run `fn` on the core; return its result once everything it saw is durable."""
         with self.lock:
             if self.fatal is not None:
-                raise ServiceError("UNAVAILABLE", "the master is stopping after a database error")
+                raise ServiceError("UNAVAILABLE", Reason.DATABASE_FAILED, "the master is stopping after a database error")
             result = fn()
             if self.core.journal.pending():
                 need = self._collecting
@@ -64,7 +64,7 @@ class Committer:
         waiter.acquire()  # released by the committer once batch `need` is durable
         if self.fatal is not None:
             raise ServiceError(
-                "UNAVAILABLE", f"the master could not commit to its database: {self.fatal}"
+                "UNAVAILABLE", Reason.DATABASE_FAILED, f"the master could not commit to its database: {self.fatal}"
             )
         return result
 

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import already_exists, invalid, not_found, precondition
+from rpckit.errors import Reason, already_exists, invalid, not_found, precondition
 from .journal import Journal
 from .shards import DatasetQueue, Lease
 from .spec import DatasetSpec, check_name
@@ -214,6 +214,7 @@ class MasterCore:
             if queue.spec == spec:
                 return queue.spec
             raise already_exists(
+                Reason.DATASET_EXISTS,
                 f"dataset {spec.name!r} already exists with "
                 + ", ".join(queue.spec.differences(spec))
                 + "; use a new name or the same spec"
@@ -269,6 +270,7 @@ class MasterCore:
             if not name:
                 raise invalid("dataset name is empty")
             raise not_found(
+                Reason.UNKNOWN_DATASET,
                 f"unknown dataset {name!r}; create it first with CreateDataset "
                 "(ElasticDataset does this for you)"
             )
@@ -375,6 +377,7 @@ class MasterCore:
         for other in self.ps.values():
             if other["num_ps"] != num_ps:
                 raise precondition(
+                    Reason.PS_SET_MISMATCH,
                     f"the PS set has num_ps={other['num_ps']} (PS {other['idx']} registered "
                     f"so); start this PS with --num-ps {other['num_ps']}"
                 )

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import logging
-from concurrent import futures
 from typing import Callable
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health
 
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
@@ -14,7 +13,9 @@ from protos import master_pb2_grpc as pb_grpc
 from .committer import Committer
 from .convert import GRANT, ps_to_pb, spec_from_pb, spec_to_pb, to_lease, to_reports, to_results
 from .core import MasterCore
-from .errors import ServiceError
+from rpckit import server as rpc_server
+from rpckit.errors import ServiceError, abort, invalid
+from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
 from .ledger import epoch_ledgers, worker_seconds
 from .store import Store
 from .views import status_view
@@ -22,6 +23,7 @@ from .views import status_view
 log = logging.getLogger(__name__)
 
 MAX_EVENTS = 10_000
+SERVICE = pb.DESCRIPTOR.services_by_name["Master"].full_name
 
 
 def _guard(method: Callable) -> Callable:
@@ -31,7 +33,7 @@ def _guard(method: Callable) -> Callable:
         try:
             return method(self, request, context)
         except ServiceError as exc:
-            context.abort(getattr(grpc.StatusCode, exc.code), exc.message)
+            abort(context, exc)
         except Exception:
             log.exception("internal error in %s", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}")
@@ -106,7 +108,7 @@ class MasterServicer(pb_grpc.MasterServicer):
     @_guard
     def GetEvents(self, request, context):
         if request.since < 0 or request.limit < 0:
-            raise ServiceError("INVALID_ARGUMENT", "since and limit must be >= 0")
+            raise invalid("since and limit must be >= 0")
         limit = min(request.limit or 1000, MAX_EVENTS)
         rows = self.store.events(request.since, limit)
         events = [pb.Event(**row) for row in rows]
@@ -132,7 +134,7 @@ class MasterServicer(pb_grpc.MasterServicer):
     @_guard
     def Requeue(self, request, context):
         if not request.quarantined:
-            raise ServiceError("INVALID_ARGUMENT",
+            raise invalid(
                                "nothing to requeue: set quarantined=true (--quarantined)")
         n = self.committer.call(lambda: self.core.requeue_quarantined(request.dataset))
         return pb.RequeueResponse(requeued=n)
@@ -160,28 +162,12 @@ class MasterServicer(pb_grpc.MasterServicer):
         )
 
 
-class PortInUse(Exception):
-    pass
-
-
 def build_server(
     core: MasterCore, committer: Committer, store: Store, host: str, port: int, threads: int
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="grpc"),
-        # 0: a second master on the same port fails instead of silently sharing it
-        options=[("grpc.so_reuseport", 0)],
+    """The master's gRPC server (not started): the Master service, health and reflection."""
+    return rpc_server.build_server(
+        host, port, threads,
+        [(pb_grpc.add_MasterServicer_to_server, MasterServicer(core, committer, store))],
+        [SERVICE],
     )
-    pb_grpc.add_MasterServicer_to_server(MasterServicer(core, committer, store), server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        bound = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise PortInUse(f"cannot listen on {address}: {exc}") from exc
-    if bound == 0:
-        raise PortInUse(f"cannot listen on {address}: the port is in use or not allowed")
-    health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    health_servicer.set("elasticps.v1.Master", health_pb2.HealthCheckResponse.SERVING)
-    return server, bound, health_servicer

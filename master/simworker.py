@@ -15,9 +15,10 @@ import grpc
 
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
+from rpckit.errors import Reason, reason_of
+from rpckit.retry import RETRYABLE
 
 log = logging.getLogger(__name__)
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class SimWorker:
@@ -87,7 +88,7 @@ class SimWorker:
         try:
             return self._call(method, make_request())
         except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.NOT_FOUND or "worker" not in (exc.details() or ""):
+            if reason_of(exc) != Reason.WORKER_GONE:
                 raise
             log.warning("%s: %s; registering again", method, exc.details())
             self.register()
@@ -170,7 +171,7 @@ class SimWorker:
             self._call("LeaveWorker", pb.LeaveWorkerRequest(worker_id=self.worker_id,
                                                             reason=reason, reports=reports))
         except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.NOT_FOUND:
+            if reason_of(exc) != Reason.WORKER_GONE:
                 raise
 
     def close(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from .errors import invalid
+from rpckit.errors import invalid
 from .shard_order import ShardOrder
 
 MAX_NAME = 128

@@ -5,7 +5,7 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from .errors import invalid, not_found
+from rpckit.errors import Reason, invalid, not_found
 
 MAX_LABELS = 32
 MAX_LABEL_LEN = 256
@@ -69,8 +69,8 @@ class WorkerRegistry:
         if worker is None:
             why = self.gone.get(worker_id)
             if why:
-                raise not_found(f"worker {worker_id!r} {why}; register again")
-            raise not_found(f"unknown worker {worker_id!r}; register with RegisterWorker first")
+                raise not_found(Reason.WORKER_GONE, f"worker {worker_id!r} {why}; register again")
+            raise not_found(Reason.WORKER_GONE, f"unknown worker {worker_id!r}; register with RegisterWorker first")
         worker.last_seen = now
         self.alive.move_to_end(worker_id)
         return worker

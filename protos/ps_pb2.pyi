@@ -174,7 +174,7 @@ class PushRowsResult(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class DataResponse(_message.Message):
-    __slots__ = ("code", "message", "seq", "local_endpoint", "init_parameters", "pull", "push", "pull_rows", "push_rows")
+    __slots__ = ("code", "message", "seq", "local_endpoint", "reason", "init_parameters", "pull", "push", "pull_rows", "push_rows")
     class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         OK: _ClassVar[DataResponse.Code]
@@ -215,6 +215,7 @@ class DataResponse(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     INIT_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     PULL_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
@@ -224,12 +225,13 @@ class DataResponse(_message.Message):
     message: str
     seq: int
     local_endpoint: str
+    reason: str
     init_parameters: InitParametersResult
     pull: PullResult
     push: PushResult
     pull_rows: PullRowsResult
     push_rows: PushRowsResult
-    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ...) -> None: ...
+    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., reason: _Optional[str] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
     __slots__ = ()

@@ -15,6 +15,8 @@ import signal
 import sys
 import threading
 
+from rpckit.server import run_main
+
 from .checkpoint import CheckpointDir, Checkpointer
 from .settings import PSSettings, parse
 
@@ -132,12 +134,7 @@ def run(settings: PSSettings) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = parse(argv)
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    sys.exit(run(settings))
+    run_main(parse, run, argv)
 
 
 if __name__ == "__main__":

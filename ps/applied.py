@@ -60,7 +60,7 @@ class AppliedTable:
             raise Duplicate({"code": "OK", "message": f"request {seq} of client {client_id} "
                              f"was superseded by request {entry.seq}; not applied again"})
         if not entry.done.wait(IN_PROGRESS_WAIT_S) or entry.answer is None:
-            raise Duplicate({"code": "UNAVAILABLE",
+            raise Duplicate({"code": "UNAVAILABLE", "reason": "UNAVAILABLE",
                              "message": f"request {seq} of client {client_id} is still being "
                              "applied; retry"})
         raise Duplicate(entry.answer)
@@ -78,7 +78,7 @@ class AppliedTable:
         with self._lock:
             if self._entries.get(client_id) is entry:
                 del self._entries[client_id]
-        entry.answer = {"code": "UNAVAILABLE", "message": "the first try failed; retry"}
+        entry.answer = {"code": "UNAVAILABLE", "reason": "UNAVAILABLE", "message": "the first try failed; retry"}
         entry.done.set()
 
     def _evict(self) -> None:

@@ -26,7 +26,7 @@ from google.protobuf.message import DecodeError
 from protos import ps_pb2
 
 from .embedding import TableSpec
-from .errors import PSError, invalid
+from rpckit.errors import Reason, ServiceError, invalid
 from .optim import config_from_pb
 from .params import ParamStore
 from .wire import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number, error_response,
@@ -225,24 +225,26 @@ class DataPlane:
             req = ps_pb2.DataRequest.FromString(header)
         except (DecodeError, ValueError, RuntimeError) as exc:
             return [self._error(invalid(f"cannot parse the request header "
-                                        f"(a DataRequest protobuf): {exc}"), 0)]
+                                        f"(a DataRequest protobuf): {exc}",
+                                        Reason.UNDECODABLE), 0)]
         kind = req.WhichOneof("body")
         try:
             if kind is None:
                 raise invalid("the request has no body: set one of init_parameters, pull, "
                               "push, pull_rows, push_rows")
             return getattr(self, "_" + kind)(req, parts[1:])
-        except PSError as exc:
+        except ServiceError as exc:
             return [self._error(exc, req.seq)]
         except Exception:  # noqa: BLE001 - a bug; the PS keeps serving
             log.exception("internal error handling %s", kind)
             return [self._response(code=code_number("INTERNAL"), seq=req.seq,
+                                   reason=Reason.INTERNAL.value,
                                    message=f"internal error handling {kind}").SerializeToString()]
 
     def _response(self, **fields) -> ps_pb2.DataResponse:
         return ps_pb2.DataResponse(local_endpoint=self.local_endpoint, **fields)
 
-    def _error(self, exc: PSError, seq: int) -> bytes:
+    def _error(self, exc: ServiceError, seq: int) -> bytes:
         resp = error_response(exc, seq)
         resp.local_endpoint = self.local_endpoint
         return resp.SerializeToString()
@@ -292,6 +294,7 @@ class DataPlane:
         grads = self._tensors(req.push.tensors, frames, FLOAT_DTYPES)
         answer = self.store.push(req.client_id, req.seq, grads, list(req.push.versions))
         resp = self._response(code=code_number(answer["code"]), message=answer["message"],
+                              reason=answer.get("reason", ""),
                                    seq=req.seq)
         resp.push.versions.update(answer.get("versions", {}))
         resp.push.max_staleness = answer.get("max_staleness", 0)
@@ -324,6 +327,7 @@ class DataPlane:
                            f"gradients of table {req.push_rows.table!r}")
         answer = self.store.push_rows(req.client_id, req.seq, req.push_rows.table, ids, grads)
         resp = self._response(code=code_number(answer["code"]), message=answer["message"],
+                              reason=answer.get("reason", ""),
                                    seq=req.seq)
         resp.push_rows.rows = answer.get("rows", 0)
         resp.push_rows.duplicate = answer.get("duplicate", False)

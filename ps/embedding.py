@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .errors import invalid
+from rpckit.errors import invalid
 from .optim import RowOptimizer
 
 INITIALIZERS = ("normal", "uniform", "zeros")

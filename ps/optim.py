@@ -13,7 +13,7 @@ import torch
 
 from protos import ps_pb2
 
-from .errors import invalid
+from rpckit.errors import invalid
 
 DENSE = {"sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad, "adam": torch.optim.Adam}
 HYPERPARAMETERS = {

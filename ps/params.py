@@ -31,7 +31,7 @@ import torch
 
 from .applied import AppliedTable, Duplicate
 from .embedding import Table, TableSpec
-from .errors import PSError, invalid, not_found, precondition, unavailable
+from rpckit.errors import Reason, ServiceError, invalid, not_found, precondition, unavailable
 from .gate import Gate
 from .optim import RowOptimizer, make_dense, row_config, step_dense, validate_dense
 from .partition import MAX_ROW_ID
@@ -160,7 +160,7 @@ class ParamStore:
         names = list(names) or sorted(self.dense)
         missing = [n for n in names if n not in self.dense]
         if missing:
-            raise not_found(f"no tensor named {', '.join(map(repr, missing[:5]))} on PS "
+            raise not_found(Reason.UNKNOWN_TENSOR, f"no tensor named {', '.join(map(repr, missing[:5]))} on PS "
                             f"{self.index} (it holds {len(self.dense)} tensors)")
         out = []
         for name in names:
@@ -176,7 +176,7 @@ class ParamStore:
     def push(self, client_id: str, seq: int, grads: Sequence[tuple[str, torch.Tensor]],
              versions: Sequence[int]) -> dict:
         """Apply gradients; returns the answer {code, message, versions, max_staleness,
-        duplicate}. Bad input raises PSError and changes nothing."""
+        duplicate}. Bad input raises ServiceError and changes nothing."""
         self._require_init()
         if len(versions) != len(grads):
             raise invalid(f"push has {len(grads)} tensors but {len(versions)} versions")
@@ -186,7 +186,7 @@ class ParamStore:
         for name, g in grads:
             d = self.dense.get(name)
             if d is None:
-                raise not_found(f"no tensor named {name!r} on PS {self.index}; push each "
+                raise not_found(Reason.UNKNOWN_TENSOR, f"no tensor named {name!r} on PS {self.index}; push each "
                                 "gradient to the PS that holds its tensor (ps.partition)")
             if g.shape != d.value.shape or g.dtype != d.value.dtype:
                 raise invalid(f"gradient of {name!r} is {DTYPE_NAMES.get(g.dtype)}"
@@ -232,7 +232,7 @@ class ParamStore:
             if worst > self.max_staleness:
                 with self._stats_lock:
                     self.stats.refused_stale += 1
-                return {"code": "FAILED_PRECONDITION",
+                return {"code": "FAILED_PRECONDITION", "reason": Reason.STALE_GRADIENT.value,
                         "message": f"gradient is {worst} versions stale (--max-staleness "
                                    f"{self.max_staleness}); pull again and recompute",
                         "versions": {d.name: d.version for d in held}, "max_staleness": worst}
@@ -299,7 +299,7 @@ class ParamStore:
         self._require_init()
         table = self.tables.get(name)
         if table is None:
-            raise not_found(f"no embedding table named {name!r} (declared: "
+            raise not_found(Reason.UNKNOWN_TABLE, f"no embedding table named {name!r} (declared: "
                             f"{', '.join(sorted(self.tables)) or 'none'})")
         return table
 
@@ -346,11 +346,11 @@ class ParamStore:
 
     def _require_init(self) -> None:
         if not self.initialized:
-            raise precondition(f"PS {self.index} is not initialized: call InitParameters first")
+            raise precondition(Reason.NOT_INITIALIZED, f"PS {self.index} is not initialized: call InitParameters first")
 
     def _refuse_if_stopping(self) -> None:
         if self.stopping:
-            raise unavailable(f"PS {self.index} is shutting down; retry (it comes back from "
+            raise unavailable(Reason.SHUTTING_DOWN, f"PS {self.index} is shutting down; retry (it comes back from "
                               "its checkpoint)")
 
     def stop_mutations(self) -> None:
@@ -429,4 +429,4 @@ def table_specs(tables: Iterable) -> list[tuple[TableSpec, dict | None]]:
     return out
 
 
-__all__ = ["ParamStore", "Dense", "PSError", "TableSpec", "table_specs"]
+__all__ = ["ParamStore", "Dense", "ServiceError", "TableSpec", "table_specs"]

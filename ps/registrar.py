@@ -14,12 +14,11 @@ import threading
 import grpc
 
 from protos import master_pb2, master_pb2_grpc
+from rpckit.retry import RETRYABLE
 
 log = logging.getLogger(__name__)
 
 RPC_TIMEOUT_S = 5.0
-RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-             grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.ABORTED)
 
 
 class Registrar:

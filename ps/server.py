@@ -4,13 +4,14 @@ from __future__ import annotations
 import errno
 import logging
 import time
-from concurrent import futures
 from dataclasses import dataclass
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health
 
 from protos import ps_pb2, ps_pb2_grpc
+from rpckit import server as rpc_server
+from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
 
 from .checkpoint import Checkpointer
 from .optim import config_to_pb
@@ -18,7 +19,7 @@ from .params import ParamStore
 from .wire import meta_of
 
 log = logging.getLogger(__name__)
-SERVICE = "elasticps.v1.ParameterServer"
+SERVICE = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"].full_name
 
 
 @dataclass
@@ -87,30 +88,14 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         return status_view(self.store, self.checkpointer, self.me)
 
 
-class PortInUse(Exception):
-    pass
-
-
 def build_server(servicer: PSServicer, host: str, port: int, threads: int
                  ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ps-grpc"),
-        # 0: a second PS on the same port fails instead of silently sharing it
-        options=[("grpc.so_reuseport", 0)],
+    """The PS's gRPC server (not started): the control service, health and reflection."""
+    return rpc_server.build_server(
+        host, port, threads,
+        [(ps_pb2_grpc.add_ParameterServerServicer_to_server, servicer)], [SERVICE],
+        thread_name_prefix="ps-grpc",
     )
-    ps_pb2_grpc.add_ParameterServerServicer_to_server(servicer, server)
-    health_servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    try:
-        bound = server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise PortInUse(f"cannot listen on {address}: {exc}") from exc
-    if bound == 0:
-        raise PortInUse(f"cannot listen on {address}: the port is in use or not allowed")
-    for name in ("", SERVICE):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, bound, health_servicer
 
 
 def now_ms() -> int:

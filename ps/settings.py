@@ -6,13 +6,12 @@ the same prefix, so `ELASTIC_PS_PORT`, `ELASTIC_PS_HOST`, `ELASTIC_PS_THREADS` a
 """
 from __future__ import annotations
 
-import argparse
 import os
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-ENV_PREFIX = "ELASTIC_PS_"
+from rpckit.settings import ENV_PREFIX, LOG_LEVELS, FlagParser, describe
 WILDCARDS = ("", "0.0.0.0", "::", "[::]")
 
 
@@ -40,7 +39,7 @@ class PSSettings:
     log_level: str = "INFO"
 
     def describe(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in asdict(self).items())
+        return describe(self)
 
     @property
     def public_host(self) -> str:
@@ -55,89 +54,49 @@ class PSSettings:
             return "127.0.0.1"
 
 
-def _env(name: str, default):
-    return os.environ.get(ENV_PREFIX + name.upper(), default)
-
-
-def _bool_env(name: str, default: bool) -> bool:
-    value = os.environ.get(ENV_PREFIX + name.upper())
-    if value is None:
-        return default
-    return value.strip().lower() in ("1", "true", "yes", "on")
-
-
 def parse(argv: list[str] | None = None) -> PSSettings:
     d = PSSettings()
-    p = argparse.ArgumentParser(
-        prog="elastic-ps",
-        description="One elastic-ps parameter server: gRPC control on --port, ZeroMQ data "
-        f"plane on --data-port. Every flag also reads {ENV_PREFIX}<FLAG> "
-        f"(e.g. {ENV_PREFIX}DATA_PORT).",
-    )
-    p.add_argument("--master", default=_env("master", d.master),
-                   help="the master's host:port, to register with (required unless --standalone)")
-    p.add_argument("--standalone", action="store_true", default=_bool_env("standalone", False),
-                   help="run without a master (benchmarks, tests)")
-    p.add_argument("--host", default=_env("host", d.host), help="address to listen on")
-    p.add_argument("--advertise-host", default=_env("advertise_host", d.advertise_host),
-                   help="host workers reach this PS at (default: --host, or this machine's "
-                   "address when --host is a wildcard)")
-    p.add_argument("--port", type=int, default=_env("port", d.port),
-                   help="gRPC control port; 0 picks a free one")
-    p.add_argument("--data-port", type=int, default=_env("data_port", d.data_port),
-                   help="ZeroMQ data port; 0 picks a free one")
-    p.add_argument("--data-ipc", default=_env("data_ipc", d.data_ipc),
-                   help="also serve the data plane on a Unix socket (ZeroMQ ipc://) for "
-                   "workers on this machine: 'auto' (a fresh path in the temp directory), "
-                   "'off', or a path. Clients that find it switch to it by themselves")
-    p.add_argument("--index", type=int, default=_env("index", d.index),
-                   help="this PS's index, 0..num_ps-1")
-    p.add_argument("--num-ps", type=int, default=_env("num_ps", d.num_ps),
-                   help="how many PS the model is split over")
-    p.add_argument("--checkpoint-dir", default=_env("checkpoint_dir", d.checkpoint_dir),
-                   help="directory for this PS's checkpoints (shared by PS is fine)")
-    p.add_argument("--checkpoint-interval", type=float,
-                   default=_env("checkpoint_interval", d.checkpoint_interval),
-                   help="seconds between checkpoints when something changed (0: only on "
-                   "SIGTERM and the Checkpoint RPC)")
-    p.add_argument("--keep-checkpoints", type=int,
-                   default=_env("keep_checkpoints", d.keep_checkpoints),
-                   help="checkpoint files kept per PS")
-    p.add_argument("--max-staleness", type=int, default=_env("max_staleness", d.max_staleness),
-                   help="refuse a gradient more than this many versions stale "
-                   "(FAILED_PRECONDITION); -1: accept any")
-    p.add_argument("--threads", type=int, default=_env("threads", d.threads),
-                   help="data plane handler threads (0: one thread serves the socket directly)")
-    p.add_argument("--grpc-threads", type=int, default=_env("grpc_threads", d.grpc_threads),
-                   help="gRPC handler threads")
-    p.add_argument("--register-interval", type=float,
-                   default=_env("register_interval", d.register_interval),
-                   help="seconds between checks that the master still lists this PS")
-    p.add_argument("--max-frame-mb", type=int, default=_env("max_frame_mb", d.max_frame_mb),
-                   help="largest data frame accepted, in MiB (a bigger one drops the peer)")
-    p.add_argument("--applied-capacity", type=int,
-                   default=_env("applied_capacity", d.applied_capacity),
-                   help="clients remembered for at-most-once pushes")
-    p.add_argument("--torch-threads", type=int, default=_env("torch_threads", d.torch_threads),
-                   help="torch intra-op threads (0: torch's default). 1 by default: the PS's "
-                   "updates are memory-bound, and OpenMP teams spin-waiting in several handler "
-                   "threads starve the handlers and ZeroMQ's I/O thread of cores")
-    p.add_argument("--log-level", default=_env("log_level", d.log_level),
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    a = p.parse_args(argv)
-    s = PSSettings(
-        master=a.master, standalone=a.standalone, host=a.host, advertise_host=a.advertise_host,
-        port=a.port, data_port=a.data_port, data_ipc=a.data_ipc, index=a.index, num_ps=a.num_ps,
-        checkpoint_dir=a.checkpoint_dir, checkpoint_interval=a.checkpoint_interval,
-        keep_checkpoints=a.keep_checkpoints, max_staleness=a.max_staleness, threads=a.threads,
-        grpc_threads=a.grpc_threads, register_interval=a.register_interval,
-        max_frame_mb=a.max_frame_mb, applied_capacity=a.applied_capacity,
-        torch_threads=a.torch_threads, log_level=a.log_level,
-    )
-    problems = check(s)
-    if problems:
-        p.error("; ".join(problems))
-    return s
+    p = FlagParser("elastic-ps", "One elastic-ps parameter server: gRPC control on --port, "
+                   "ZeroMQ data plane on --data-port.")
+    p.flag("--master", d.master,
+           "the master's host:port, to register with (required unless --standalone)")
+    p.flag("--standalone", d.standalone, "run without a master (benchmarks, tests)")
+    p.flag("--host", d.host, "address to listen on")
+    p.flag("--advertise-host", d.advertise_host,
+           "host workers reach this PS at (default: --host, or this machine's address when "
+           "--host is a wildcard)")
+    p.flag("--port", d.port, "gRPC control port; 0 picks a free one")
+    p.flag("--data-port", d.data_port, "ZeroMQ data port; 0 picks a free one")
+    p.flag("--data-ipc", d.data_ipc,
+           "also serve the data plane on a Unix socket (ZeroMQ ipc://) for workers on this "
+           "machine: 'auto' (a fresh path in the temp directory), 'off', or a path. Clients "
+           "that find it switch to it by themselves")
+    p.flag("--index", d.index, "this PS's index, 0..num_ps-1")
+    p.flag("--num-ps", d.num_ps, "how many PS the model is split over")
+    p.flag("--checkpoint-dir", d.checkpoint_dir,
+           "directory for this PS's checkpoints (shared by PS is fine)")
+    p.flag("--checkpoint-interval", d.checkpoint_interval,
+           "seconds between checkpoints when something changed (0: only on SIGTERM and the "
+           "Checkpoint RPC)")
+    p.flag("--keep-checkpoints", d.keep_checkpoints, "checkpoint files kept per PS")
+    p.flag("--max-staleness", d.max_staleness,
+           "refuse a gradient more than this many versions stale (FAILED_PRECONDITION, "
+           "reason STALE_GRADIENT); -1: accept any")
+    p.flag("--threads", d.threads,
+           "data plane handler threads (0: one thread serves the socket directly)")
+    p.flag("--grpc-threads", d.grpc_threads, "gRPC handler threads")
+    p.flag("--register-interval", d.register_interval,
+           "seconds between checks that the master still lists this PS")
+    p.flag("--max-frame-mb", d.max_frame_mb,
+           "largest data frame accepted, in MiB (a bigger one drops the peer)")
+    p.flag("--applied-capacity", d.applied_capacity,
+           "clients remembered for at-most-once pushes")
+    p.flag("--torch-threads", d.torch_threads,
+           "torch intra-op threads (0: torch's default). 1 by default: the PS's updates are "
+           "memory-bound, and OpenMP teams spin-waiting in several handler threads starve the "
+           "handlers and ZeroMQ's I/O thread of cores")
+    p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
+    return p.settings(PSSettings, argv, check)
 
 
 def check(s: PSSettings) -> list[str]:

@@ -12,7 +12,7 @@ import torch
 
 from protos import ps_pb2
 
-from .errors import PSError, invalid
+from rpckit.errors import ServiceError, invalid
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -88,5 +88,6 @@ def code_name(number: int) -> str:
     return ps_pb2.DataResponse.Code.Name(number)
 
 
-def error_response(exc: PSError, seq: int = 0) -> ps_pb2.DataResponse:
-    return ps_pb2.DataResponse(code=code_number(exc.code), message=exc.message, seq=seq)
+def error_response(exc: ServiceError, seq: int = 0) -> ps_pb2.DataResponse:
+    return ps_pb2.DataResponse(code=code_number(exc.code), reason=exc.reason, message=exc.message,
+                               seq=seq)

@@ -5,11 +5,26 @@ ack ledger a parameter-server client reports finished pushes to; `MasterClient` 
 registered worker's connection to the master. See docs/worker_sdk.md.
 """
 from . import ack
-from .dataset import ElasticDataset
 from .errors import (Cancelled, DatasetSpecMismatch, ElasticError, MasterError,
                      MasterUnavailable)
 from .master_client import MasterClient
-from .ps_client import ElasticEmbedding, PSClient
+
+# torch is imported only when a torch-facing name is first used, so the lease protocol
+# (master_client, leases, errors) works on a host without torch.
+_LAZY = {"ElasticDataset": ".dataset", "PSClient": ".ps_client",
+         "ElasticEmbedding": ".ps_client"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(_LAZY[name], __name__)
+        value = getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ElasticDataset", "PSClient", "ElasticEmbedding", "MasterClient", "ack", "ElasticError",

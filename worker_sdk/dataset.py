@@ -48,7 +48,8 @@ from .errors import Cancelled, ElasticError, MasterError
 from .leases import HeldLease, LeaseTable
 from .master_client import MasterClient
 from .record_order import ShardLayout
-from .retry import RetryPolicy
+from rpckit.errors import Reason
+from rpckit.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +309,7 @@ class ElasticDataset(IterableDataset):
                     response, uncertain = self.client.get_shard(
                         self.spec.name, self.max_shards, cancel=preempt.stopping)
                 except MasterError as exc:
-                    if exc.code != "NOT_FOUND" or "unknown dataset" not in exc.message:
+                    if exc.reason != Reason.UNKNOWN_DATASET:
                         raise
                     log.warning("the master does not know dataset %r (was its database "
                                 "replaced?); creating it again", self.spec.name)

@@ -11,11 +11,13 @@ class MasterUnavailable(ElasticError):
 
 
 class MasterError(ElasticError):
-    """The master refused a call (bad input, unknown dataset, ...). `code` is the gRPC status."""
+    """The master refused a call (bad input, unknown dataset, ...). `code` is the gRPC status
+    name, `reason` the machine-readable why (rpckit.errors.Reason) to branch on."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, reason: str = ""):
         super().__init__(f"{code}: {message}")
         self.code = code
+        self.reason = reason
         self.message = message
 
 

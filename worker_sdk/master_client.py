@@ -37,9 +37,11 @@ import grpc
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 
+from rpckit.errors import Reason, reason_of
+from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
+
 from .errors import Cancelled, DatasetSpecMismatch, ElasticError, MasterError, MasterUnavailable
 from .leases import LeaseTable, Report, Result
-from .retry import RETRYABLE, Backoff, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +75,6 @@ def labels_from_env() -> dict[str, str]:
 def default_policy() -> RetryPolicy:
     total = os.environ.get("ELASTIC_PS_RETRY_TIMEOUT_S")
     return RetryPolicy(total_s=float(total)) if total else RetryPolicy()
-
-
-def _worker_gone(details: str) -> bool:
-    """A NOT_FOUND about this worker (not about a dataset): the master asks us to register."""
-    return "worker" in details and "register" in details.lower()
 
 
 class MasterClient:
@@ -195,7 +192,7 @@ class MasterClient:
             try:
                 response = getattr(self._stub, method)(request, timeout=policy.call_timeout_s)
             except grpc.RpcError as exc:
-                code, details = exc.code(), exc.details() or ""
+                code, details, reason = exc.code(), exc.details() or "", reason_of(exc)
                 if code in RETRYABLE:
                     uncertain = True
                     last = f"{code.name}: {details}"
@@ -210,12 +207,12 @@ class MasterClient:
                                f"retrying in {delay:.1f} s")
                     self._sleep(delay, cancel, method)
                     continue
-                if (code == grpc.StatusCode.NOT_FOUND and needs_worker and reregister
-                        and _worker_gone(details) and reregistered < _MAX_REREGISTER):
+                if (reason == Reason.WORKER_GONE and needs_worker and reregister
+                        and reregistered < _MAX_REREGISTER):
                     reregistered += 1
                     self._reregister(worker_id, details)
                     continue
-                raise MasterError(code.name, details) from None
+                raise MasterError(code.name, details, reason) from None
             if backoff.attempts:
                 log.info("the master at %s answered %s again after %.1f s", self.address, method,
                          backoff.elapsed)
@@ -261,8 +258,8 @@ class MasterClient:
         try:
             response, _ = self._call("CreateDataset", lambda _: spec, needs_worker=False)
         except MasterError as exc:
-            if exc.code == "ALREADY_EXISTS":
-                raise DatasetSpecMismatch(exc.code, exc.message) from None
+            if exc.reason == Reason.DATASET_EXISTS:
+                raise DatasetSpecMismatch(exc.code, exc.message, exc.reason) from None
             raise
         return response
 
@@ -318,7 +315,7 @@ class MasterClient:
                 results = [Result(r.lease_id, r.accepted, r.duplicate, r.reason)
                            for r in response.results]
             except MasterError as exc:
-                if exc.code != "NOT_FOUND":
+                if exc.reason != Reason.WORKER_GONE:
                     raise
                 results = []  # already gone: lost or left before
             log.info("worker %s left the master (%s)", self.worker_id, reason)

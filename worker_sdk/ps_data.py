@@ -35,23 +35,28 @@ from protos import ps_pb2
 
 from ps import partition
 from ps.embedding import TableSpec
-from ps.errors import PSError
+from rpckit.errors import Reason, ServiceError
+from rpckit.retry import RETRYABLE
 from ps.optim import config_to_pb, make_config
 from ps.wire import as_buffer, check_meta, code_name, from_frame, meta_of
 
 
-class PSUnavailable(PSError):
+PSError = ServiceError  # a refusal from a PS: `code`, `reason` (rpckit.errors.Reason), `message`
+_RETRY_CODES = frozenset(code.name for code in RETRYABLE)
+
+
+class PSUnavailable(ServiceError):
     """A PS did not answer after every retry."""
 
     def __init__(self, message: str):
-        super().__init__("UNAVAILABLE", message)
+        super().__init__("UNAVAILABLE", Reason.UNAVAILABLE, message)
 
 
-class StaleGradient(PSError):
+class StaleGradient(ServiceError):
     """A push was refused for staleness (--max-staleness): pull again and recompute."""
 
     def __init__(self, message: str, versions: dict[str, int]):
-        super().__init__("FAILED_PRECONDITION", message)
+        super().__init__("FAILED_PRECONDITION", Reason.STALE_GRADIENT, message)
         self.versions = versions
 
 
@@ -242,7 +247,7 @@ class DataClient:
         for index, (resp, frames) in self._call(requests).items():
             metas = resp.pull.tensors
             if len(frames) != len(metas):
-                raise PSError("INTERNAL", f"PS {index} answered {len(metas)} tensors with "
+                raise PSError("INTERNAL", Reason.INTERNAL, f"PS {index} answered {len(metas)} tensors with "
                               f"{len(frames)} frames")
             for meta, version, frame in zip(metas, resp.pull.versions, frames):
                 dtype, shape, _ = check_meta(meta)
@@ -266,7 +271,7 @@ class DataClient:
             requests[index] = (ps_pb2.DataRequest(push=body), frames)
         outcome = PushOutcome()
         stale = []
-        for index, (resp, _) in self._call(requests, allow=("FAILED_PRECONDITION",)).items():
+        for index, (resp, _) in self._call(requests, allow=(Reason.STALE_GRADIENT,)).items():
             outcome.versions.update(resp.push.versions)
             outcome.max_staleness = max(outcome.max_staleness, resp.push.max_staleness)
             outcome.duplicate |= resp.push.duplicate
@@ -330,9 +335,10 @@ class DataClient:
         return self._seq
 
     def _call(self, requests: dict[int, tuple[ps_pb2.DataRequest, list]],
-              allow: tuple[str, ...] = ()) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
+              allow: tuple[Reason, ...] = ()) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
         """Send each PS its request (same seq) and collect the answers, retrying what is not
-        answered. Raises PSError for a refusal not in `allow`."""
+        answered (or answered with a retryable code). Raises PSError for a refusal whose
+        reason is not in `allow`."""
         seq = self.next_seq()
         wire = {}
         for index, (req, frames) in requests.items():
@@ -366,14 +372,14 @@ class DataClient:
                         continue  # a late answer to an earlier request
                     index = waiting.pop(sock)
                     poller.unregister(sock)
-                    if resp.code == 14:  # UNAVAILABLE: the PS is stopping; try again
+                    code = code_name(resp.code)
+                    if code in _RETRY_CODES:  # e.g. the PS is stopping: try again
                         why = f"PS {index}: {resp.message}"
                         continue
                     pending.discard(index)
                     offers[index] = resp.local_endpoint
-                    code = code_name(resp.code)
-                    if resp.code != 0 and code not in allow:
-                        raise PSError(code, f"PS {index} ({self._conns[index].current}): "
+                    if resp.code != 0 and resp.reason not in allow:
+                        raise PSError(code, resp.reason or Reason.INTERNAL, f"PS {index} ({self._conns[index].current}): "
                                       f"{resp.message}")
                     results[index] = (resp, frames[1:])
             if not pending:
@@ -410,7 +416,7 @@ class DataClient:
 def _rows(resp: ps_pb2.DataResponse, frames: list, n: int) -> torch.Tensor:
     dim = resp.pull_rows.dim
     if len(frames) != 1:
-        raise PSError("INTERNAL", f"PullRows answer has {len(frames)} frames, expected 1")
+        raise PSError("INTERNAL", Reason.INTERNAL, f"PullRows answer has {len(frames)} frames, expected 1")
     return from_frame(frames[0], torch.float32, (n, dim), "rows")
 
 

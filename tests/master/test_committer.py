@@ -8,7 +8,7 @@ import pytest
 
 from master.committer import Committer
 from master.core import MasterCore
-from master.errors import ServiceError
+from rpckit.errors import ServiceError
 from master.store import Store
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from master.core import Report, Settings
-from master.errors import ServiceError
+from rpckit.errors import ServiceError
 from master.spec import DatasetSpec
 from tests.master.harness import Harness, assert_exactly_once
 

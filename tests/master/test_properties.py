@@ -11,7 +11,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from master.core import Report, Settings
-from master.errors import ServiceError
+from rpckit.errors import ServiceError
 from tests.master.harness import Harness, assert_exactly_once
 
 NUM_RECORDS, SHARD_SIZE, EPOCHS = 37, 5, 2

@@ -10,7 +10,7 @@ import zmq
 
 from protos import ps_pb2
 from worker_sdk.ps_data import DataClient, PSUnavailable, StaleGradient
-from ps.errors import PSError
+from rpckit.errors import ServiceError as PSError
 from ps.params import ParamStore
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ps.embedding import Table, TableSpec, initial_rows
-from ps.errors import PSError
+from rpckit.errors import ServiceError as PSError
 from ps.optim import RowOptimizer, make_config
 from ps.params import ParamStore
 

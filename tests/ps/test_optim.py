@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ps.errors import PSError
+from rpckit.errors import ServiceError as PSError
 from ps.optim import make_config
 from ps.params import ParamStore
 

@@ -8,7 +8,7 @@ import torch
 
 from ps.applied import AppliedTable, Duplicate
 from ps.embedding import TableSpec
-from ps.errors import PSError
+from rpckit.errors import ServiceError as PSError
 from ps.optim import make_config
 from ps.params import ParamStore
 

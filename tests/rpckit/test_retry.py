@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from tests.fakes import FakeClock
-from worker_sdk.retry import Backoff, RetryPolicy
+from rpckit.retry import Backoff, RetryPolicy
 
 
 def test_backoff_doubles_up_to_the_cap_and_stops_at_the_budget():

@@ -1,9 +1,8 @@
-"""Bounded exponential backoff for calls to a service that may be briefly unreachable.
+"""One retry policy for every client: bounded exponential backoff over one set of codes.
 
 `Backoff` decides (how long to wait next, whether the budget is spent) and owns no I/O, so it
 is testable with a fake clock; callers do the sleeping, through an `Event` so that shutting
-down interrupts a wait at once. The master client uses it for every call; the PS client can
-use it the same way.
+down interrupts a wait at once.
 """
 from __future__ import annotations
 
@@ -13,8 +12,15 @@ from typing import Callable
 
 import grpc
 
-# Codes that mean "the server was not reached or did not answer in time": worth retrying.
+# "The server was not reached or did not answer in time": the only codes worth retrying.
+# Every other code is an answer, and asking again would get the same one.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether a failed gRPC call is worth another attempt."""
+    code = exc.code() if isinstance(exc, grpc.RpcError) and hasattr(exc, "code") else None
+    return code in RETRYABLE
 
 
 @dataclass

@@ -1,0 +1,124 @@
+"""One refusal type for every server, with a machine-readable reason clients branch on.
+
+A server raises `ServiceError(code, reason, message)`; the gRPC adapters send it as a
+`google.rpc.Status` whose details hold an `ErrorInfo(reason=..., domain="elasticps")`
+(grpcio-status), and the ZeroMQ data plane puts the reason into its response header. Clients
+read `reason_of(...)`, never the message, so a message may be reworded freely; the message is
+for people and says what to fix. The reasons are listed in docs/errors.md.
+"""
+from __future__ import annotations
+
+import enum
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+DOMAIN = "elasticps"
+QUOTE_CHARS = 64  # how much of a client's input an error message may repeat
+
+
+class Reason(str, enum.Enum):
+    """Why a call was refused. The values travel on the wire: never rename one."""
+
+    # any server
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"      # a field is malformed or out of bounds
+    UNDECODABLE = "UNDECODABLE"                # the request bytes are not the message
+    UNAUTHENTICATED = "UNAUTHENTICATED"        # no or wrong bearer token
+    SHUTTING_DOWN = "SHUTTING_DOWN"            # the server is stopping: retry elsewhere/later
+    INTERNAL = "INTERNAL"                      # a bug: report it
+    # master
+    WORKER_GONE = "WORKER_GONE"                # unknown or lost worker: register again
+    UNKNOWN_DATASET = "UNKNOWN_DATASET"        # CreateDataset first
+    DATASET_EXISTS = "DATASET_EXISTS"          # same name, another spec
+    DATASET_BUSY = "DATASET_BUSY"              # the dataset has leases out
+    PS_SET_MISMATCH = "PS_SET_MISMATCH"        # a PS with a num_ps the job does not use
+    NOT_LEADER = "NOT_LEADER"                  # a standby master: call the leader
+    DATABASE_FAILED = "DATABASE_FAILED"        # the master stops after a failed commit
+    # parameter server
+    NOT_INITIALIZED = "NOT_INITIALIZED"        # InitParameters first
+    UNKNOWN_TENSOR = "UNKNOWN_TENSOR"
+    UNKNOWN_TABLE = "UNKNOWN_TABLE"
+    STALE_GRADIENT = "STALE_GRADIENT"          # pull again and recompute (--max-staleness)
+    MODEL_MISMATCH = "MODEL_MISMATCH"          # the PS holds another model or optimizer
+    TOO_LARGE = "TOO_LARGE"                    # a request over the PS's per-request bounds
+    FENCED = "FENCED"                          # a deposed PS primary: re-route
+    UNAVAILABLE = "UNAVAILABLE"                # not reached / no answer in time
+
+
+class ServiceError(Exception):
+    """A refused request: `code` a gRPC status name, `reason` a `Reason`, `message` the fix."""
+
+    def __init__(self, code: str, reason: Reason | str, message: str):
+        if not hasattr(grpc.StatusCode, code):
+            raise ValueError(f"unknown status code {code!r}")
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.reason = reason.value if isinstance(reason, Reason) else str(reason)
+        self.message = message
+
+    @property
+    def status_code(self) -> grpc.StatusCode:
+        return getattr(grpc.StatusCode, self.code)
+
+
+def invalid(message: str, reason: Reason = Reason.INVALID_ARGUMENT) -> ServiceError:
+    return ServiceError("INVALID_ARGUMENT", reason, message)
+
+
+def not_found(reason: Reason, message: str) -> ServiceError:
+    return ServiceError("NOT_FOUND", reason, message)
+
+
+def already_exists(reason: Reason, message: str) -> ServiceError:
+    return ServiceError("ALREADY_EXISTS", reason, message)
+
+
+def precondition(reason: Reason, message: str) -> ServiceError:
+    return ServiceError("FAILED_PRECONDITION", reason, message)
+
+
+def unavailable(reason: Reason, message: str) -> ServiceError:
+    return ServiceError("UNAVAILABLE", reason, message)
+
+
+def quote(value: object, limit: int = QUOTE_CHARS) -> str:
+    """`repr` of at most `limit` characters of a client's input, for an error message."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return repr(text)
+    return repr(text[:limit]) + f"... ({len(text)} chars)"
+
+
+def to_status(err: ServiceError) -> grpc.Status:
+    """The rich status (google.rpc.Status with an ErrorInfo) a servicer aborts with."""
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.ErrorInfo(reason=err.reason, domain=DOMAIN))
+    return rpc_status.to_status(status_pb2.Status(
+        code=getattr(code_pb2, err.code), message=err.message, details=[detail]))
+
+
+def abort(context: grpc.ServicerContext, err: ServiceError) -> None:
+    context.abort_with_status(to_status(err))
+
+
+def reason_of(exc: BaseException) -> str:
+    """The reason a refusal carries ('' when none): a ServiceError's own, or the ErrorInfo
+    inside a grpc.RpcError's status details."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, str):
+        return reason
+    if not isinstance(exc, grpc.RpcError) or not hasattr(exc, "trailing_metadata"):
+        return ""
+    try:
+        status = rpc_status.from_call(exc)
+    except ValueError:  # inconsistent trailers: treat as no reason
+        return ""
+    if status is None:
+        return ""
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
+            return info.reason
+    return ""
