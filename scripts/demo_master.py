@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,20 +19,15 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from protos import master_pb2 as pb  # noqa: E402
-from protos import master_pb2_grpc as pb_grpc  # noqa: E402
-from scripts.launch import Proc, master_args  # noqa: E402
+from cluster.launch import Launcher, Proc
+from protos import master_pb2 as pb
+from protos import master_pb2_grpc as pb_grpc
 
 
-def start_worker(address: str, name: str, dataset: str, spr: float) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "master.simworker", "--master", address, "--dataset", dataset,
-         "--name", name, "--seconds-per-record", str(spr)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+def start_worker(launcher: Launcher, address: str, name: str, dataset: str,
+                 spr: float) -> Proc:
+    return launcher.python("-m", "master.simworker", "--master", address, "--dataset", dataset,
+                           "--name", name, "--seconds-per-record", str(spr), name=name)
 
 
 def main() -> int:
@@ -45,13 +39,11 @@ def main() -> int:
     p.add_argument("--dir", default="demo-run", help="where the master's database goes")
     args = p.parse_args()
 
-    run_dir = ROOT / args.dir
+    run_dir = Path(args.dir).resolve()
     shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    db = f"sqlite:///{run_dir / 'master.db'}"
-    master = Proc(master_args(db), "elastic-master").start()
-    port = master.port
-    workers: dict[str, subprocess.Popen] = {}
+    launcher = Launcher(run_dir)  # logs and the master's database go there
+    master = launcher.master(db=f"sqlite:///{run_dir / 'master.db'}")
+    workers: dict[str, Proc] = {}
     started = time.monotonic()
     try:
         channel = grpc.insecure_channel(master.address)
@@ -82,23 +74,22 @@ def main() -> int:
                             shards=f"{ds.done}/{-(-args.records // args.shard_size)}")
             while plan and done >= plan[0][0] * total:
                 _, action = plan.pop(0)
-                alive = [k for k, v in workers.items() if v.poll() is None]
+                alive = [k for k, v in workers.items() if v.alive]
                 if action.startswith("start"):
                     for _ in range(int(action.split()[1])):
                         n += 1
-                        workers[f"sim{n}"] = start_worker(master.address, f"sim{n}", "demo",
-                                                          args.seconds_per_record)
+                        workers[f"sim{n}"] = start_worker(launcher, master.address, f"sim{n}",
+                                                          "demo", args.seconds_per_record)
                     tqdm.write(f"scaled up to {len(alive) + int(action.split()[1])} workers")
                 elif action == "sigkill" and alive:
                     workers[alive[0]].kill()
                     tqdm.write(f"SIGKILL {alive[0]}: its shards come back after the timeout")
                 elif action == "sigterm" and alive:
-                    workers[alive[0]].send_signal(signal.SIGTERM)
+                    workers[alive[0]].signal(signal.SIGTERM)
                     tqdm.write(f"SIGTERM {alive[0]}: it hands its leases back at once")
                 elif action == "kill master":
-                    master.kill()
                     tqdm.write("SIGKILL the master; restarting it on the same database")
-                    master = Proc(master_args(db, port=port), "elastic-master").start()
+                    master.restart()
             if ds.finished:
                 break
             time.sleep(0.25)
@@ -124,11 +115,9 @@ def main() -> int:
         return 130
     finally:
         for proc in workers.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+            proc.kill()
         master.terminate()
-        master.kill()
+        launcher.close()
 
 
 if __name__ == "__main__":

@@ -2,16 +2,14 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
+from cluster.local import LocalCluster, records_done
+from examples.ctr import data as ctr_data
 from master.store import Store
-from scripts.cluster import LocalCluster, records_done
-from scripts.launch import ROOT
 from tests.master.harness import assert_exactly_once, audit
 
 pytestmark = pytest.mark.slow
@@ -24,9 +22,8 @@ TRAIN_ARGS = ("--epochs", str(EPOCHS), "--batch-size", "128", "--shard-size", "2
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     out = tmp_path_factory.mktemp("ctr")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_ctr_data.py"), "--out", str(out),
-                    "--records", str(RECORDS), "--test-records", "4000", "--seed", "5"],
-                   check=True, capture_output=True)
+    ctr_data.main(["--out", str(out), "--records", str(RECORDS), "--test-records", "4000",
+                   "--seed", "5"])
     return out
 
 

@@ -10,11 +10,11 @@ import time
 import grpc
 import pytest
 
+from cluster.launch import LISTENING
 from master.simworker import SimWorker
 from master.store import Store
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
-from scripts.launch import Proc
 from tests.conftest import REPO
 from tests.master.harness import assert_exactly_once, audit
 
@@ -196,20 +196,17 @@ def test_port_in_use_exits_non_zero(master, tmp_path):
     assert "cannot listen" in result.stderr
 
 
-def test_sigterm_stops_cleanly_and_env_vars_configure(tmp_path):
-    proc = Proc(
-        [sys.executable, "-m", "master", "--host", "127.0.0.1"], "elastic-master",
+def test_sigterm_stops_cleanly_and_env_vars_configure(tmp_path, launcher):
+    proc = launcher.python(
+        "-m", "master", "--host", "127.0.0.1", name="master-env", ready=LISTENING,
         env={"ELASTIC_PS_PORT": "0", "ELASTIC_PS_DB": f"sqlite:///{tmp_path}/env.db",
              "ELASTIC_PS_WORKER_TIMEOUT": "7.5"},
-    ).start()
-    try:
-        stub, _ = stub_for(proc.address)
-        reply = stub.RegisterWorker(pb.RegisterWorkerRequest(name="x"))
-        assert reply.worker_timeout_s == 7.5
-        assert (tmp_path / "env.db").exists()
-        assert proc.terminate() == 0
-    finally:
-        proc.kill()
+    )
+    stub, _ = stub_for(proc.address)
+    reply = stub.RegisterWorker(pb.RegisterWorkerRequest(name="x"))
+    assert reply.worker_timeout_s == 7.5
+    assert (tmp_path / "env.db").exists()
+    assert proc.terminate() == 0
 
 
 def test_a_ps_that_stops_answering_is_recorded_lost_until_it_registers_again(master):

@@ -1,4 +1,4 @@
-"""Fixtures: an in-process PS data plane, and real master / PS processes for end-to-end tests."""
+"""Fixtures: an in-process PS data plane (real processes: the `launcher` fixture)."""
 from __future__ import annotations
 
 import pytest
@@ -34,12 +34,3 @@ def inproc_ps():
     for ps in started:
         ps.stop()
 
-
-@pytest.fixture
-def procs(tmp_path):
-    """Real master / PS processes under tmp_path; all killed afterwards."""
-    from tests.ps.procs import Procs
-
-    p = Procs(tmp_path)
-    yield p
-    p.close()

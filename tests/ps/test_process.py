@@ -15,7 +15,6 @@ from protos import master_pb2, master_pb2_grpc, ps_pb2, ps_pb2_grpc
 from ps import partition
 from worker_sdk.ps_data import DataClient
 from ps.embedding import TableSpec, initial_rows
-from tests.ps.procs import term
 
 pytestmark = pytest.mark.slow
 
@@ -37,15 +36,16 @@ def _list_ps(master: str) -> master_pb2.ListPSResponse:
     return stub.ListPS(master_pb2.ListPSRequest(), timeout=5)
 
 
-def test_two_ps_register_split_the_model_and_the_rows(procs):
-    _, master = procs.master()
-    started = [procs.ready(p) for p in [procs.start_ps(master, i, 2) for i in range(2)]]
+def test_two_ps_register_split_the_model_and_the_rows(launcher):
+    master = launcher.master().address
+    starting = [launcher.ps(master, index=i, num_ps=2, wait=False) for i in range(2)]
+    started = [launcher.wait_ready(p) for p in starting]
     deadline = time.monotonic() + 20
     while not _list_ps(master).complete and time.monotonic() < deadline:
         time.sleep(0.1)
     listed = _list_ps(master)
     assert listed.complete and [(p.address, p.data_address) for p in listed.ps] == \
-        [(grpc_addr, data) for _, grpc_addr, data in started]
+        [(p.grpc_address, p.data_address) for p in started]
 
     model = _model()
     with DataClient(master=master, timeout_s=10) as c:
@@ -61,7 +61,8 @@ def test_two_ps_register_split_the_model_and_the_rows(procs):
         assert all(torch.equal(pulled[n], t) for n, t in model.items())
 
     expected = partition.place_dense(partition.sizes_of(model.items()), 2)
-    for index, (_, grpc_addr, _) in enumerate(started):
+    for index, ps in enumerate(started):
+        grpc_addr = ps.grpc_address
         status = _ps_stub(grpc_addr).GetPSStatus(ps_pb2.GetPSStatusRequest(), timeout=5)
         assert status.index == index and status.num_ps == 2 and status.initialized
         assert sorted(t.meta.name for t in status.tensors) == \
@@ -73,9 +74,10 @@ def test_two_ps_register_split_the_model_and_the_rows(procs):
         assert health.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_sigkill_restart_comes_back_with_exactly_its_last_checkpoint(procs):
-    _, master = procs.master()
-    ps, grpc_addr, _ = procs.ps(master, 0, 1, "ck", "--checkpoint-interval", "0")
+def test_sigkill_restart_comes_back_with_exactly_its_last_checkpoint(launcher):
+    master = launcher.master().address
+    ps = launcher.ps(master, "--checkpoint-interval", "0", checkpoint_dir="ck")
+    grpc_addr = ps.grpc_address
     c = DataClient(master=master, timeout_s=1.0, backoff_s=0.05, max_attempts=30)
     try:
         c.init_parameters(_model(), "adam", lr=0.01,
@@ -95,8 +97,9 @@ def test_sigkill_restart_comes_back_with_exactly_its_last_checkpoint(procs):
         ps.signal(signal.SIGKILL)
         ps.wait()
         # a damaged newer file (a torn write) must be refused, not trusted
-        (procs.tmp / "ck" / "ps-0-of-1-00000099.ckpt").write_bytes(b"EPSCKPT1 torn")
-        ps2, grpc2, _ = procs.ps(master, 0, 1, "ck", "--checkpoint-interval", "0")
+        (launcher.workdir / "ck" / "ps-0-of-1-00000099.ckpt").write_bytes(b"EPSCKPT1 torn")
+        ps2 = launcher.ps(master, "--checkpoint-interval", "0", checkpoint_dir="ck")
+        grpc2 = ps2.grpc_address
         # the same client finds the restarted PS (new ports) through the master and retries
         now = c.pull()
         assert c.versions == versions
@@ -107,13 +110,14 @@ def test_sigkill_restart_comes_back_with_exactly_its_last_checkpoint(procs):
         assert torch.equal(fresh, initial_rows(TABLE, np.array([77])))
         status = _ps_stub(grpc2).GetPSStatus(ps_pb2.GetPSStatusRequest(), timeout=5)
         assert status.restored_from == reply.path
-        assert "refusing checkpoint ps-0-of-1-00000099.ckpt" in ps2.stderr()
+        assert "refusing checkpoint ps-0-of-1-00000099.ckpt" in ps2.output()
     finally:
         c.close()
 
 
-def test_sigterm_loses_nothing(procs):
-    ps, _, data = procs.ps(None, 0, 1, "ck", "--checkpoint-interval", "0")
+def test_sigterm_loses_nothing(launcher):
+    ps = launcher.ps(None, "--checkpoint-interval", "0", checkpoint_dir="ck")
+    data = ps.data_address
     c = DataClient([data], timeout_s=5)
     try:
         c.init_parameters({"w": torch.zeros(1000)}, "sgd", lr=1.0, momentum=0.9,
@@ -127,10 +131,11 @@ def test_sigterm_loses_nothing(procs):
         rows = c.pull_rows("emb", torch.tensor([5])).clone()
     finally:
         c.close()
-    assert term(ps) == 0
-    assert "final checkpoint" in ps.stderr()
+    assert ps.terminate() == 0
+    assert "final checkpoint" in ps.output()
 
-    ps2, _, data2 = procs.ps(None, 0, 1, "ck", "--checkpoint-interval", "0")
+    ps2 = launcher.ps(None, "--checkpoint-interval", "0", checkpoint_dir="ck")
+    data2 = ps2.data_address
     with DataClient([data2], timeout_s=5, client_id=c.client_id) as again:
         assert torch.equal(again.pull()["w"], before) and again.versions == {"w": 5}
         assert torch.equal(again.pull_rows("emb", torch.tensor([5])), rows)
@@ -146,24 +151,27 @@ def test_sigterm_loses_nothing(procs):
         again._seq = last_seq + 10
         again.push({"w": torch.full((1000,), 7.0)})
         torch.testing.assert_close(again.pull()["w"], w.detach())
-    assert term(ps2) == 0
+    assert ps2.terminate() == 0
 
 
-def test_registers_again_after_the_master_lost_its_database(procs):
-    master_proc, master = procs.master("a.db")
-    ps, grpc_addr, data = procs.ps(master, 0, 1, "ck", "--register-interval", "0.5")
+def test_registers_again_after_the_master_lost_its_database(launcher):
+    master_proc = launcher.master()
+    master = master_proc.address
+    ps = launcher.ps(master, "--register-interval", "0.5", checkpoint_dir="ck")
+    grpc_addr, data = ps.grpc_address, ps.data_address
     deadline = time.monotonic() + 20
     while not _list_ps(master).complete and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert term(master_proc) == 0
-    port = int(master.rsplit(":", 1)[1])
-    master2_proc, master2 = procs.master("b.db", port=port)  # a new, empty database, same address
+    assert master_proc.terminate() == 0
+    # a new, empty database (each master has its own), same address
+    master2_proc = launcher.master(port=master_proc.port)
+    master2 = master2_proc.address
     deadline = time.monotonic() + 20
     listed = _list_ps(master2)
     while not listed.complete and time.monotonic() < deadline:
         time.sleep(0.1)
         listed = _list_ps(master2)
-    assert listed.complete, f"PS log:\n{ps.stderr()}\nmaster log:\n{master2_proc.stderr()}"
+    assert listed.complete, f"PS log:\n{ps.output()}\nmaster log:\n{master2_proc.output()}"
     assert (listed.ps[0].address, listed.ps[0].data_address) == (grpc_addr, data)
 
 
@@ -174,17 +182,17 @@ def _busy_port() -> socket.socket:
     return s
 
 
-def test_bad_flags_and_ports_in_use_exit_non_zero_with_a_message(procs, tmp_path):
+def test_bad_flags_and_ports_in_use_exit_non_zero_with_a_message(launcher, tmp_path):
     ck = str(tmp_path / "ck")
-    bad = procs.run(["-m", "ps", "--standalone", "--index", "3", "--num-ps", "2",
-                     "--checkpoint-dir", ck])
+    bad = launcher.run("-m", "ps", "--standalone", "--index", "3", "--num-ps", "2",
+                       "--checkpoint-dir", ck)
     assert bad.returncode == 2 and "--index 3 is outside 0..1" in bad.stderr
-    no_master = procs.run(["-m", "ps", "--checkpoint-dir", ck])
+    no_master = launcher.run("-m", "ps", "--checkpoint-dir", ck)
     assert no_master.returncode == 2 and "--master HOST:PORT is required" in no_master.stderr
     with _busy_port() as busy:
         port = busy.getsockname()[1]
         for flag in ("--port", "--data-port"):
-            r = procs.run(["-m", "ps", "--standalone", "--host", "127.0.0.1", flag, str(port),
-                           "--checkpoint-dir", ck])
+            r = launcher.run("-m", "ps", "--standalone", "--host", "127.0.0.1", flag,
+                             str(port), "--checkpoint-dir", ck)
             assert r.returncode == 1, r.stderr
             assert "cannot listen" in r.stderr and str(port) in r.stderr

@@ -6,7 +6,6 @@ Every test checks the master's own accounting: each epoch's records_done == num_
 from __future__ import annotations
 
 import collections
-import os
 import signal
 import subprocess
 import sys
@@ -16,19 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, subprocess_env
+from cluster.launch import Proc
+from tests.conftest import REPO
 from worker_sdk import ElasticDataset
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
-WORKER = Path(__file__).with_name("worker_main.py")
-
-
 class WorkerProcess:
-    def __init__(self, proc: subprocess.Popen, log: Path, out: Path):
+    def __init__(self, proc: Proc, log: Path):
         self.proc = proc
         self.log = log
-        self.out = out
 
     def records(self) -> list[int]:
         if not self.log.exists():
@@ -38,7 +34,7 @@ class WorkerProcess:
     def wait_records(self, n: int, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while len(self.records()) < n:
-            if self.proc.poll() is not None:
+            if not self.proc.alive:
                 raise AssertionError(f"worker exited with {self.proc.returncode} before training "
                                      f"{n} records:\n{self.output()}")
             if time.monotonic() > deadline:
@@ -53,35 +49,21 @@ class WorkerProcess:
             raise AssertionError(f"worker still running after {timeout} s:\n{self.output()}")
 
     def output(self) -> str:
-        return self.out.read_text()[-4000:] if self.out.exists() else ""
+        return self.proc.output(tail=4000)
 
 
 @pytest.fixture
-def spawn(tmp_path):
-    """`spawn(master, name, *flags)` starts tests/worker_sdk/worker_main.py; all are killed at
-    teardown."""
-    procs: list[subprocess.Popen] = []
+def spawn(tmp_path, launcher):
+    """`spawn(master, name, *flags)` starts tests/worker_sdk/worker_main.py; the launcher kills
+    them all at teardown."""
 
     def start(master, name: str, *args: str) -> WorkerProcess:
-        log, out = tmp_path / f"{name}.log", tmp_path / f"{name}.out"
-        with open(out, "wb") as stdout:
-            proc = subprocess.Popen(
-                [sys.executable, str(WORKER), "--master", master.address, "--log", str(log),
-                 "--name", name, *args],
-                stdout=stdout, stderr=subprocess.STDOUT, cwd=REPO, env=subprocess_env(),
-            )
-        procs.append(proc)
-        return WorkerProcess(proc, log, out)
+        log = tmp_path / f"{name}.log"
+        proc = launcher.python("-m", "tests.worker_sdk.worker_main", "--master", master.address,
+                               "--log", str(log), "--name", name, *args, name=name)
+        return WorkerProcess(proc, log)
 
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            try:
-                os.kill(proc.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-            proc.kill()
-            proc.wait(10)
+    return start
 
 
 class InProcessWorker(threading.Thread):
@@ -157,8 +139,8 @@ def test_sigterm_hands_back_the_untrained_remainder_and_exits_0(master, spawn):
     a.wait_records(30)
     c.wait_records(1)
     sent = time.monotonic()
-    a.proc.send_signal(signal.SIGTERM)
-    c.proc.send_signal(signal.SIGTERM)
+    a.proc.signal(signal.SIGTERM)
+    c.proc.signal(signal.SIGTERM)
     assert a.wait(timeout=10) == 0, a.output()
     assert c.wait(timeout=10) == 0, c.output()
     assert time.monotonic() - sent < 5, (a.output(), c.output())
@@ -198,13 +180,13 @@ def test_a_stopped_worker_is_fenced_and_carries_on_after_sigcont(case, master_fa
     n = 200
     a = spawn(master, "a", *spec_flags(n, 5, step_s=0.01, max_shards=1, **extra))
     a.wait_records(20)
-    a.proc.send_signal(signal.SIGSTOP)
+    a.proc.signal(signal.SIGSTOP)
     stopped_at = len(a.records())
     b = InProcessWorker(master, n, 0.05, name="train", shard_size=5, max_shards=1,
                         lease_timeout_s=extra.get("lease_timeout", 0))
     b.start()
     time.sleep(pause)
-    a.proc.send_signal(signal.SIGCONT)
+    a.proc.signal(signal.SIGCONT)
     assert a.wait() == 0, a.output()
     b.finish()
     assert len(a.records()) > stopped_at + 5, "the resumed worker did not carry on"
@@ -260,7 +242,7 @@ def test_kills_mid_shard_over_two_epochs_are_accounted_record_by_record(master_f
     a.wait_records(45)
     a.proc.kill()  # SIGKILL mid-shard: it may have trained past its last progress report
     b.wait_records(90)
-    b.proc.send_signal(signal.SIGTERM)  # a reclaim notice: exact offsets handed back
+    b.proc.signal(signal.SIGTERM)  # a reclaim notice: exact offsets handed back
     assert b.wait() == 0, b.output()
     d = spawn(master, "d", *flags)
     assert c.wait() == 0 and d.wait() == 0, c.output() + d.output()
@@ -272,7 +254,7 @@ def test_kills_mid_shard_over_two_epochs_are_accounted_record_by_record(master_f
             ids[e.worker_id] = __import__("json").loads(e.detail)["name"]
     by_name = {name: wid for wid, name in ids.items()}
     credited = _credited_by_worker(master.db, "train")
-    trained = {w.proc.args[w.proc.args.index("--name") + 1]: w.records() for w in (a, b, c, d)}
+    trained = {w.proc.argv[w.proc.argv.index("--name") + 1]: w.records() for w in (a, b, c, d)}
     # SIGTERM: b trained exactly what the master credited to it, so nothing of b's is redone
     assert len(trained["b"]) == credited[by_name["b"]]
     # SIGKILL: a trained at most a few steps past what the master credited (its last progress)

@@ -1,5 +1,7 @@
 """A worker process for the end-to-end tests: trains nothing, but like a real loop.
 
+Run as `python -m tests.worker_sdk.worker_main` from the repository root.
+
 Each step sleeps `--step-s` (the "training"), then appends the record ids of its samples to
 `--log` (one per line, flushed: what this worker trained), then acknowledges: with --ack push it
 calls ds.mark_trained() as a PSClient.push would; with --ack next the next request does it.
@@ -11,11 +13,8 @@ import logging
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from worker_sdk import ElasticDataset  # noqa: E402
+from worker_sdk import ElasticDataset
 
 
 def main() -> None:

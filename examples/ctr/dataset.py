@@ -1,0 +1,34 @@
+"""One split of the generated click log as a torch dataset, memory-mapped."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+class ClickLog(torch.utils.data.Dataset):
+    """One split of the click log that `examples.ctr.data` wrote: (ids, dense, label) per
+    record. Each field's ids are offset into one id space, so one embedding table serves all
+    categorical fields."""
+
+    def __init__(self, directory: str | Path, split: str = "train"):
+        d = Path(directory)
+        self.meta = json.loads((d / "meta.json").read_text())
+        self.cat = np.load(d / f"{split}_cat.npy", mmap_mode="r")
+        self.dense = np.load(d / f"{split}_dense.npy", mmap_mode="r")
+        self.y = np.load(d / f"{split}_y.npy", mmap_mode="r")
+        self.offsets = np.cumsum([0] + self.meta["vocab"][:-1]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        return (torch.from_numpy(self.cat[i] + self.offsets),
+                torch.from_numpy(np.array(self.dense[i])), torch.tensor(float(self.y[i])))
+
+    def tensors(self):
+        """The whole split as tensors (for evaluation)."""
+        return (torch.from_numpy(np.asarray(self.cat) + self.offsets),
+                torch.from_numpy(np.array(self.dense)), torch.from_numpy(np.array(self.y)))

@@ -1,0 +1,204 @@
+"""The main job: a CTR model trained by workers that come and go, against one that is not.
+
+1. Generates a click log from a planted model (the best reachable AUC is known).
+2. Starts a master on an SQLite file and 2 parameter servers, then trains with worker
+   processes scaled 1 -> 4 -> 2 while training: one worker is killed with SIGKILL (its shards
+   come back after the worker timeout), one is stopped with SIGTERM (a spot reclaim notice: it
+   hands its leases back with their progress and exits). Live progress: epoch, shards,
+   samples/s, workers, AUC.
+3. Trains the same model with a single worker and no churn, for comparison.
+4. Prints the summary: AUC against the planted optimum and the no-churn run, time to the
+   target AUC, hand-outs against shards per epoch, duplicates, records redone, goodput.
+
+Nothing is left running when it ends or is interrupted (Ctrl-C).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from cluster.local import LocalCluster, records_done
+from examples.ctr import data as ctr_data
+
+
+@dataclass
+class Run:
+    name: str
+    wall_s: float = 0.0
+    auc: float = 0.0
+    curve: list[tuple[float, float]] = field(default_factory=list)  # (seconds, AUC)
+    epochs: list = field(default_factory=list)
+    ledger: object = None
+    events: list = field(default_factory=list)
+    exit_codes: dict = field(default_factory=dict)
+    exactly_once: bool = False
+
+    def time_to(self, target: float) -> float | None:
+        return next((t for t, a in self.curve if a >= target), None)
+
+
+def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: float,
+          timeout: float, workers: int = 1, warm: bool = True) -> Run:
+    run = Run(name)
+    shards = None
+    bar = tqdm(total=total, unit="rec", desc=name, dynamic_ncols=True)
+    started = time.monotonic()
+    last_eval = 0.0
+    done_before = 0
+    # the workers that scale up later start now as warm standbys (torch loaded), so the run
+    # measures churn and not 2 cores busy importing torch three times at once
+    standby = [cluster.standby_worker()[1] for action in plan if action[1] == "add"
+               for _ in range(action[2])] if warm else []
+    for _ in range(workers):
+        cluster.add_worker()
+    active = workers
+    try:
+        while time.monotonic() - started < timeout:
+            ds = cluster.dataset_status()
+            done = records_done(ds)
+            bar.update(done - done_before)
+            done_before = done
+            now = time.monotonic() - started
+            if ds is not None:
+                shards = -(-ds.spec.num_records // ds.spec.shard_size)
+                bar.set_postfix_str(
+                    f"epoch {min(ds.epoch, ds.spec.num_epochs - 1) + 1}/{ds.spec.num_epochs} "
+                    f"shards {ds.done}/{shards} workers {active}"
+                    + (f" AUC {run.curve[-1][1]:.4f}" if run.curve else ""))
+            while plan and done >= plan[0][0] * total:
+                _, action, count = plan.pop(0)
+                alive = cluster.alive()
+                if action == "add":
+                    for _ in range(count):
+                        if standby:
+                            standby.pop(0).touch()
+                        else:
+                            cluster.add_worker()
+                    active += count
+                    tqdm.write(f"[{now:5.1f}s] scaled up: {active} workers")
+                elif action in ("SIGKILL", "SIGTERM") and alive:
+                    victim = next((n for n in alive if cluster.training(n)), alive[0])
+                    active -= 1
+                    cluster.signal_worker(victim, getattr(signal, action))
+                    tqdm.write(f"[{now:5.1f}s] {action} {victim}"
+                               + (": its shards come back after the 3 s worker timeout"
+                                  if action == "SIGKILL" else
+                                  ": it hands its leases back with their progress and exits"))
+            if done and now - last_eval >= eval_every:
+                run.curve.append((now, cluster.evaluate()))
+                last_eval = now
+            if ds is not None and ds.finished:
+                break
+            if not cluster.alive():
+                break  # every worker left (their logs say why)
+            time.sleep(0.3)
+        run.exit_codes = cluster.wait_workers(60)
+        run.wall_s = time.monotonic() - started
+        run.auc = cluster.evaluate()
+        run.curve.append((run.wall_s, run.auc))
+        ds = cluster.dataset_status()
+        run.epochs = list(ds.epochs)
+        run.exactly_once = ds.finished and all(e.records_done == e.records_total
+                                               for e in ds.epochs)
+        run.ledger = cluster.ledger()
+        run.events = cluster.events()
+    finally:
+        bar.close()
+    return run
+
+
+def describe(run: Run) -> list[str]:
+    lines = [f"  {run.name}: wall {run.wall_s:.1f} s, final AUC {run.auc:.4f}, every record "
+             f"of every epoch counted done exactly once: {run.exactly_once}"]
+    for e in run.epochs:
+        requeues = ", ".join(f"{k} {v}" for k, v in sorted(e.requeues.items())) or "none"
+        lines.append(f"    epoch {e.epoch}: {e.handouts} hand-outs for {e.done} shards, "
+                     f"{e.records_done}/{e.records_total} records, {e.records_rehanded} handed "
+                     f"out again of which {e.records_redone} possibly trained twice, "
+                     f"{e.duplicates} duplicates; requeues: {requeues}")
+    if run.ledger is not None:
+        lines.append(f"    goodput {run.ledger.goodput:.1%} ({run.ledger.records_done} records "
+                     f"done of {run.ledger.records_handed} handed out), "
+                     f"{run.ledger.worker_seconds_total:.0f} worker-seconds")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--records", type=int, default=60_000)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--shard-size", type=int, default=1024)
+    p.add_argument("--workdir", default="demo-run", help="where data, databases and logs go")
+    p.add_argument("--eval-every", type=float, default=1.0, help="seconds between AUC checks")
+    p.add_argument("--no-baseline", action="store_true", help="skip the run without churn")
+    p.add_argument("--baseline-workers", type=int, default=1,
+                   help="workers of the run without churn (default 1)")
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--cold-start", action="store_true",
+                   help="start scaled-up workers from scratch instead of warm standbys")
+    args = p.parse_args(argv)
+
+    work = Path(args.workdir).resolve()
+    data = work / "ctr"
+    if not (data / "meta.json").exists() or \
+            f'"records": {args.records},' not in (data / "meta.json").read_text():
+        ctr_data.main(["--out", str(data), "--records", str(args.records), "--test-records",
+                       str(max(5000, args.records // 5))])
+
+    optimum = json.loads((data / "meta.json").read_text())["optimal_test_auc"]
+    train_args = ("--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+                  "--shard-size", str(args.shard_size), "--log-every", "30")
+    total = args.records * args.epochs
+    churn_plan = [(0.10, "add", 3), (0.35, "SIGKILL", 1), (0.55, "SIGTERM", 1)]
+    runs = []
+    try:
+        calm = f"{args.baseline_workers} worker{'s' if args.baseline_workers > 1 else ''}, " \
+            "no churn"
+        for name, plan, workers in [("with churn", churn_plan, 1)] + \
+                ([] if args.no_baseline else [(calm, [], args.baseline_workers)]):
+            directory = work / ("churn" if plan else "calm")
+            shutil.rmtree(directory, ignore_errors=True)
+            with LocalCluster(directory, data, num_ps=2, train_args=train_args) as cluster:
+                print(f"\n{name}: master on {cluster.db}, 2 PS, logs in {directory}")
+                runs.append(train(cluster, name, total, list(plan), args.eval_every,
+                                  args.timeout, workers, warm=not args.cold_start))
+    except KeyboardInterrupt:
+        print("\ninterrupted: every process of the demo has been stopped", file=sys.stderr)
+        return 130
+
+    print("\nSUMMARY")
+    print(f"  best reachable AUC (the planted model): {optimum:.4f}")
+    for run in runs:
+        print("\n".join(describe(run)))
+    churn = runs[0]
+    kills = [e for e in churn.events if e.kind in ("worker_lost", "worker_left")]
+    print("  churn seen by the master: " + ", ".join(
+        f"{e.worker_id} {e.kind.split('_')[1]} ({e.cause})" for e in kills))
+    if len(runs) == 2:
+        base = runs[1]
+        target = base.auc - 0.005
+        t_churn, t_base = churn.time_to(target), base.time_to(target)
+        print(f"  AUC with churn {churn.auc:.4f} vs without {base.auc:.4f} "
+              f"(difference {churn.auc - base.auc:+.4f}); optimum {optimum:.4f}")
+        if t_churn and t_base:
+            print(f"  time to AUC {target:.4f}: {t_churn:.1f} s with churn, {t_base:.1f} s "
+                  f"without: ratio {t_churn / t_base:.2f}")
+        else:
+            print(f"  time to AUC {target:.4f}: with churn {t_churn}, without {t_base} "
+                  "(None: not reached)")
+    ok = all(run.exactly_once for run in runs)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
