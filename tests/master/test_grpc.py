@@ -1,7 +1,6 @@
 """The master over gRPC on 127.0.0.1: a real `python -m master` process, real clients, kills."""
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import threading

@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.master.cli import main
+
+sys.exit(main())

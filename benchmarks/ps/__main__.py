@@ -1,0 +1,3 @@
+from benchmarks.ps.cli import main
+
+main()
