@@ -25,6 +25,7 @@ import grpc
 
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
+from rpckit import auth
 
 CODE_ROOT = Path(__file__).resolve().parents[1]  # the directory that holds our packages
 HOST = "127.0.0.1"
@@ -179,16 +180,19 @@ class Proc:
 
 
 class MasterProc(Proc):
-    """`python -m master`, with a client: `status()`, `dataset(name)`, `events()`."""
+    """`python -m master`, with a client: `status()`, `dataset(name)`, `events()` (over TLS
+    verified by `tls_ca` and with `token` when given, for a master started with them)."""
 
-    def __init__(self, argv: list[str], log: Path, db: str, **kw):
+    def __init__(self, argv: list[str], log: Path, db: str, *, tls_ca: str = "",
+                 token: str = "", **kw):
         super().__init__(argv, log, **kw)
         self.db = db
+        self.tls_ca, self.token = tls_ca, token
         self._channel: grpc.Channel | None = None
 
     def stub(self) -> pb_grpc.MasterStub:
         if self._channel is None:
-            self._channel = grpc.insecure_channel(self.address)
+            self._channel = auth.channel(self.address, tls_ca=self.tls_ca, token=self.token)
         return pb_grpc.MasterStub(self._channel)
 
     def status(self, timeout: float = 10.0) -> pb.GetStatusResponse:

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 
+from rpckit import auth
 from rpckit.server import run_main
 
 from .committer import Committer
@@ -49,9 +50,12 @@ def run(settings: MasterSettings) -> int:
     committer = Committer(core, store, on_fatal)
     try:
         server, port, health = build_server(
-            core, committer, store, settings.host, settings.port, settings.threads
+            core, committer, store, settings.host, settings.port, settings.threads,
+            credentials=auth.server_credentials(settings.tls_cert, settings.tls_key),
+            interceptors=auth.server_interceptors(
+                auth.read_token(settings.auth_token, settings.auth_token_file)),
         )
-    except PortInUse as exc:
+    except (PortInUse, auth.SecurityConfigError) as exc:
         print(f"elastic-master: {exc}", file=sys.stderr)
         return 1
     committer.start()
@@ -72,7 +76,8 @@ def run(settings: MasterSettings) -> int:
                     log.exception("tick failed")
 
     threading.Thread(target=ticker, name="ticker", daemon=True).start()
-    monitor = PSMonitor(core, committer, timeout=settings.worker_timeout)
+    monitor = PSMonitor(core, committer, timeout=settings.worker_timeout,
+                        tls_ca=settings.tls_ca)
     monitor.start()
     stop.wait()
     log.info("stopping")

@@ -19,6 +19,7 @@ import grpc
 
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
+from rpckit import auth
 
 
 def _ago(ms: int, now_ms: int) -> str:
@@ -223,6 +224,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--master", default=os.environ.get("ELASTIC_PS_MASTER", "localhost:50051"),
                    help="master address HOST:PORT (env ELASTIC_PS_MASTER)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    p.add_argument("--tls-ca", default=None, metavar="FILE",
+                   help="PEM CA to verify a TLS master (env ELASTIC_PS_TLS_CA)")
+    p.add_argument("--auth-token", default=None, metavar="TOKEN",
+                   help="the job's token (env ELASTIC_PS_AUTH_TOKEN)")
+    p.add_argument("--auth-token-file", default=None, metavar="FILE",
+                   help="read the token from this file (env ELASTIC_PS_AUTH_TOKEN_FILE)")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("status", help="datasets, workers and PS").set_defaults(fn=cmd_status)
     ev = sub.add_parser("events", help="the elasticity timeline")
@@ -255,7 +262,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    channel = grpc.insecure_channel(args.master)
+    try:
+        tls_ca, token = auth.client_options(args.tls_ca, args.auth_token, args.auth_token_file)
+    except auth.SecurityConfigError as exc:
+        print(f"elastic-ctl: {exc}", file=sys.stderr)
+        sys.exit(2)
+    channel = auth.channel(args.master, tls_ca=tls_ca, token=token)
     try:
         code = args.fn(pb_grpc.MasterStub(channel), args)
     except grpc.RpcError as exc:

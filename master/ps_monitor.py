@@ -13,6 +13,8 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from rpckit import auth
+
 from .committer import Committer
 from .core import MasterCore
 
@@ -21,11 +23,12 @@ log = logging.getLogger(__name__)
 
 class PSMonitor:
     def __init__(self, core: MasterCore, committer: Committer, timeout: float = 3.0,
-                 interval: float = 0.5):
+                 interval: float = 0.5, tls_ca: str = ""):
         self.core = core
         self.committer = committer
         self.timeout = timeout
         self.interval = interval
+        self.tls_ca = tls_ca  # the PS serve TLS: verify them (health needs no token)
         self.stop = threading.Event()
         self._channels: dict[str, grpc.Channel] = {}
         self._failing_since: dict[tuple[int, int], float] = {}
@@ -36,7 +39,7 @@ class PSMonitor:
     def _check(self, address: str) -> str:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = grpc.insecure_channel(address)
+            channel = self._channels[address] = auth.channel(address, tls_ca=self.tls_ca)
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=min(1.0, self.timeout))

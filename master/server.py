@@ -163,11 +163,14 @@ class MasterServicer(pb_grpc.MasterServicer):
 
 
 def build_server(
-    core: MasterCore, committer: Committer, store: Store, host: str, port: int, threads: int
+    core: MasterCore, committer: Committer, store: Store, host: str, port: int, threads: int,
+    credentials: grpc.ServerCredentials | None = None,
+    interceptors: tuple[grpc.ServerInterceptor, ...] | list = (),
 ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """The master's gRPC server (not started): the Master service, health and reflection."""
+    """The master's gRPC server (not started): the Master service, health and reflection;
+    over TLS with `credentials`, `interceptors` (rpckit.auth) checking the token."""
     return rpc_server.build_server(
         host, port, threads,
         [(pb_grpc.add_MasterServicer_to_server, MasterServicer(core, committer, store))],
-        [SERVICE],
+        [SERVICE], interceptors=interceptors, credentials=credentials,
     )

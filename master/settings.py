@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rpckit import auth
 from rpckit.settings import LOG_LEVELS, FlagParser, describe
 
 
@@ -18,11 +19,16 @@ class MasterSettings:
     max_wait: float = 0.0
     threads: int = 64
     log_level: str = "INFO"
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""  # verifies the PS it health-checks
+    auth_token: str = ""
+    auth_token_file: str = ""
 
     def describe(self) -> str:
         from .store import _safe_url
 
-        return describe(self, rewrite={"db": _safe_url(self.db)})
+        return describe(self, redact=auth.SECRET_FIELDS, rewrite={"db": _safe_url(self.db)})
 
 
 def parse(argv: list[str] | None = None) -> MasterSettings:
@@ -43,11 +49,12 @@ def parse(argv: list[str] | None = None) -> MasterSettings:
            "seconds after start to stop waiting for --min-workers (0: forever)")
     p.flag("--threads", d.threads, "gRPC handler threads")
     p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
+    auth.add_flags(p, server=True, client=True)  # --tls-ca: the PS health checks
     return p.settings(MasterSettings, argv, check)  # bad flags: exit 2 with the reasons
 
 
 def check(s: MasterSettings) -> list[str]:
-    problems = []
+    problems = auth.flag_problems(s)
     if not 0 <= s.port <= 65535:
         problems.append(f"--port {s.port} is not in 0..65535")
     if not s.heartbeat_interval > 0:

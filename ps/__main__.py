@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 
+from rpckit import auth
 from rpckit.server import run_main
 
 from .checkpoint import CheckpointDir, Checkpointer
@@ -40,6 +41,12 @@ def _tune_malloc() -> None:
 
 
 def run(settings: PSSettings) -> int:
+    try:
+        token = auth.read_token(settings.auth_token, settings.auth_token_file)
+        credentials = auth.server_credentials(settings.tls_cert, settings.tls_key)
+    except auth.SecurityConfigError as exc:
+        print(f"elastic-ps: {exc}", file=sys.stderr)
+        return 1
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -86,7 +93,8 @@ def run(settings: PSSettings) -> int:
                   started_ms=now_ms())
     try:
         server, port, health = build_server(PSServicer(store, checkpointer, me), settings.host,
-                                            settings.port, settings.grpc_threads)
+                                            settings.port, settings.grpc_threads, credentials,
+                                            auth.server_interceptors(token))
     except PortInUse as exc:
         print(f"elastic-ps: {exc}", file=sys.stderr)
         data.stop()
@@ -102,7 +110,7 @@ def run(settings: PSSettings) -> int:
     background = []
     channel = None
     if not settings.standalone:
-        stub, channel = connect(settings.master)
+        stub, channel = connect(settings.master, settings.tls_ca, token)
         registrar = Registrar(stub, me.address, me.data_address, settings.index,
                               settings.num_ps, settings.register_interval)
         background.append(threading.Thread(target=registrar.run, args=(stop,),

@@ -14,6 +14,7 @@ import threading
 import grpc
 
 from protos import master_pb2, master_pb2_grpc
+from rpckit import auth
 from rpckit.retry import RETRYABLE
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,8 @@ class Registrar:
                 return
 
 
-def connect(master: str):
-    """A Master stub on a channel to `master` (host:port)."""
-    channel = grpc.insecure_channel(master)
+def connect(master: str, tls_ca: str = "", token: str = ""):
+    """A Master stub on a channel to `master` (host:port), TLS when `tls_ca` is given, the
+    token on every call when given (rpckit.auth)."""
+    channel = auth.channel(master, tls_ca=tls_ca, token=token)
     return master_pb2_grpc.MasterStub(channel), channel

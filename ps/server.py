@@ -88,13 +88,16 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
         return status_view(self.store, self.checkpointer, self.me)
 
 
-def build_server(servicer: PSServicer, host: str, port: int, threads: int
+def build_server(servicer: PSServicer, host: str, port: int, threads: int,
+                 credentials: grpc.ServerCredentials | None = None,
+                 interceptors: tuple[grpc.ServerInterceptor, ...] | list = (),
                  ) -> tuple[grpc.Server, int, health.HealthServicer]:
-    """The PS's gRPC server (not started): the control service, health and reflection."""
+    """The PS's gRPC server (not started): the control service, health and reflection;
+    over TLS with `credentials`, `interceptors` (rpckit.auth) checking the token."""
     return rpc_server.build_server(
         host, port, threads,
         [(ps_pb2_grpc.add_ParameterServerServicer_to_server, servicer)], [SERVICE],
-        thread_name_prefix="ps-grpc",
+        thread_name_prefix="ps-grpc", interceptors=interceptors, credentials=credentials,
     )
 
 

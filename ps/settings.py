@@ -11,6 +11,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from rpckit import auth
 from rpckit.settings import ENV_PREFIX, LOG_LEVELS, FlagParser, describe
 WILDCARDS = ("", "0.0.0.0", "::", "[::]")
 
@@ -37,9 +38,14 @@ class PSSettings:
     applied_capacity: int = 100_000
     torch_threads: int = 1
     log_level: str = "INFO"
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""  # verifies the master
+    auth_token: str = ""
+    auth_token_file: str = ""
 
     def describe(self) -> str:
-        return describe(self)
+        return describe(self, redact=auth.SECRET_FIELDS)
 
     @property
     def public_host(self) -> str:
@@ -96,11 +102,12 @@ def parse(argv: list[str] | None = None) -> PSSettings:
            "memory-bound, and OpenMP teams spin-waiting in several handler threads starve the "
            "handlers and ZeroMQ's I/O thread of cores")
     p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
+    auth.add_flags(p, server=True, client=True)  # --tls-ca: towards the master
     return p.settings(PSSettings, argv, check)
 
 
 def check(s: PSSettings) -> list[str]:
-    problems = []
+    problems = auth.flag_problems(s)
     if not s.master and not s.standalone:
         problems.append(f"--master HOST:PORT is required (or {ENV_PREFIX}MASTER; --standalone "
                         "runs without one)")

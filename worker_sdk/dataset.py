@@ -97,6 +97,8 @@ class ElasticDataset(IterableDataset):
         ack: str = "auto",
         handle_sigterm: bool = True,
         retry_timeout_s: float | None = None,
+        tls_ca: str | None = None,
+        auth_token: str | None = None,
     ):
         """
         dataset: anything with len() and __getitem__(int) (a map-style torch Dataset, a numpy
@@ -113,6 +115,8 @@ class ElasticDataset(IterableDataset):
         handle_sigterm: install the SIGTERM handler (worker_sdk/preempt.py). Pass False when
             something else owns the process's signals.
         retry_timeout_s: give up on an unreachable master after this long (default 120 s).
+        tls_ca, auth_token: a TLS master's CA file and the job's token (default
+            $ELASTIC_PS_TLS_CA, $ELASTIC_PS_AUTH_TOKEN or $ELASTIC_PS_AUTH_TOKEN_FILE).
         """
         if ack not in ACK_MODES:
             raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
@@ -136,7 +140,8 @@ class ElasticDataset(IterableDataset):
             self.client, self._owns_client = master, False
         else:
             policy = RetryPolicy(total_s=retry_timeout_s) if retry_timeout_s is not None else None
-            self.client = MasterClient(master, worker_name, labels, policy=policy)
+            self.client = MasterClient(master, worker_name, labels, policy=policy,
+                                       tls_ca=tls_ca, auth_token=auth_token)
             self._owns_client = True
         self.layout = ShardLayout(num_records, shard_size, shuffle, seed)
         self.table = LeaseTable(name)

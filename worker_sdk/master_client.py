@@ -37,6 +37,7 @@ import grpc
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 
+from rpckit import auth
 from rpckit.errors import Reason, reason_of
 from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
 
@@ -88,12 +89,18 @@ class MasterClient:
         *,
         policy: RetryPolicy | None = None,
         heartbeat: bool = True,
+        tls_ca: str | None = None,
+        auth_token: str | None = None,
     ):
+        """tls_ca: PEM CA file of a TLS master; auth_token: the job's token (None: from
+        ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE)."""
         self.address = master or default_master()
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.labels = dict(labels) if labels is not None else labels_from_env()
         self.policy = policy or default_policy()
-        self._channel = grpc.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
+        self.tls_ca, token = auth.client_options(tls_ca, auth_token)
+        self._channel = auth.channel(self.address, tls_ca=self.tls_ca, token=token,
+                                     options=_CHANNEL_OPTIONS)
         self._stub = pb_grpc.MasterStub(self._channel)
         self._lock = threading.RLock()  # registration state
         self._report_lock = threading.RLock()  # one report-carrying call at a time

@@ -91,9 +91,13 @@ class PSClient:
     """The worker's handle on the PS set (found through the master's ListPS)."""
 
     def __init__(self, master: str, *, timeout_s: float = 10.0, max_attempts: int = 8,
-                 discovery_timeout_s: float = 60.0):
+                 discovery_timeout_s: float = 60.0, tls_ca: str | None = None,
+                 auth_token: str | None = None):
+        """tls_ca, auth_token: as MasterClient's (None: ELASTIC_PS_TLS_CA,
+        ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE)."""
         self.data = DataClient(master=master, timeout_s=timeout_s, max_attempts=max_attempts,
-                               discovery_timeout_s=discovery_timeout_s)
+                               discovery_timeout_s=discovery_timeout_s, tls_ca=tls_ca,
+                               auth_token=auth_token)
         self.pushes = 0
         self.stale_refusals = 0
         self.max_staleness_seen = 0

@@ -35,6 +35,7 @@ from protos import ps_pb2
 
 from ps import partition
 from ps.embedding import TableSpec
+from rpckit import auth
 from rpckit.errors import Reason, ServiceError
 from rpckit.retry import RETRYABLE
 from ps.optim import config_to_pb, make_config
@@ -67,16 +68,17 @@ class PushOutcome:
     duplicate: bool = False  # a retry found the push already applied
 
 
-def master_endpoints(master: str, timeout_s: float = 30.0, poll_s: float = 0.2) -> list[str]:
+def master_endpoints(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
+                     tls_ca: str = "", token: str = "") -> list[str]:
     """The data addresses of the PS set, by index, from the master's ListPS (waits until every
-    index registered, at most `timeout_s`)."""
+    index registered, at most `timeout_s`); TLS and the token as rpckit.auth.channel."""
     import grpc
 
     from protos import master_pb2, master_pb2_grpc
 
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    with grpc.insecure_channel(master) as channel:
+    with auth.channel(master, tls_ca=tls_ca, token=token) as channel:
         stub = master_pb2_grpc.MasterStub(channel)
         while True:
             try:
@@ -157,13 +159,16 @@ class DataClient:
                  client_id: str | None = None, timeout_s: float = 10.0, max_attempts: int = 8,
                  backoff_s: float = 0.05, max_backoff_s: float = 2.0,
                  discovery_timeout_s: float = 30.0, context: zmq.Context | None = None,
-                 prefer_local: bool = True):
+                 prefer_local: bool = True, tls_ca: str | None = None,
+                 auth_token: str | None = None):
         if (endpoints is None) == (master is None):
             raise ValueError("give either endpoints (tcp://host:port per PS) or master")
         self.master = master
+        # None: ELASTIC_PS_TLS_CA and ELASTIC_PS_AUTH_TOKEN(_FILE) (rpckit.auth)
+        self._tls_ca, self._token = auth.client_options(tls_ca, auth_token)
         self._resolve: Callable[[], list[str]] = (
             (lambda: list(endpoints)) if endpoints is not None
-            else (lambda: master_endpoints(master, discovery_timeout_s)))
+            else (lambda: master_endpoints(master, discovery_timeout_s, **self._lookup)))
         self.client_id = client_id or uuid.uuid4().hex
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
@@ -177,6 +182,10 @@ class DataClient:
         self._seq = 0
         self.owner: dict[str, int] = {}       # dense tensor name -> PS index
         self.versions: dict[str, int] = {}    # versions of the last pull, per tensor
+
+    @property
+    def _lookup(self) -> dict:
+        return {"tls_ca": self._tls_ca, "token": self._token}
 
     @property
     def num_ps(self) -> int:
@@ -403,7 +412,7 @@ class DataClient:
         if self.master is None:
             return
         try:
-            endpoints = master_endpoints(self.master, timeout_s=self.timeout_s)
+            endpoints = master_endpoints(self.master, timeout_s=self.timeout_s, **self._lookup)
         except PSUnavailable:
             return
         if len(endpoints) != self.num_ps:
