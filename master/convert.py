@@ -48,4 +48,5 @@ def spec_from_pb(msg: pb.DatasetSpec) -> DatasetSpec:
 def ps_to_pb(row: dict, lost: bool = False) -> pb.PSInfo:
     return pb.PSInfo(address=row["address"], data_address=row["data_address"], index=row["idx"],
                      num_ps=row["num_ps"], registered_ms=row["registered_ms"],
-                     incarnation=row["incarnation"], state="lost" if lost else "alive")
+                     incarnation=row["incarnation"], state="lost" if lost else "alive",
+                     data_public_key=row.get("data_public_key", ""))

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
+from rpckit.auth import is_curve_key
 from rpckit.errors import Reason, already_exists, invalid, not_found, precondition
 from .journal import Journal
 from .shards import DatasetQueue, Lease
@@ -367,9 +368,12 @@ class MasterCore:
 
     # ---- parameter servers ------------------------------------------------------------------
 
-    def register_ps(self, address: str, data_address: str, index: int, num_ps: int) -> int:
+    def register_ps(self, address: str, data_address: str, index: int, num_ps: int,
+                    data_public_key: str = "") -> int:
         if not address or len(address) > 256 or len(data_address) > 256:
             raise invalid("PS address must be 1-256 characters (host:port)")
+        if data_public_key and not is_curve_key(data_public_key):
+            raise invalid("data_public_key must be a CURVE public key: 40 Z85 characters")
         if not 0 < num_ps <= 4096:
             raise invalid(f"num_ps must be in 1..4096, got {num_ps}")
         if not 0 <= index < num_ps:
@@ -384,6 +388,7 @@ class MasterCore:
         previous = self.ps.get(index)
         row = dict(
             idx=index, address=address, data_address=data_address, num_ps=num_ps,
+            data_public_key=data_public_key,
             registered_ms=self.journal.now_ms(),
             incarnation=(previous["incarnation"] + 1) if previous else 1,
         )

@@ -98,6 +98,8 @@ ps = Table(
     Column("num_ps", Integer, nullable=False),
     Column("registered_ms", BigInteger, nullable=False),
     Column("incarnation", BigInteger, nullable=False),
+    # the data plane's CURVE public key (Z85) when it is encrypted, else ''
+    Column("data_public_key", String(40), nullable=False, server_default=""),
 )
 
 events = Table(

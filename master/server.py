@@ -118,7 +118,8 @@ class MasterServicer(pb_grpc.MasterServicer):
     def RegisterPS(self, request, context):
         incarnation = self.committer.call(
             lambda: self.core.register_ps(
-                request.address, request.data_address, request.index, request.num_ps
+                request.address, request.data_address, request.index, request.num_ps,
+                request.data_public_key,
             )
         )
         return pb.RegisterPSResponse(incarnation=incarnation)

@@ -308,7 +308,7 @@ class WorkerStatus(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., last_heartbeat_ms: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., state: _Optional[str] = ..., registered_ms: _Optional[int] = ...) -> None: ...
 
 class PSInfo(_message.Message):
-    __slots__ = ("address", "data_address", "index", "num_ps", "registered_ms", "incarnation", "state")
+    __slots__ = ("address", "data_address", "index", "num_ps", "registered_ms", "incarnation", "state", "data_public_key")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -316,6 +316,7 @@ class PSInfo(_message.Message):
     REGISTERED_MS_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    DATA_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     address: str
     data_address: str
     index: int
@@ -323,7 +324,8 @@ class PSInfo(_message.Message):
     registered_ms: int
     incarnation: int
     state: str
-    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., registered_ms: _Optional[int] = ..., incarnation: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
+    data_public_key: str
+    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., registered_ms: _Optional[int] = ..., incarnation: _Optional[int] = ..., state: _Optional[str] = ..., data_public_key: _Optional[str] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("datasets", "workers", "ps", "time_ms")
@@ -376,16 +378,18 @@ class GetEventsResponse(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next: _Optional[int] = ...) -> None: ...
 
 class RegisterPSRequest(_message.Message):
-    __slots__ = ("address", "data_address", "index", "num_ps")
+    __slots__ = ("address", "data_address", "index", "num_ps", "data_public_key")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    DATA_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     address: str
     data_address: str
     index: int
     num_ps: int
-    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ...) -> None: ...
+    data_public_key: str
+    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., data_public_key: _Optional[str] = ...) -> None: ...
 
 class RegisterPSResponse(_message.Message):
     __slots__ = ("incarnation",)

@@ -100,9 +100,10 @@ class PushRows(_message.Message):
     def __init__(self, table: _Optional[str] = ...) -> None: ...
 
 class DataRequest(_message.Message):
-    __slots__ = ("client_id", "seq", "init_parameters", "pull", "push", "pull_rows", "push_rows")
+    __slots__ = ("client_id", "seq", "token", "init_parameters", "pull", "push", "pull_rows", "push_rows")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
     INIT_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     PULL_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
@@ -110,12 +111,13 @@ class DataRequest(_message.Message):
     PUSH_ROWS_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     seq: int
+    token: str
     init_parameters: InitParameters
     pull: Pull
     push: Push
     pull_rows: PullRows
     push_rows: PushRows
-    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ...) -> None: ...
+    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ...) -> None: ...
 
 class InitParametersResult(_message.Message):
     __slots__ = ("initialized", "versions")
@@ -272,7 +274,7 @@ class TableStatus(_message.Message):
     def __init__(self, spec: _Optional[_Union[TableSpec, _Mapping]] = ..., rows: _Optional[int] = ..., pushes: _Optional[int] = ...) -> None: ...
 
 class GetPSStatusResponse(_message.Message):
-    __slots__ = ("index", "num_ps", "address", "data_address", "initialized", "optimizer", "tensors", "tables", "pushes", "pulls", "duplicates", "refused_stale", "staleness", "max_staleness_seen", "checkpoints", "last_checkpoint", "last_checkpoint_ms", "restored_from", "started_ms", "max_staleness_allowed", "waited_for_send", "copies_on_write")
+    __slots__ = ("index", "num_ps", "address", "data_address", "initialized", "optimizer", "tensors", "tables", "pushes", "pulls", "duplicates", "refused_stale", "staleness", "max_staleness_seen", "checkpoints", "last_checkpoint", "last_checkpoint_ms", "restored_from", "started_ms", "max_staleness_allowed", "waited_for_send", "copies_on_write", "data_public_key")
     class StalenessEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -302,6 +304,7 @@ class GetPSStatusResponse(_message.Message):
     MAX_STALENESS_ALLOWED_FIELD_NUMBER: _ClassVar[int]
     WAITED_FOR_SEND_FIELD_NUMBER: _ClassVar[int]
     COPIES_ON_WRITE_FIELD_NUMBER: _ClassVar[int]
+    DATA_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     index: int
     num_ps: int
     address: str
@@ -324,4 +327,5 @@ class GetPSStatusResponse(_message.Message):
     max_staleness_allowed: int
     waited_for_send: int
     copies_on_write: int
-    def __init__(self, index: _Optional[int] = ..., num_ps: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., initialized: _Optional[bool] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorStatus, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableStatus, _Mapping]]] = ..., pushes: _Optional[int] = ..., pulls: _Optional[int] = ..., duplicates: _Optional[int] = ..., refused_stale: _Optional[int] = ..., staleness: _Optional[_Mapping[int, int]] = ..., max_staleness_seen: _Optional[int] = ..., checkpoints: _Optional[int] = ..., last_checkpoint: _Optional[str] = ..., last_checkpoint_ms: _Optional[int] = ..., restored_from: _Optional[str] = ..., started_ms: _Optional[int] = ..., max_staleness_allowed: _Optional[int] = ..., waited_for_send: _Optional[int] = ..., copies_on_write: _Optional[int] = ...) -> None: ...
+    data_public_key: str
+    def __init__(self, index: _Optional[int] = ..., num_ps: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., initialized: _Optional[bool] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorStatus, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableStatus, _Mapping]]] = ..., pushes: _Optional[int] = ..., pulls: _Optional[int] = ..., duplicates: _Optional[int] = ..., refused_stale: _Optional[int] = ..., staleness: _Optional[_Mapping[int, int]] = ..., max_staleness_seen: _Optional[int] = ..., checkpoints: _Optional[int] = ..., last_checkpoint: _Optional[str] = ..., last_checkpoint_ms: _Optional[int] = ..., restored_from: _Optional[str] = ..., started_ms: _Optional[int] = ..., max_staleness_allowed: _Optional[int] = ..., waited_for_send: _Optional[int] = ..., copies_on_write: _Optional[int] = ..., data_public_key: _Optional[str] = ...) -> None: ...

@@ -53,6 +53,7 @@ def run(settings: PSSettings) -> int:
     _tune_malloc()
 
     import torch
+    import zmq
 
     from .dataplane import BindError, DataPlane, auto_ipc_path
     from .registrar import Registrar, connect
@@ -79,8 +80,12 @@ def run(settings: PSSettings) -> int:
     auto = settings.data_ipc == "auto"
     ipc_path = auto_ipc_path(settings.index) if auto else (
         "" if settings.data_ipc in ("", "off") else settings.data_ipc)
+    # Under TLS the data plane is encrypted too (CURVE): a fresh key pair per start, whose
+    # public half clients learn from the master's ListPS (or GetPSStatus).
+    curve = zmq.curve_keypair() if credentials is not None else None
     data = DataPlane(store, settings.host, settings.data_port, settings.threads,
-                     settings.max_frame_mb * 1024 * 1024, ipc_path, ipc_optional=auto)
+                     settings.max_frame_mb * 1024 * 1024, ipc_path, ipc_optional=auto,
+                     token=token, curve_keypair=curve)
     try:
         data_port = data.bind()
     except BindError as exc:
@@ -90,7 +95,7 @@ def run(settings: PSSettings) -> int:
     public = settings.public_host
     host_part = f"[{public}]" if ":" in public else public
     me = Identity(settings.index, settings.num_ps, data_address=f"tcp://{host_part}:{data_port}",
-                  started_ms=now_ms())
+                  started_ms=now_ms(), data_public_key=curve[0].decode() if curve else "")
     try:
         server, port, health = build_server(PSServicer(store, checkpointer, me), settings.host,
                                             settings.port, settings.grpc_threads, credentials,
@@ -112,7 +117,8 @@ def run(settings: PSSettings) -> int:
     if not settings.standalone:
         stub, channel = connect(settings.master, settings.tls_ca, token)
         registrar = Registrar(stub, me.address, me.data_address, settings.index,
-                              settings.num_ps, settings.register_interval)
+                              settings.num_ps, settings.register_interval,
+                              data_public_key=me.data_public_key)
         background.append(threading.Thread(target=registrar.run, args=(stop,),
                                            name="registrar", daemon=True))
     if settings.checkpoint_interval > 0:

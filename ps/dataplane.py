@@ -7,6 +7,10 @@ A client's multipart message [DataRequest, buffer, ...] arrives on a ROUTER sock
 `torch.frombuffer` (no copy); a pulled tensor is sent from the tensor's own memory (no copy)
 and its tracker pins it until ZeroMQ has written the bytes (see `ps.params`).
 
+With a token (`--auth-token`) every request must carry it in `DataRequest.token`; one that does
+not is answered UNAUTHENTICATED before anything else is looked at. Under TLS the socket is a
+CURVE server (ZeroMQ's encryption): clients connect with the public key the PS registered.
+
 Bad input never takes the PS down: a header that does not parse is answered INVALID_ARGUMENT,
 a message without a body frame is dropped, frames larger than `max_frame_bytes` make ZeroMQ
 drop the peer, and any unexpected error is answered INTERNAL and logged.
@@ -26,6 +30,7 @@ from google.protobuf.message import DecodeError
 from protos import ps_pb2
 
 from .embedding import TableSpec
+from rpckit import auth
 from rpckit.errors import Reason, ServiceError, invalid
 from .optim import config_from_pb
 from .params import ParamStore
@@ -89,7 +94,12 @@ def _export(t: torch.Tensor):
 
 class DataPlane:
     def __init__(self, store: ParamStore, host: str = "0.0.0.0", port: int = 0, threads: int = 4,
-                 max_frame_bytes: int = 2**31, ipc_path: str = "", ipc_optional: bool = False):
+                 max_frame_bytes: int = 2**31, ipc_path: str = "", ipc_optional: bool = False,
+                 token: str = "", curve_keypair: tuple[bytes, bytes] | None = None):
+        """token: when set, every request must carry it (DataRequest.token); curve_keypair:
+        (public, secret) Z85 keys to encrypt every connection with CURVE (zmq.curve_keypair())."""
+        self.token = token
+        self.curve_keypair = curve_keypair
         self.ipc_path = ipc_path
         self.ipc_optional = ipc_optional
         self.local_endpoint = ""
@@ -114,6 +124,9 @@ class DataPlane:
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
         sock.setsockopt(zmq.RCVHWM, 10_000)
         sock.setsockopt(zmq.SNDHWM, 10_000)
+        if self.curve_keypair is not None:  # before bind: it applies to every connection
+            sock.curve_server = True
+            sock.curve_publickey, sock.curve_secretkey = self.curve_keypair
         host = f"[{self.host}]" if ":" in self.host else self.host
         if ":" in self.host:
             sock.setsockopt(zmq.IPV6, 1)
@@ -227,6 +240,9 @@ class DataPlane:
             return [self._error(invalid(f"cannot parse the request header "
                                         f"(a DataRequest protobuf): {exc}",
                                         Reason.UNDECODABLE), 0)]
+        if self.token and not auth.token_matches(req.token, self.token):
+            return [self._error(auth.unauthenticated(
+                "no auth token" if not req.token else "wrong auth token"), req.seq)]
         kind = req.WhichOneof("body")
         try:
             if kind is None:

@@ -24,12 +24,13 @@ RPC_TIMEOUT_S = 5.0
 
 class Registrar:
     def __init__(self, stub, address: str, data_address: str, index: int, num_ps: int,
-                 interval: float = 2.0, first_backoff: float = 0.1):
+                 interval: float = 2.0, first_backoff: float = 0.1, data_public_key: str = ""):
         self.stub = stub
         self.address = address
         self.data_address = data_address
         self.index = index
         self.num_ps = num_ps
+        self.data_public_key = data_public_key
         self.interval = interval
         self.first_backoff = first_backoff
         self.backoff = first_backoff
@@ -61,7 +62,8 @@ class Registrar:
     def _register(self) -> float:
         resp = self.stub.RegisterPS(
             master_pb2.RegisterPSRequest(address=self.address, data_address=self.data_address,
-                                         index=self.index, num_ps=self.num_ps),
+                                         index=self.index, num_ps=self.num_ps,
+                                         data_public_key=self.data_public_key),
             timeout=RPC_TIMEOUT_S)
         self.registered = True
         self.incarnation = resp.incarnation
@@ -77,7 +79,8 @@ class Registrar:
         self.backoff = self.first_backoff
         mine = [p for p in resp.ps if p.index == self.index]
         if (len(mine) == 1 and mine[0].address == self.address
-                and mine[0].data_address == self.data_address and mine[0].num_ps == self.num_ps):
+                and mine[0].data_address == self.data_address and mine[0].num_ps == self.num_ps
+                and mine[0].data_public_key == self.data_public_key):
             return self.interval
         why = "missing" if not mine else (
             f"listed as grpc {mine[0].address} data {mine[0].data_address}")

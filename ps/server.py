@@ -29,6 +29,7 @@ class Identity:
     address: str = ""
     data_address: str = ""
     started_ms: int = 0
+    data_public_key: str = ""  # CURVE (Z85) when the data plane is encrypted
 
 
 def status_view(store: ParamStore, checkpointer: Checkpointer | None,
@@ -40,7 +41,7 @@ def status_view(store: ParamStore, checkpointer: Checkpointer | None,
         duplicates=store.applied.duplicates, refused_stale=s.refused_stale,
         max_staleness_seen=s.max_staleness_seen, started_ms=me.started_ms,
         max_staleness_allowed=store.max_staleness, waited_for_send=s.waited_for_send,
-        copies_on_write=s.copies_on_write,
+        copies_on_write=s.copies_on_write, data_public_key=me.data_public_key,
     )
     if store.optimizer_cfg:
         resp.optimizer.CopyFrom(config_to_pb(store.optimizer_cfg))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import hmac
 import os
+import re
 from typing import Sequence
 
 import grpc
@@ -33,6 +34,8 @@ SECRET_FIELDS = ("auth_token",)
 ENV_TLS_CA = "ELASTIC_PS_TLS_CA"
 ENV_TOKEN = "ELASTIC_PS_AUTH_TOKEN"
 ENV_TOKEN_FILE = "ELASTIC_PS_AUTH_TOKEN_FILE"
+# A ZeroMQ CURVE public key as the data plane publishes it: 32 bytes in Z85, 40 characters.
+_CURVE_KEY = re.compile(r"[0-9a-zA-Z.\-:+=^!/*?&<>()\[\]{}@%$#]{40}")
 
 
 class SecurityConfigError(ValueError):
@@ -78,6 +81,11 @@ def token_matches(given: str | bytes, expected: str) -> bool:
     if isinstance(given, str):
         given = given.encode("utf-8", "replace")
     return hmac.compare_digest(given, expected.encode("ascii"))
+
+
+def is_curve_key(text: str) -> bool:
+    """Whether `text` is a Z85 CURVE public key (40 characters)."""
+    return bool(_CURVE_KEY.fullmatch(text))
 
 
 # ---- servers ----------------------------------------------------------------------------------

@@ -20,7 +20,9 @@ from protos import ps_pb2, ps_pb2_grpc
 from rpckit import auth
 from rpckit.errors import Reason, reason_of
 from tests.certs import make_tls_files
+from rpckit.errors import ServiceError
 from worker_sdk import ElasticDataset, PSClient
+from worker_sdk.ps_data import DataClient, PSUnavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -133,6 +135,45 @@ def test_the_ps_registered_over_tls_with_its_token(cluster):
     assert listed.complete
     assert [p.address for p in listed.ps] == [cluster.ps.grpc_address]
     assert all(p.state == "alive" for p in listed.ps)  # the master's TLS health checks pass
+
+
+def test_the_data_plane_is_encrypted_and_needs_the_token(cluster):
+    """On a PS of its own (standalone: no master), so the job's PS stays untouched."""
+    secure = ("--tls-cert", cluster.tls.cert, "--tls-key", cluster.tls.key,
+              "--auth-token-file", cluster.token_file)
+    ps = cluster.launcher.ps(None, *secure, index=0, checkpoint_dir="standalone-ckpt")
+    with cluster.channel(ps.grpc_address) as ch:
+        status = ps_pb2_grpc.ParameterServerStub(ch).GetPSStatus(ps_pb2.GetPSStatusRequest(),
+                                                                 timeout=5)
+    with cluster.channel(cluster.master.address) as ch:
+        listed = mpb_grpc.MasterStub(ch).ListPS(mpb.ListPSRequest(), timeout=5).ps[0]
+    assert auth.is_curve_key(listed.data_public_key)  # the job's PS registered its key
+    assert listed.data_public_key == cluster.ps_status().data_public_key
+    endpoint, key = status.data_address, status.data_public_key
+    assert auth.is_curve_key(key)
+    with DataClient([endpoint], server_keys=[key], auth_token=TOKEN, tls_ca="",
+                    timeout_s=5) as c:
+        c.init_parameters({"probe": torch.zeros(3)}, "sgd", lr=1.0)
+        before = c.pull(["probe"])["probe"].clone()
+    for token in ("", "wrong-token"):
+        with DataClient([endpoint], server_keys=[key], auth_token=token, tls_ca="",
+                        timeout_s=5) as c:
+            c.set_layout({"probe": 12})
+            with pytest.raises(ServiceError) as err:
+                c.push({"probe": torch.ones(3)})
+            assert err.value.reason == Reason.UNAUTHENTICATED
+    with DataClient([endpoint], auth_token=TOKEN, tls_ca="", timeout_s=0.5, max_attempts=2,
+                    backoff_s=0.01, prefer_local=False) as plaintext:
+        plaintext.set_layout({"probe": 12})
+        with pytest.raises(PSUnavailable):
+            plaintext.push({"probe": torch.ones(3)})
+    with cluster.channel(ps.grpc_address) as ch:
+        assert ps_pb2_grpc.ParameterServerStub(ch).GetPSStatus(
+            ps_pb2.GetPSStatusRequest(), timeout=5).pushes == 0
+    with DataClient([endpoint], server_keys=[key], auth_token=TOKEN, tls_ca="",
+                    timeout_s=5) as c:
+        c.set_layout({"probe": 12})
+        assert torch.equal(c.pull(["probe"])["probe"], before)
 
 
 def test_elastic_ctl_takes_the_ca_and_the_token(cluster):

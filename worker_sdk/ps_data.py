@@ -72,6 +72,13 @@ def master_endpoints(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, 
                      tls_ca: str = "", token: str = "") -> list[str]:
     """The data addresses of the PS set, by index, from the master's ListPS (waits until every
     index registered, at most `timeout_s`); TLS and the token as rpckit.auth.channel."""
+    return [address for address, _ in master_data_plane(master, timeout_s, poll_s,
+                                                         tls_ca=tls_ca, token=token)]
+
+
+def master_data_plane(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
+                      tls_ca: str = "", token: str = "") -> list[tuple[str, str]]:
+    """(data address, CURVE public key or '') of each PS, by index, as `master_endpoints`."""
     import grpc
 
     from protos import master_pb2, master_pb2_grpc
@@ -84,7 +91,8 @@ def master_endpoints(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, 
             try:
                 resp = stub.ListPS(master_pb2.ListPSRequest(), timeout=max(0.5, poll_s * 5))
                 if resp.complete:
-                    return [p.data_address for p in sorted(resp.ps, key=lambda p: p.index)]
+                    return [(p.data_address, p.data_public_key)
+                            for p in sorted(resp.ps, key=lambda p: p.index)]
                 last = f"{len(resp.ps)} of {resp.num_ps} PS registered"
             except grpc.RpcError as exc:
                 last = f"{exc.code().name}: {exc.details()}"
@@ -102,9 +110,12 @@ class _Connection:
     fails to answer, the connection goes back to TCP and does not use that path again.
     """
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, prefer_local: bool = True):
+    def __init__(self, ctx: zmq.Context, endpoint: str, prefer_local: bool = True,
+                 server_key: str = "", client_keys: tuple[bytes, bytes] | None = None):
         self.ctx = ctx
         self.endpoint = endpoint
+        self.server_key = server_key    # the PS's CURVE public key: encrypt, else plaintext
+        self.client_keys = client_keys  # this client's (public, secret) CURVE keys
         self.prefer_local = prefer_local
         self.local = ""
         self._refused: set[str] = set()
@@ -118,6 +129,9 @@ class _Connection:
         if self.socket is None:
             s = self.ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
+            if self.server_key:
+                s.curve_serverkey = self.server_key.encode()
+                s.curve_publickey, s.curve_secretkey = self.client_keys
             s.connect(self.current)
             self.socket = s
         self.socket.send_multipart(parts, copy=False)
@@ -135,9 +149,10 @@ class _Connection:
             self.local = ""
         self.reset()
 
-    def moved(self, endpoint: str) -> None:
+    def moved(self, endpoint: str, server_key: str = "") -> None:
         self.reset()
         self.endpoint = endpoint
+        self.server_key = server_key
         self.local = ""
 
     def offer(self, local: str) -> None:
@@ -160,15 +175,22 @@ class DataClient:
                  backoff_s: float = 0.05, max_backoff_s: float = 2.0,
                  discovery_timeout_s: float = 30.0, context: zmq.Context | None = None,
                  prefer_local: bool = True, tls_ca: str | None = None,
-                 auth_token: str | None = None):
+                 auth_token: str | None = None, server_keys: Sequence[str] | None = None):
+        """tls_ca, auth_token: for the master's ListPS and (the token) every data request;
+        None: ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN(_FILE). server_keys: with `endpoints`,
+        each PS's CURVE public key when its data plane is encrypted (GetPSStatus tells it);
+        with `master`, they come from ListPS."""
         if (endpoints is None) == (master is None):
             raise ValueError("give either endpoints (tcp://host:port per PS) or master")
         self.master = master
         # None: ELASTIC_PS_TLS_CA and ELASTIC_PS_AUTH_TOKEN(_FILE) (rpckit.auth)
         self._tls_ca, self._token = auth.client_options(tls_ca, auth_token)
-        self._resolve: Callable[[], list[str]] = (
-            (lambda: list(endpoints)) if endpoints is not None
-            else (lambda: master_endpoints(master, discovery_timeout_s, **self._lookup)))
+        keys = list(server_keys) if server_keys is not None else [""] * len(endpoints or ())
+        if endpoints is not None and len(keys) != len(endpoints):
+            raise ValueError("give one server key per endpoint")
+        self._resolve: Callable[[], list[tuple[str, str]]] = (
+            (lambda: list(zip(endpoints, keys))) if endpoints is not None
+            else (lambda: master_data_plane(master, discovery_timeout_s, **self._lookup)))
         self.client_id = client_id or uuid.uuid4().hex
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
@@ -176,7 +198,11 @@ class DataClient:
         self.max_backoff_s = max_backoff_s
         self._own_ctx = context is None
         self.ctx = context or zmq.Context()
-        self._conns = [_Connection(self.ctx, e, prefer_local) for e in self._resolve()]
+        found = self._resolve()
+        # ephemeral: a CURVE client needs a key pair, but the PS trusts the token, not the key
+        client_keys = zmq.curve_keypair() if any(key for _, key in found) else None
+        self._conns = [_Connection(self.ctx, e, prefer_local, key, client_keys)
+                       for e, key in found]
         if not self._conns:
             raise ValueError("no PS endpoints")
         self._seq = 0
@@ -351,7 +377,7 @@ class DataClient:
         seq = self.next_seq()
         wire = {}
         for index, (req, frames) in requests.items():
-            req.client_id, req.seq = self.client_id, seq
+            req.client_id, req.seq, req.token = self.client_id, seq, self._token
             wire[index] = [req.SerializeToString(), *frames]
         results: dict[int, tuple] = {}
         offers: dict[int, str] = {}
@@ -412,14 +438,18 @@ class DataClient:
         if self.master is None:
             return
         try:
-            endpoints = master_endpoints(self.master, timeout_s=self.timeout_s, **self._lookup)
+            found = master_data_plane(self.master, timeout_s=self.timeout_s, **self._lookup)
         except PSUnavailable:
             return
-        if len(endpoints) != self.num_ps:
+        if len(found) != self.num_ps:
             return
         for i in indexes:
-            if self._conns[i].endpoint != endpoints[i]:
-                self._conns[i].moved(endpoints[i])
+            endpoint, key = found[i]
+            conn = self._conns[i]
+            if (conn.endpoint, conn.server_key) != (endpoint, key):
+                if key and conn.client_keys is None:
+                    conn.client_keys = zmq.curve_keypair()
+                conn.moved(endpoint, key)
 
 
 def _rows(resp: ps_pb2.DataResponse, frames: list, n: int) -> torch.Tensor:
