@@ -1,24 +1,45 @@
-"""`elastic-master` / `python -m master`: start the master and serve until SIGTERM or SIGINT."""
+"""`elastic-master` / `python -m master`: start the master and serve until SIGTERM or SIGINT.
+
+Any number of masters may run on one `--db`. Each binds its port at once, then competes for
+the leader lease (master/leader.py, master/election.py): the winner loads the state from the
+database and serves; the others are standbys (health NOT_SERVING, every Master call refused
+with NOT_LEADER naming the leader) until the leader's lease runs out, when one of them takes
+over. A leader that loses its lease (it was frozen past it, or could not reach the database
+to renew it) exits with status 4 and never writes again: restarted, it comes back as a
+standby. On SIGTERM a leader finishes its calls, commits, and frees the lease, so a standby
+takes over at its next look (0.1 s) instead of after a whole lease.
+"""
 from __future__ import annotations
 
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
+import uuid
 
+from grpc_health.v1 import health_pb2
+
+from protos import master_pb2_grpc as pb_grpc
 from rpckit import auth
-from rpckit.server import run_main
+from rpckit import server as rpc_server
+from rpckit.server import PortInUse, run_main
 
 from .committer import Committer
 from .core import MasterCore, Settings
+from .election import Deposed, Election
+from .leader import LeaderLease
+from .leader_gate import LeaderGate
 from .ps_monitor import PSMonitor
-from .server import PortInUse, build_server
+from .server import SERVICE, MasterServicer
 from .settings import MasterSettings, parse
 from .store import Store, StoreError
 
 log = logging.getLogger("elastic-master")
 TICK_S = 0.05  # loss detection lag on top of --worker-timeout
+EXIT_DEPOSED = 4  # lost the leader lease: restart as a standby
+START_LEADING_S = 60.0  # how long a start that won the lease may take to load the state
 
 
 def _core_settings(s: MasterSettings) -> Settings:
@@ -28,63 +49,143 @@ def _core_settings(s: MasterSettings) -> Settings:
     )
 
 
+def _advertised(settings: MasterSettings, port: int) -> str:
+    if settings.advertise:
+        return settings.advertise
+    host = settings.host
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return rpc_server.listen_address(host, port)
+
+
+class Leading:
+    """What a master runs while it leads: the core, its committer, the ticker, the PS
+    monitor. Built from the database once the lease is ours (so after the last commit of
+    any earlier leader)."""
+
+    def __init__(self, settings: MasterSettings, store: Store, servicer: MasterServicer,
+                 election: Election, stop: threading.Event, fail):
+        snapshot = store.load()
+        self.core = MasterCore(_core_settings(settings), snapshot=snapshot,
+                               lookup_lease=store.lookup_lease)
+        store.fence = election.fence
+        self.committer = Committer(self.core, store, fail)
+        servicer.core, servicer.committer = self.core, self.committer
+        self.committer.start()
+        self.committer.flush()  # the master_started event and any restore-time requeues
+        self.stop = stop
+        threading.Thread(target=self._tick, name="ticker", daemon=True).start()
+        self.monitor = PSMonitor(self.core, self.committer, timeout=settings.worker_timeout,
+                                 tls_ca=settings.tls_ca)
+        self.monitor.start()
+
+    def _tick(self) -> None:
+        while not self.stop.wait(TICK_S):
+            try:
+                self.committer.call(self.core.tick)
+            except Exception:  # noqa: BLE001 - the committer reports fatal errors itself
+                if self.committer.fatal is None:
+                    log.exception("tick failed")
+                else:
+                    return
+
+    def close(self) -> None:
+        self.monitor.stop.set()
+        self.committer.stop()
+
+
 def run(settings: MasterSettings) -> int:
     try:
         store = Store(settings.db)
         store.upgrade()
-        snapshot = store.load()
     except StoreError as exc:
         print(f"elastic-master: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - a broken schema or a database that went away
         print(f"elastic-master: cannot prepare the database: {exc}", file=sys.stderr)
         return 1
-    core = MasterCore(_core_settings(settings), snapshot=snapshot, lookup_lease=store.lookup_lease)
     stop = threading.Event()
     exit_code = [0]
+    leading: list[Leading] = []
+    ready = threading.Event()  # the core is loaded and serving
+    servicer = MasterServicer(None, None, store)  # core and committer come with the lease
+    election: Election | None = None
 
-    def on_fatal(exc: BaseException) -> None:
-        exit_code[0] = 3
-        stop.set()
+    def leader() -> str:
+        return election.leader_address if election is not None else ""
 
-    committer = Committer(core, store, on_fatal)
+    gate = LeaderGate(SERVICE, leading=lambda: ready.is_set() and election.serving,
+                      leader=leader)
     try:
-        server, port, health = build_server(
-            core, committer, store, settings.host, settings.port, settings.threads,
+        server, port, health = rpc_server.build_server(
+            settings.host, settings.port, settings.threads,
+            [(pb_grpc.add_MasterServicer_to_server, servicer)], [SERVICE],
             credentials=auth.server_credentials(settings.tls_cert, settings.tls_key),
-            interceptors=auth.server_interceptors(
-                auth.read_token(settings.auth_token, settings.auth_token_file)),
+            # the token first: an unauthenticated caller learns nothing, not even the leader
+            interceptors=[*auth.server_interceptors(
+                auth.read_token(settings.auth_token, settings.auth_token_file)), gate],
         )
     except (PortInUse, auth.SecurityConfigError) as exc:
         print(f"elastic-master: {exc}", file=sys.stderr)
         return 1
-    committer.start()
-    committer.flush()  # the master_started event and any restore-time requeues
-    server.start()
-    log.info("settings: %s", settings.describe())
-    print(f"elastic-master listening on {settings.host}:{port} (pid {os.getpid()})", flush=True)
+    for name in ("", SERVICE):
+        health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    address = _advertised(settings, port)
 
+    def fail(code: int, why: str) -> None:
+        if not exit_code[0]:
+            exit_code[0] = code
+            log.critical("stopping: %s", why)
+        ready.clear()
+        stop.set()
+
+    def on_fatal(exc: BaseException) -> None:
+        if isinstance(exc, Deposed):
+            fail(EXIT_DEPOSED, str(exc))
+        else:
+            fail(3, f"commit failed: {exc}")
+
+    def on_elected(term: int) -> None:
+        try:
+            leading.append(Leading(settings, store, servicer, election, stop, on_fatal))
+        except Exception as exc:  # noqa: BLE001 - cannot lead: let a standby do it
+            fail(3, f"cannot load the state as the new leader: {exc}")
+            return
+        ready.set()
+        for name in ("", SERVICE):
+            health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        print(f"elastic-master leading (term {term}) at {address}", flush=True)
+
+    lease = LeaderLease(f"{address}/{os.getpid()}/{uuid.uuid4().hex[:8]}", address,
+                        settings.leader_lease_s)
+    election = Election(store.engine, lease,
+                        on_elected, lambda why: fail(EXIT_DEPOSED, f"{why}; restart as standby"))
+    server.start()
+    try:
+        election.step()  # a free lease, or our own seat: lead before telling anyone we listen
+    except Exception as exc:  # noqa: BLE001 - the election thread tries again
+        log.warning("leader lease: %s", exc)
+    if lease.role.value == "leader":
+        ready.wait(START_LEADING_S)
+    log.info("settings: %s", settings.describe())
+    role = "leader" if ready.is_set() else f"standby (leader: {leader() or 'none yet'})"
+    print(f"elastic-master listening on {settings.host}:{port} (pid {os.getpid()}) as {role}",
+          flush=True)
+    threading.Thread(target=election.run, args=(stop,), name="election", daemon=True).start()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-
-    def ticker() -> None:
-        while not stop.wait(TICK_S):
-            try:
-                committer.call(core.tick)
-            except Exception:  # noqa: BLE001 - the committer reports fatal errors itself
-                if committer.fatal is None:
-                    log.exception("tick failed")
-
-    threading.Thread(target=ticker, name="ticker", daemon=True).start()
-    monitor = PSMonitor(core, committer, timeout=settings.worker_timeout,
-                        tls_ca=settings.tls_ca)
-    monitor.start()
     stop.wait()
     log.info("stopping")
-    monitor.stop.set()
     health.enter_graceful_shutdown()
     server.stop(grace=2).wait()
-    committer.stop()
+    ready.clear()
+    for part in leading:
+        part.close()
+    if not exit_code[0] and all(p.committer.fatal is None for p in leading):
+        try:
+            election.release()
+        except Exception as exc:  # noqa: BLE001 - a standby takes over after the lease instead
+            log.warning("could not free the leader lease: %s", exc)
     store.close()
     return exit_code[0]
 

@@ -20,6 +20,7 @@ import grpc
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 from rpckit import auth
+from rpckit.channels import LeaderStub
 
 
 def _ago(ms: int, now_ms: int) -> str:
@@ -222,7 +223,8 @@ def cmd_requeue(stub, args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="elastic-ctl", description="Inspect and steer a master.")
     p.add_argument("--master", default=os.environ.get("ELASTIC_PS_MASTER", "localhost:50051"),
-                   help="master address HOST:PORT (env ELASTIC_PS_MASTER)")
+                   help="master address HOST:PORT, or a comma-separated list of the leader "
+                   "and its standbys (env ELASTIC_PS_MASTER)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
     p.add_argument("--tls-ca", default=None, metavar="FILE",
                    help="PEM CA to verify a TLS master (env ELASTIC_PS_TLS_CA)")
@@ -267,9 +269,9 @@ def main(argv: list[str] | None = None) -> None:
     except auth.SecurityConfigError as exc:
         print(f"elastic-ctl: {exc}", file=sys.stderr)
         sys.exit(2)
-    channel = auth.channel(args.master, tls_ca=tls_ca, token=token)
+    channel = LeaderStub(args.master, pb_grpc.MasterStub, tls_ca=tls_ca, token=token)
     try:
-        code = args.fn(pb_grpc.MasterStub(channel), args)
+        code = args.fn(channel, args)  # the stub follows the leader of the list
     except grpc.RpcError as exc:
         if exc.code() == grpc.StatusCode.UNAVAILABLE:
             print(f"elastic-ctl: cannot reach the master at {args.master}: {exc.details()}",

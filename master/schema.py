@@ -115,4 +115,16 @@ events = Table(
     Column("detail", Text, nullable=False),
 )
 
+# The leader lease (one row, id 1): which master may commit. See master/leader.py and
+# master/election.py; not written through batches, so not in TABLES.
+leader = Table(
+    "leader", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("holder", String(64), nullable=False),   # '' when free
+    Column("address", String(256), nullable=False),  # where the holder serves clients
+    Column("term", BigInteger, nullable=False),      # +1 at every takeover
+    Column("version", BigInteger, nullable=False),   # +1 at every renewal
+    Column("renewed_ms", BigInteger, nullable=False),  # for people only (wall clock)
+)
+
 TABLES = {t.name: t for t in (datasets, epochs, leases, pieces, workers, ps)}

@@ -18,6 +18,8 @@ class MasterSettings:
     min_workers: int = 0
     max_wait: float = 0.0
     threads: int = 64
+    leader_lease_s: float = 5.0
+    advertise: str = ""
     log_level: str = "INFO"
     tls_cert: str = ""
     tls_key: str = ""
@@ -48,6 +50,12 @@ def parse(argv: list[str] | None = None) -> MasterSettings:
     p.flag("--max-wait", d.max_wait,
            "seconds after start to stop waiting for --min-workers (0: forever)")
     p.flag("--threads", d.threads, "gRPC handler threads")
+    p.flag("--leader-lease-s", d.leader_lease_s,
+           "seconds a leader's lease lasts without renewal; a standby on the same --db takes "
+           "over after that")
+    p.flag("--advertise", d.advertise,
+           "host:port clients reach this master at, named to them by standbys (default: "
+           "--host:port, or this machine's hostname:port when --host is a wildcard)")
     p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
     auth.add_flags(p, server=True, client=True)  # --tls-ca: the PS health checks
     return p.settings(MasterSettings, argv, check)  # bad flags: exit 2 with the reasons
@@ -68,6 +76,10 @@ def check(s: MasterSettings) -> list[str]:
         problems.append("--max-shard-failures must be >= 1")
     if s.min_workers < 0 or s.max_wait < 0:
         problems.append("--min-workers and --max-wait must be >= 0")
+    if not 0.5 <= s.leader_lease_s <= 300:
+        problems.append(f"--leader-lease-s must be in 0.5..300, got {s.leader_lease_s}")
+    if s.advertise and (":" not in s.advertise or len(s.advertise) > 256):
+        problems.append(f"--advertise must be host:port, got {s.advertise!r}")
     if s.threads < 4:
         problems.append("--threads must be >= 4")
     return problems

@@ -8,12 +8,14 @@ batch is durable, which is what lets the master answer the calls that produced i
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
+from typing import Callable
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import and_, bindparam, case, create_engine, event, func, select
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from . import schema
@@ -69,11 +71,25 @@ class Store:
         except Exception as exc:  # noqa: BLE001 - the CLI reports it and exits non-zero
             raise StoreError(f"cannot open database {_safe_url(url)}: {exc}") from exc
         self._updates = {}
+        # set by the leader election: runs first in every commit and aborts it unless this
+        # master still holds the leader lease (master/election.py)
+        self.fence: Callable[[Connection], None] | None = None
 
     # ---- schema -----------------------------------------------------------------------------
 
-    def upgrade(self) -> None:
-        """Bring the schema to the newest migration (a no-op when it is there already)."""
+    def upgrade(self, attempts: int = 3) -> None:
+        """Bring the schema to the newest migration (a no-op when it is there already).
+        Masters started together on a fresh database race to create it: the loser's attempt
+        fails, and its next one finds the schema there."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._upgrade()
+            except Exception:  # noqa: BLE001 - the last attempt's error is the answer
+                if attempt == attempts:
+                    raise
+                time.sleep(0.5 * attempt)
+
+    def _upgrade(self) -> None:
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.begin() as conn:
@@ -106,6 +122,8 @@ class Store:
     def apply(self, batch: Batch) -> None:
         """Commit the whole batch in one transaction; raises if it did not commit."""
         with self.engine.begin() as conn:
+            if self.fence is not None:
+                self.fence(conn)
             for name, table in schema.TABLES.items():
                 keys = batch.deletes[name]
                 if keys:

@@ -14,7 +14,7 @@ import threading
 import grpc
 
 from protos import master_pb2, master_pb2_grpc
-from rpckit import auth
+from rpckit.channels import LeaderStub
 from rpckit.retry import RETRYABLE
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class Registrar:
 
 
 def connect(master: str, tls_ca: str = "", token: str = ""):
-    """A Master stub on a channel to `master` (host:port), TLS when `tls_ca` is given, the
-    token on every call when given (rpckit.auth)."""
-    channel = auth.channel(master, tls_ca=tls_ca, token=token)
-    return master_pb2_grpc.MasterStub(channel), channel
+    """A Master stub that follows the leader among `master` (host:port[,host:port...]), and
+    what to close it with; TLS when `tls_ca` is given, the token on every call when given."""
+    stub = LeaderStub(master, master_pb2_grpc.MasterStub, tls_ca=tls_ca, token=token)
+    return stub, stub

@@ -65,7 +65,8 @@ def parse(argv: list[str] | None = None) -> PSSettings:
     p = FlagParser("elastic-ps", "One elastic-ps parameter server: gRPC control on --port, "
                    "ZeroMQ data plane on --data-port.")
     p.flag("--master", d.master,
-           "the master's host:port, to register with (required unless --standalone)")
+           "the master's host:port (or a comma-separated list: leader and standbys), to "
+           "register with (required unless --standalone)")
     p.flag("--standalone", d.standalone, "run without a master (benchmarks, tests)")
     p.flag("--host", d.host, "address to listen on")
     p.flag("--advertise-host", d.advertise_host,

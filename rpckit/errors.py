@@ -50,13 +50,17 @@ class Reason(str, enum.Enum):
 class ServiceError(Exception):
     """A refused request: `code` a gRPC status name, `reason` a `Reason`, `message` the fix."""
 
-    def __init__(self, code: str, reason: Reason | str, message: str):
+    def __init__(self, code: str, reason: Reason | str, message: str,
+                 metadata: dict[str, str] | None = None):
         if not hasattr(grpc.StatusCode, code):
             raise ValueError(f"unknown status code {code!r}")
         super().__init__(f"{code}: {message}")
         self.code = code
         self.reason = reason.value if isinstance(reason, Reason) else str(reason)
         self.message = message
+        # machine-readable facts about the refusal (ErrorInfo.metadata), e.g. a standby
+        # master's {"leader": "host:port"}
+        self.metadata = dict(metadata or {})
 
     @property
     def status_code(self) -> grpc.StatusCode:
@@ -94,7 +98,8 @@ def quote(value: object, limit: int = QUOTE_CHARS) -> str:
 def to_status(err: ServiceError) -> grpc.Status:
     """The rich status (google.rpc.Status with an ErrorInfo) a servicer aborts with."""
     detail = any_pb2.Any()
-    detail.Pack(error_details_pb2.ErrorInfo(reason=err.reason, domain=DOMAIN))
+    detail.Pack(error_details_pb2.ErrorInfo(reason=err.reason, domain=DOMAIN,
+                                            metadata=err.metadata))
     return rpc_status.to_status(status_pb2.Status(
         code=getattr(code_pb2, err.code), message=err.message, details=[detail]))
 
@@ -103,22 +108,36 @@ def abort(context: grpc.ServicerContext, err: ServiceError) -> None:
     context.abort_with_status(to_status(err))
 
 
+def _error_info(exc: BaseException) -> error_details_pb2.ErrorInfo | None:
+    if not isinstance(exc, grpc.RpcError) or not hasattr(exc, "trailing_metadata"):
+        return None
+    try:
+        status = rpc_status.from_call(exc)
+    except ValueError:  # inconsistent trailers: treat as no details
+        return None
+    if status is None:
+        return None
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
+            return info
+    return None
+
+
 def reason_of(exc: BaseException) -> str:
     """The reason a refusal carries ('' when none): a ServiceError's own, or the ErrorInfo
     inside a grpc.RpcError's status details."""
     reason = getattr(exc, "reason", None)
     if isinstance(reason, str):
         return reason
-    if not isinstance(exc, grpc.RpcError) or not hasattr(exc, "trailing_metadata"):
-        return ""
-    try:
-        status = rpc_status.from_call(exc)
-    except ValueError:  # inconsistent trailers: treat as no reason
-        return ""
-    if status is None:
-        return ""
-    for detail in status.details:
-        info = error_details_pb2.ErrorInfo()
-        if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
-            return info.reason
-    return ""
+    info = _error_info(exc)
+    return info.reason if info is not None else ""
+
+
+def metadata_of(exc: BaseException) -> dict[str, str]:
+    """The ErrorInfo metadata a refusal carries ({} when none), like `reason_of`."""
+    metadata = getattr(exc, "metadata", None)
+    if isinstance(metadata, dict):
+        return dict(metadata)
+    info = _error_info(exc)
+    return dict(info.metadata) if info is not None else {}

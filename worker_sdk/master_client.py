@@ -38,6 +38,7 @@ from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 
 from rpckit import auth
+from rpckit.channels import LeaderStub
 from rpckit.errors import Reason, reason_of
 from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
 
@@ -48,13 +49,6 @@ log = logging.getLogger(__name__)
 
 _OUTCOME = {"DONE": pb.ShardReport.DONE, "PROGRESS": pb.ShardReport.PROGRESS,
             "FAILED": pb.ShardReport.FAILED}
-_CHANNEL_OPTIONS = [
-    # grpc's own reconnect backoff grows to 120 s by default: a restarted master would then be
-    # found late. Keep it in step with our retry backoff.
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2000),
-]
 _WARN_EVERY_S = 5.0
 _MAX_REREGISTER = 3
 
@@ -94,14 +88,13 @@ class MasterClient:
     ):
         """tls_ca: PEM CA file of a TLS master; auth_token: the job's token (None: from
         ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE)."""
-        self.address = master or default_master()
+        self.address = master or default_master()  # host:port[,host:port...]: see rpckit.channels
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.labels = dict(labels) if labels is not None else labels_from_env()
         self.policy = policy or default_policy()
         self.tls_ca, token = auth.client_options(tls_ca, auth_token)
-        self._channel = auth.channel(self.address, tls_ca=self.tls_ca, token=token,
-                                     options=_CHANNEL_OPTIONS)
-        self._stub = pb_grpc.MasterStub(self._channel)
+        self._stub = LeaderStub(self.address, pb_grpc.MasterStub, tls_ca=self.tls_ca,
+                                token=token)  # follows the leader of the list
         self._lock = threading.RLock()  # registration state
         self._report_lock = threading.RLock()  # one report-carrying call at a time
         self._tables: list[LeaseTable] = []
@@ -204,6 +197,8 @@ class MasterClient:
                     uncertain = True
                     last = f"{code.name}: {details}"
                     delay = backoff.next_delay()
+                    if delay is not None:  # a standby answered: a leader is a lease away
+                        delay = min(delay, self._stub.retry_cap())
                     if delay is None:
                         raise MasterUnavailable(
                             f"the master at {self.address} did not answer {method} for "
@@ -376,7 +371,7 @@ class MasterClient:
         thread = self._heartbeat_thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=self.policy.call_timeout_s)
-        self._channel.close()
+        self._stub.close()
 
     @property
     def closed(self) -> bool:

@@ -82,11 +82,13 @@ def master_data_plane(master: str, timeout_s: float = 30.0, poll_s: float = 0.2,
     import grpc
 
     from protos import master_pb2, master_pb2_grpc
+    from rpckit.channels import LeaderStub
 
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    with auth.channel(master, tls_ca=tls_ca, token=token) as channel:
-        stub = master_pb2_grpc.MasterStub(channel)
+    # host:port[,host:port...]: follows the leader
+    stub = LeaderStub(master, master_pb2_grpc.MasterStub, tls_ca=tls_ca, token=token)
+    try:
         while True:
             try:
                 resp = stub.ListPS(master_pb2.ListPSRequest(), timeout=max(0.5, poll_s * 5))
@@ -100,6 +102,8 @@ def master_data_plane(master: str, timeout_s: float = 30.0, poll_s: float = 0.2,
                 raise PSUnavailable(f"the master at {master} did not list a complete PS set "
                                     f"within {timeout_s:.0f}s ({last})")
             time.sleep(poll_s)
+    finally:
+        stub.close()
 
 
 class _Connection:
