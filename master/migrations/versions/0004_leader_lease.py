@@ -1,15 +1,15 @@
 """The leader lease: one row that says which master may commit.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 """
 from typing import Sequence, Union
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0003"
-down_revision: Union[str, Sequence[str], None] = "0002"
+revision: str = "0004"
+down_revision: Union[str, Sequence[str], None] = "0003"
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
