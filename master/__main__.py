@@ -46,6 +46,7 @@ def _core_settings(s: MasterSettings) -> Settings:
     return Settings(
         heartbeat_interval=s.heartbeat_interval, worker_timeout=s.worker_timeout,
         max_shard_failures=s.max_shard_failures, min_workers=s.min_workers, max_wait=s.max_wait,
+        ps_replicas=s.ps_replicas,
     )
 
 
@@ -76,7 +77,8 @@ class Leading:
         self.stop = stop
         threading.Thread(target=self._tick, name="ticker", daemon=True).start()
         self.monitor = PSMonitor(self.core, self.committer, timeout=settings.worker_timeout,
-                                 tls_ca=settings.tls_ca)
+                                 tls_ca=settings.tls_ca,
+                                 failover_timeout=settings.ps_failover_timeout)
         self.monitor.start()
 
     def _tick(self) -> None:

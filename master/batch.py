@@ -7,7 +7,8 @@ handed out and finished before the commit costs one insert.
 """
 from __future__ import annotations
 
-TABLES = ("datasets", "epochs", "leases", "pieces", "workers", "ps")
+TABLES = ("datasets", "epochs", "leases", "pieces", "workers", "ps", "ps_generations",
+          "ps_backups")
 
 
 class Batch:

@@ -45,7 +45,21 @@ def spec_from_pb(msg: pb.DatasetSpec) -> DatasetSpec:
     )
 
 
-def ps_to_pb(row: dict, lost: bool = False) -> pb.PSInfo:
+def ps_to_pb(row: dict, lost: bool = False, replicas=None) -> pb.PSInfo:
+    """A PS index's primary row; with `replicas` (master/ps_replicas.py) also its
+    generation and backups."""
+    info = _ps_info(row, lost)
+    if replicas is not None:
+        info.generation = replicas.generation(row["idx"])
+        info.instance = replicas.primary_instance(row["idx"])
+        info.backups.extend(
+            pb.PSBackup(**{k: b[k] for k in ("address", "data_address", "data_public_key",
+                                             "state", "instance", "registered_ms")})
+            for b in replicas.backups_of(row["idx"]))
+    return info
+
+
+def _ps_info(row: dict, lost: bool) -> pb.PSInfo:
     return pb.PSInfo(address=row["address"], data_address=row["data_address"], index=row["idx"],
                      num_ps=row["num_ps"], registered_ms=row["registered_ms"],
                      incarnation=row["incarnation"], state="lost" if lost else "alive",

@@ -15,6 +15,7 @@ from typing import Callable
 from rpckit.auth import is_curve_key
 from rpckit.errors import Reason, already_exists, invalid, not_found, precondition
 from .journal import Journal
+from .ps_replicas import Join, Promotion, ReplicaSets, Role, check_instance
 from .shards import DatasetQueue, Lease
 from .spec import DatasetSpec, check_name
 from .workers import Worker, WorkerRegistry, check_labels, check_reason
@@ -32,6 +33,7 @@ class Settings:
     max_wait: float = 0.0
     max_shards_per_call: int = 256
     wait_retry_ms: int = 100
+    ps_replicas: int = 0  # backups asked for per PS index (master/ps_replicas.py)
 
 
 @dataclass
@@ -60,9 +62,19 @@ class Snapshot:
     pieces: list[dict] = field(default_factory=list)
     workers: list[dict] = field(default_factory=list)
     ps: list[dict] = field(default_factory=list)
+    ps_generations: list[dict] = field(default_factory=list)
+    ps_backups: list[dict] = field(default_factory=list)
     max_lease_id: int = 0
     max_piece_key: int = 0
     max_event_seq: int = 0
+
+
+@dataclass
+class PSRegistration:
+    incarnation: int
+    role: Role
+    generation: int
+    primary: dict  # the index's primary row (this PS's own when role is primary)
 
 
 @dataclass
@@ -91,6 +103,8 @@ class MasterCore:
         self.leases: dict[int, Lease] = {}
         self.ps: dict[int, dict] = {}
         self.ps_lost: set[int] = set()  # this run's view; every PS is presumed alive at start
+        self.replicas = ReplicaSets(self.journal, self.settings.ps_replicas,
+                                    snapshot.ps_generations, snapshot.ps_backups)
         self.recent_ended: OrderedDict[int, tuple[str, int, str]] = OrderedDict()
         self.next_lease_id = snapshot.max_lease_id + 1
         self._piece_key = snapshot.max_piece_key
@@ -369,7 +383,13 @@ class MasterCore:
     # ---- parameter servers ------------------------------------------------------------------
 
     def register_ps(self, address: str, data_address: str, index: int, num_ps: int,
-                    data_public_key: str = "") -> int:
+                    data_public_key: str = "", instance: str = "") -> int:
+        return self.join_ps(address, data_address, index, num_ps, data_public_key,
+                            instance).incarnation
+
+    def join_ps(self, address: str, data_address: str, index: int, num_ps: int,
+                data_public_key: str = "", instance: str = "") -> PSRegistration:
+        """Register a PS process: as its index's primary, or (--ps-replicas) as a backup."""
         if not address or len(address) > 256 or len(data_address) > 256:
             raise invalid("PS address must be 1-256 characters (host:port)")
         if data_public_key and not is_curve_key(data_public_key):
@@ -385,6 +405,25 @@ class MasterCore:
                     f"the PS set has num_ps={other['num_ps']} (PS {other['idx']} registered "
                     f"so); start this PS with --num-ps {other['num_ps']}"
                 )
+        check_instance(instance)
+        previous = self.ps.get(index)
+        join = self.replicas.decide(index, instance, address, previous, index in self.ps_lost)
+        if join == Join.PROMOTE_THEN_BACKUP:
+            # its old process is gone: an in-sync backup takes over and it follows that one
+            promotion = self.replicas.promote(index, "restarted")
+            self._promote(promotion)
+            previous = self.ps[index]
+            join = Join.BACKUP if promotion else Join.PRIMARY
+        if join == Join.BACKUP:
+            self.replicas.add_backup(index, instance, address, data_address, data_public_key)
+            return PSRegistration(previous["incarnation"], Role.BACKUP,
+                                  self.replicas.generation(index), previous)
+        return PSRegistration(
+            self._register_primary(address, data_address, index, num_ps, data_public_key),
+            Role.PRIMARY, self.replicas.set_primary(index, instance), self.ps[index])
+
+    def _register_primary(self, address: str, data_address: str, index: int, num_ps: int,
+                          data_public_key: str = "") -> int:
         previous = self.ps.get(index)
         row = dict(
             idx=index, address=address, data_address=data_address, num_ps=num_ps,
@@ -413,7 +452,36 @@ class MasterCore:
         self.ps_lost.add(index)
         self.journal.event("ps_lost", cause="health_check",
                            detail=f"ps {index} at {row['address']}: {why}")
+        # no backup in sync (or it would have been promoted sooner): the best one left serves
+        self._promote(self.replicas.promote(index, "in_sync", allow_syncing=True))
         return True
+
+    def promote_ps(self, index: int, incarnation: int, why: str) -> bool:
+        """The primary of `index` (this incarnation) is failing: promote an in-sync backup."""
+        row = self.ps.get(index)
+        if row is None or row["incarnation"] != incarnation or index in self.ps_lost:
+            return False
+        promotion = self.replicas.promote(index, "in_sync")
+        if promotion is None:
+            return False
+        self.journal.event("ps_lost", cause="failover",
+                           detail=f"ps {index} at {row['address']}: {why}")
+        self._promote(promotion)
+        return True
+
+    def _promote(self, promotion: Promotion | None) -> None:
+        if promotion is None:
+            return
+        b = promotion.backup
+        self._register_primary(b["address"], b["data_address"], promotion.index,
+                               self.ps[promotion.index]["num_ps"], b["data_public_key"])
+
+    def report_replicas(self, index: int, generation: int, instance: str,
+                        in_sync: list[str]) -> int:
+        return self.replicas.report(index, generation, instance, in_sync)
+
+    def lose_ps_backup(self, index: int, instance: str, why: str) -> bool:
+        return self.replicas.lose_backup(index, instance, why)
 
     def list_ps(self) -> tuple[list[dict], int, bool]:
         rows = [self.ps[i] for i in sorted(self.ps)]

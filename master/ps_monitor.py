@@ -1,8 +1,11 @@
 """Watches the registered parameter servers through their gRPC health service.
 
-A PS whose health check has failed for `timeout` seconds is recorded as lost (a `ps_lost`
-event and `state=lost` in status) until it registers again. Workers find the new address with
-ListPS; the PS itself restores its checkpoint.
+A primary whose health check has failed for `failover_timeout` seconds while its index has an
+in-sync backup is replaced by that backup (master/ps_replicas.py: promotion, new generation).
+A primary failing for `timeout` seconds is recorded as lost (a `ps_lost` event and
+`state=lost` in status) until it registers again; a backup that is not in sync, if any, takes
+over then. A backup failing for `timeout` is dropped from its index. Workers find the new
+address with ListPS; a PS without a backup restores its checkpoint.
 """
 from __future__ import annotations
 
@@ -23,15 +26,17 @@ log = logging.getLogger(__name__)
 
 class PSMonitor:
     def __init__(self, core: MasterCore, committer: Committer, timeout: float = 3.0,
-                 interval: float = 0.5, tls_ca: str = ""):
+                 interval: float = 0.5, tls_ca: str = "", failover_timeout: float = 1.0):
         self.core = core
         self.committer = committer
         self.timeout = timeout
-        self.interval = interval
+        self.failover_timeout = min(failover_timeout, timeout)
+        # a failover should not wait a whole interval more than its timeout
+        self.interval = min(interval, max(0.1, self.failover_timeout / 4))
         self.tls_ca = tls_ca  # the PS serve TLS: verify them (health needs no token)
         self.stop = threading.Event()
         self._channels: dict[str, grpc.Channel] = {}
-        self._failing_since: dict[tuple[int, int], float] = {}
+        self._failing_since: dict[tuple, float] = {}
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="ps-monitor", daemon=True).start()
@@ -42,31 +47,43 @@ class PSMonitor:
             channel = self._channels[address] = auth.channel(address, tls_ca=self.tls_ca)
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=min(1.0, self.timeout))
+                health_pb2.HealthCheckRequest(service=""),
+                timeout=min(1.0, self.failover_timeout))
         except grpc.RpcError as exc:
             return exc.code().name
         return "" if reply.status == health_pb2.HealthCheckResponse.SERVING else "NOT_SERVING"
 
+    def _targets(self) -> list[tuple]:
+        core = self.core
+        out = [(("primary", i, r["incarnation"]), r["address"],
+                bool(core.replicas.in_sync(i)))
+               for i, r in core.ps.items() if i not in core.ps_lost]
+        for i in sorted(core.replicas.backups):
+            out += [(("backup", i, b["instance"]), b["address"], False)
+                    for b in core.replicas.backups_of(i)]
+        return out
+
     def _run(self) -> None:
         while not self.stop.wait(self.interval):
-            targets = self.committer.read(
-                lambda: [(i, r["incarnation"], r["address"]) for i, r in self.core.ps.items()
-                         if i not in self.core.ps_lost]
-            )
+            targets = self.committer.read(self._targets)
             now = time.monotonic()
-            for index, incarnation, address in targets:
+            for key, address, can_fail_over in targets:
                 problem = self._check(address)
-                key = (index, incarnation)
                 if not problem:
                     self._failing_since.pop(key, None)
                     continue
-                since = self._failing_since.setdefault(key, now)
-                if now - since >= self.timeout:
-                    why = f"health check failing for {now - since:.1f} s ({problem})"
-                    try:
-                        if self.committer.call(
-                            lambda: self.core.mark_ps_lost(index, incarnation, why)
-                        ):
-                            log.warning("ps %d lost: %s", index, why)
-                    except Exception:  # noqa: BLE001 - the committer reports fatal errors
-                        return
+                failing = now - self._failing_since.setdefault(key, now)
+                why = f"health check failing for {failing:.1f} s ({problem})"
+                kind, index, who = key
+                if kind == "primary" and can_fail_over and failing >= self.failover_timeout:
+                    act = lambda: self.core.promote_ps(index, who, why)  # noqa: E731
+                elif failing >= self.timeout:
+                    act = (lambda: self.core.mark_ps_lost(index, who, why)) if kind == "primary" \
+                        else (lambda: self.core.lose_ps_backup(index, who, why))
+                else:
+                    continue
+                try:
+                    if self.committer.call(act):
+                        log.warning("ps %d %s lost: %s", index, kind, why)
+                except Exception:  # noqa: BLE001 - the committer reports fatal errors
+                    return

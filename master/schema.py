@@ -102,6 +102,26 @@ ps = Table(
     Column("data_public_key", String(40), nullable=False, server_default=""),
 )
 
+# PS replicas (master/ps_replicas.py): each index's generation and primary process, and its
+# backups, one row per backup process
+ps_generations = Table(
+    "ps_generations", metadata,
+    Column("idx", Integer, primary_key=True, autoincrement=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("instance", String(64), nullable=False),
+)
+
+ps_backups = Table(
+    "ps_backups", metadata,
+    Column("instance", String(64), primary_key=True),
+    Column("idx", Integer, nullable=False),
+    Column("address", String(256), nullable=False),
+    Column("data_address", String(256), nullable=False),
+    Column("data_public_key", String(40), nullable=False),
+    Column("state", String(16), nullable=False),  # syncing, in_sync
+    Column("registered_ms", BigInteger, nullable=False),
+)
+
 events = Table(
     "events", metadata,
     Column("seq", BigInteger, primary_key=True, autoincrement=False),
@@ -127,4 +147,5 @@ leader = Table(
     Column("renewed_ms", BigInteger, nullable=False),  # for people only (wall clock)
 )
 
-TABLES = {t.name: t for t in (datasets, epochs, leases, pieces, workers, ps)}
+TABLES = {t.name: t for t in (datasets, epochs, leases, pieces, workers, ps, ps_generations,
+                                ps_backups)}

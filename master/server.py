@@ -116,21 +116,35 @@ class MasterServicer(pb_grpc.MasterServicer):
 
     @_guard
     def RegisterPS(self, request, context):
-        incarnation = self.committer.call(
-            lambda: self.core.register_ps(
-                request.address, request.data_address, request.index, request.num_ps,
-                request.data_public_key,
-            )
-        )
-        return pb.RegisterPSResponse(incarnation=incarnation)
+        def join():
+            joined = self.core.join_ps(request.address, request.data_address, request.index,
+                                       request.num_ps, request.data_public_key,
+                                       request.instance)
+            primary = ps_to_pb(joined.primary, False, self.core.replicas)
+            return joined, primary
+
+        joined, primary = self.committer.call(join)
+        return pb.RegisterPSResponse(incarnation=joined.incarnation, role=joined.role.value,
+                                     generation=joined.generation, primary=primary,
+                                     replicas=self.core.settings.ps_replicas)
 
     @_guard
     def ListPS(self, request, context):
-        rows, num_ps, complete, lost = self.committer.read(
-            lambda: (*self.core.list_ps(), set(self.core.ps_lost))
-        )
-        return pb.ListPSResponse(ps=[ps_to_pb(r, r["idx"] in lost) for r in rows],
-                                 num_ps=num_ps, complete=complete)
+        def listing():
+            rows, num_ps, complete = self.core.list_ps()
+            return [ps_to_pb(r, r["idx"] in self.core.ps_lost, self.core.replicas)
+                    for r in rows], num_ps, complete
+
+        ps, num_ps, complete = self.committer.read(listing)
+        return pb.ListPSResponse(ps=ps, num_ps=num_ps, complete=complete,
+                                 replicas=self.core.settings.ps_replicas)
+
+    @_guard
+    def ReportReplicas(self, request, context):
+        generation = self.committer.call(
+            lambda: self.core.report_replicas(request.index, request.generation,
+                                              request.instance, list(request.in_sync)))
+        return pb.ReportReplicasResponse(generation=generation)
 
     @_guard
     def Requeue(self, request, context):

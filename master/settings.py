@@ -20,6 +20,8 @@ class MasterSettings:
     threads: int = 64
     leader_lease_s: float = 5.0
     advertise: str = ""
+    ps_replicas: int = 0
+    ps_failover_timeout: float = 1.0
     log_level: str = "INFO"
     tls_cert: str = ""
     tls_key: str = ""
@@ -56,6 +58,12 @@ def parse(argv: list[str] | None = None) -> MasterSettings:
     p.flag("--advertise", d.advertise,
            "host:port clients reach this master at, named to them by standbys (default: "
            "--host:port, or this machine's hostname:port when --host is a wildcard)")
+    p.flag("--ps-replicas", d.ps_replicas,
+           "backups per PS index: a PS started with the --index of a live primary copies it "
+           "and takes over when it is lost (0: none, a new PS replaces the primary)")
+    p.flag("--ps-failover-timeout", d.ps_failover_timeout,
+           "seconds a PS primary with an in-sync backup may fail its health check before "
+           "the backup is promoted")
     p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
     auth.add_flags(p, server=True, client=True)  # --tls-ca: the PS health checks
     return p.settings(MasterSettings, argv, check)  # bad flags: exit 2 with the reasons
@@ -80,6 +88,10 @@ def check(s: MasterSettings) -> list[str]:
         problems.append(f"--leader-lease-s must be in 0.5..300, got {s.leader_lease_s}")
     if s.advertise and (":" not in s.advertise or len(s.advertise) > 256):
         problems.append(f"--advertise must be host:port, got {s.advertise!r}")
+    if not 0 <= s.ps_replicas <= 8:
+        problems.append(f"--ps-replicas must be in 0..8, got {s.ps_replicas}")
+    if not s.ps_failover_timeout > 0:
+        problems.append("--ps-failover-timeout must be > 0")
     if s.threads < 4:
         problems.append("--threads must be >= 4")
     return problems

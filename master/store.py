@@ -112,6 +112,8 @@ class Store:
                 pieces=rows(select(schema.pieces)),
                 workers=rows(select(schema.workers)),
                 ps=rows(select(schema.ps)),
+                ps_generations=rows(select(schema.ps_generations)),
+                ps_backups=rows(select(schema.ps_backups)),
                 max_lease_id=conn.scalar(select(func.max(schema.leases.c.lease_id))) or 0,
                 max_piece_key=conn.scalar(select(func.max(schema.pieces.c.key))) or 0,
                 max_event_seq=conn.scalar(select(func.max(schema.events.c.seq))) or 0,

@@ -54,6 +54,6 @@ def status_view(core: MasterCore) -> pb.GetStatusResponse:
     return pb.GetStatusResponse(
         datasets=[dataset_view(core.datasets[n]) for n in sorted(core.datasets)],
         workers=workers,
-        ps=[ps_to_pb(core.ps[i], i in core.ps_lost) for i in sorted(core.ps)],
+        ps=[ps_to_pb(core.ps[i], i in core.ps_lost, core.replicas) for i in sorted(core.ps)],
         time_ms=core.journal.now_ms(),
     )

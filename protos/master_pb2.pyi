@@ -308,7 +308,7 @@ class WorkerStatus(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., last_heartbeat_ms: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., state: _Optional[str] = ..., registered_ms: _Optional[int] = ...) -> None: ...
 
 class PSInfo(_message.Message):
-    __slots__ = ("address", "data_address", "index", "num_ps", "registered_ms", "incarnation", "state", "data_public_key")
+    __slots__ = ("address", "data_address", "index", "num_ps", "registered_ms", "incarnation", "state", "data_public_key", "generation", "backups", "instance")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -317,6 +317,9 @@ class PSInfo(_message.Message):
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DATA_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    BACKUPS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
     address: str
     data_address: str
     index: int
@@ -325,7 +328,26 @@ class PSInfo(_message.Message):
     incarnation: int
     state: str
     data_public_key: str
-    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., registered_ms: _Optional[int] = ..., incarnation: _Optional[int] = ..., state: _Optional[str] = ..., data_public_key: _Optional[str] = ...) -> None: ...
+    generation: int
+    backups: _containers.RepeatedCompositeFieldContainer[PSBackup]
+    instance: str
+    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., registered_ms: _Optional[int] = ..., incarnation: _Optional[int] = ..., state: _Optional[str] = ..., data_public_key: _Optional[str] = ..., generation: _Optional[int] = ..., backups: _Optional[_Iterable[_Union[PSBackup, _Mapping]]] = ..., instance: _Optional[str] = ...) -> None: ...
+
+class PSBackup(_message.Message):
+    __slots__ = ("address", "data_address", "data_public_key", "state", "instance", "registered_ms")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DATA_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_MS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    data_address: str
+    data_public_key: str
+    state: str
+    instance: str
+    registered_ms: int
+    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., data_public_key: _Optional[str] = ..., state: _Optional[str] = ..., instance: _Optional[str] = ..., registered_ms: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("datasets", "workers", "ps", "time_ms")
@@ -378,38 +400,68 @@ class GetEventsResponse(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next: _Optional[int] = ...) -> None: ...
 
 class RegisterPSRequest(_message.Message):
-    __slots__ = ("address", "data_address", "index", "num_ps", "data_public_key")
+    __slots__ = ("address", "data_address", "index", "num_ps", "data_public_key", "instance")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NUM_PS_FIELD_NUMBER: _ClassVar[int]
     DATA_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
     address: str
     data_address: str
     index: int
     num_ps: int
     data_public_key: str
-    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., data_public_key: _Optional[str] = ...) -> None: ...
+    instance: str
+    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., data_public_key: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...
 
 class RegisterPSResponse(_message.Message):
-    __slots__ = ("incarnation",)
+    __slots__ = ("incarnation", "role", "generation", "primary", "replicas")
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    PRIMARY_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     incarnation: int
-    def __init__(self, incarnation: _Optional[int] = ...) -> None: ...
+    role: str
+    generation: int
+    primary: PSInfo
+    replicas: int
+    def __init__(self, incarnation: _Optional[int] = ..., role: _Optional[str] = ..., generation: _Optional[int] = ..., primary: _Optional[_Union[PSInfo, _Mapping]] = ..., replicas: _Optional[int] = ...) -> None: ...
+
+class ReportReplicasRequest(_message.Message):
+    __slots__ = ("index", "generation", "instance", "in_sync")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    generation: int
+    instance: str
+    in_sync: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, index: _Optional[int] = ..., generation: _Optional[int] = ..., instance: _Optional[str] = ..., in_sync: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReportReplicasResponse(_message.Message):
+    __slots__ = ("generation",)
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    def __init__(self, generation: _Optional[int] = ...) -> None: ...
 
 class ListPSRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ListPSResponse(_message.Message):
-    __slots__ = ("ps", "num_ps", "complete")
+    __slots__ = ("ps", "num_ps", "complete", "replicas")
     PS_FIELD_NUMBER: _ClassVar[int]
     NUM_PS_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ps: _containers.RepeatedCompositeFieldContainer[PSInfo]
     num_ps: int
     complete: bool
-    def __init__(self, ps: _Optional[_Iterable[_Union[PSInfo, _Mapping]]] = ..., num_ps: _Optional[int] = ..., complete: _Optional[bool] = ...) -> None: ...
+    replicas: int
+    def __init__(self, ps: _Optional[_Iterable[_Union[PSInfo, _Mapping]]] = ..., num_ps: _Optional[int] = ..., complete: _Optional[bool] = ..., replicas: _Optional[int] = ...) -> None: ...
 
 class RequeueRequest(_message.Message):
     __slots__ = ("dataset", "quarantined")

@@ -84,6 +84,11 @@ class MasterStub:
                 request_serializer=protos_dot_master__pb2.ListPSRequest.SerializeToString,
                 response_deserializer=protos_dot_master__pb2.ListPSResponse.FromString,
                 _registered_method=True)
+        self.ReportReplicas = channel.unary_unary(
+                '/elasticps.v1.Master/ReportReplicas',
+                request_serializer=protos_dot_master__pb2.ReportReplicasRequest.SerializeToString,
+                response_deserializer=protos_dot_master__pb2.ReportReplicasResponse.FromString,
+                _registered_method=True)
         self.Requeue = channel.unary_unary(
                 '/elasticps.v1.Master/Requeue',
                 request_serializer=protos_dot_master__pb2.RequeueRequest.SerializeToString,
@@ -159,6 +164,12 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportReplicas(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Requeue(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -223,6 +234,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.ListPS,
                     request_deserializer=protos_dot_master__pb2.ListPSRequest.FromString,
                     response_serializer=protos_dot_master__pb2.ListPSResponse.SerializeToString,
+            ),
+            'ReportReplicas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportReplicas,
+                    request_deserializer=protos_dot_master__pb2.ReportReplicasRequest.FromString,
+                    response_serializer=protos_dot_master__pb2.ReportReplicasResponse.SerializeToString,
             ),
             'Requeue': grpc.unary_unary_rpc_method_handler(
                     servicer.Requeue,
@@ -505,6 +521,33 @@ class Master:
             '/elasticps.v1.Master/ListPS',
             protos_dot_master__pb2.ListPSRequest.SerializeToString,
             protos_dot_master__pb2.ListPSResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.Master/ReportReplicas',
+            protos_dot_master__pb2.ReportReplicasRequest.SerializeToString,
+            protos_dot_master__pb2.ReportReplicasResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -100,24 +100,74 @@ class PushRows(_message.Message):
     def __init__(self, table: _Optional[str] = ...) -> None: ...
 
 class DataRequest(_message.Message):
-    __slots__ = ("client_id", "seq", "token", "init_parameters", "pull", "push", "pull_rows", "push_rows")
+    __slots__ = ("client_id", "seq", "token", "generation", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     INIT_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     PULL_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
     PULL_ROWS_FIELD_NUMBER: _ClassVar[int]
     PUSH_ROWS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    REPLICATE_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     seq: int
     token: str
+    generation: int
     init_parameters: InitParameters
     pull: Pull
     push: Push
     pull_rows: PullRows
     push_rows: PushRows
-    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ...) -> None: ...
+    follow: Follow
+    replicate: Replicate
+    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., generation: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ..., follow: _Optional[_Union[Follow, _Mapping]] = ..., replicate: _Optional[_Union[Replicate, _Mapping]] = ...) -> None: ...
+
+class Follow(_message.Message):
+    __slots__ = ("generation", "attach_id", "instance", "data_address", "data_public_key")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ATTACH_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DATA_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    attach_id: int
+    instance: str
+    data_address: str
+    data_public_key: str
+    def __init__(self, generation: _Optional[int] = ..., attach_id: _Optional[int] = ..., instance: _Optional[str] = ..., data_address: _Optional[str] = ..., data_public_key: _Optional[str] = ...) -> None: ...
+
+class Replicate(_message.Message):
+    __slots__ = ("generation", "attach_id", "seq", "request")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    ATTACH_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    attach_id: int
+    seq: int
+    request: bytes
+    def __init__(self, generation: _Optional[int] = ..., attach_id: _Optional[int] = ..., seq: _Optional[int] = ..., request: _Optional[bytes] = ...) -> None: ...
+
+class FollowResult(_message.Message):
+    __slots__ = ("attach_id", "seq", "attached", "in_sync")
+    ATTACH_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    ATTACHED_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    attach_id: int
+    seq: int
+    attached: bool
+    in_sync: bool
+    def __init__(self, attach_id: _Optional[int] = ..., seq: _Optional[int] = ..., attached: _Optional[bool] = ..., in_sync: _Optional[bool] = ...) -> None: ...
+
+class ReplicateResult(_message.Message):
+    __slots__ = ("seq",)
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class InitParametersResult(_message.Message):
     __slots__ = ("initialized", "versions")
@@ -176,7 +226,7 @@ class PushRowsResult(_message.Message):
     def __init__(self, rows: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class DataResponse(_message.Message):
-    __slots__ = ("code", "message", "seq", "local_endpoint", "reason", "init_parameters", "pull", "push", "pull_rows", "push_rows")
+    __slots__ = ("code", "message", "seq", "local_endpoint", "reason", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate")
     class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         OK: _ClassVar[DataResponse.Code]
@@ -223,6 +273,8 @@ class DataResponse(_message.Message):
     PUSH_FIELD_NUMBER: _ClassVar[int]
     PULL_ROWS_FIELD_NUMBER: _ClassVar[int]
     PUSH_ROWS_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    REPLICATE_FIELD_NUMBER: _ClassVar[int]
     code: DataResponse.Code
     message: str
     seq: int
@@ -233,7 +285,9 @@ class DataResponse(_message.Message):
     push: PushResult
     pull_rows: PullRowsResult
     push_rows: PushRowsResult
-    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., reason: _Optional[str] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ...) -> None: ...
+    follow: FollowResult
+    replicate: ReplicateResult
+    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., reason: _Optional[str] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ..., follow: _Optional[_Union[FollowResult, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateResult, _Mapping]] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
     __slots__ = ()
@@ -274,7 +328,7 @@ class TableStatus(_message.Message):
     def __init__(self, spec: _Optional[_Union[TableSpec, _Mapping]] = ..., rows: _Optional[int] = ..., pushes: _Optional[int] = ...) -> None: ...
 
 class GetPSStatusResponse(_message.Message):
-    __slots__ = ("index", "num_ps", "address", "data_address", "initialized", "optimizer", "tensors", "tables", "pushes", "pulls", "duplicates", "refused_stale", "staleness", "max_staleness_seen", "checkpoints", "last_checkpoint", "last_checkpoint_ms", "restored_from", "started_ms", "max_staleness_allowed", "waited_for_send", "copies_on_write", "data_public_key")
+    __slots__ = ("index", "num_ps", "address", "data_address", "initialized", "optimizer", "tensors", "tables", "pushes", "pulls", "duplicates", "refused_stale", "staleness", "max_staleness_seen", "checkpoints", "last_checkpoint", "last_checkpoint_ms", "restored_from", "started_ms", "max_staleness_allowed", "waited_for_send", "copies_on_write", "data_public_key", "role", "generation", "replica_state", "backups_in_sync", "replication_seq")
     class StalenessEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -305,6 +359,11 @@ class GetPSStatusResponse(_message.Message):
     WAITED_FOR_SEND_FIELD_NUMBER: _ClassVar[int]
     COPIES_ON_WRITE_FIELD_NUMBER: _ClassVar[int]
     DATA_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_STATE_FIELD_NUMBER: _ClassVar[int]
+    BACKUPS_IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_SEQ_FIELD_NUMBER: _ClassVar[int]
     index: int
     num_ps: int
     address: str
@@ -328,4 +387,9 @@ class GetPSStatusResponse(_message.Message):
     waited_for_send: int
     copies_on_write: int
     data_public_key: str
-    def __init__(self, index: _Optional[int] = ..., num_ps: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., initialized: _Optional[bool] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorStatus, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableStatus, _Mapping]]] = ..., pushes: _Optional[int] = ..., pulls: _Optional[int] = ..., duplicates: _Optional[int] = ..., refused_stale: _Optional[int] = ..., staleness: _Optional[_Mapping[int, int]] = ..., max_staleness_seen: _Optional[int] = ..., checkpoints: _Optional[int] = ..., last_checkpoint: _Optional[str] = ..., last_checkpoint_ms: _Optional[int] = ..., restored_from: _Optional[str] = ..., started_ms: _Optional[int] = ..., max_staleness_allowed: _Optional[int] = ..., waited_for_send: _Optional[int] = ..., copies_on_write: _Optional[int] = ..., data_public_key: _Optional[str] = ...) -> None: ...
+    role: str
+    generation: int
+    replica_state: str
+    backups_in_sync: int
+    replication_seq: int
+    def __init__(self, index: _Optional[int] = ..., num_ps: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., initialized: _Optional[bool] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorStatus, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableStatus, _Mapping]]] = ..., pushes: _Optional[int] = ..., pulls: _Optional[int] = ..., duplicates: _Optional[int] = ..., refused_stale: _Optional[int] = ..., staleness: _Optional[_Mapping[int, int]] = ..., max_staleness_seen: _Optional[int] = ..., checkpoints: _Optional[int] = ..., last_checkpoint: _Optional[str] = ..., last_checkpoint_ms: _Optional[int] = ..., restored_from: _Optional[str] = ..., started_ms: _Optional[int] = ..., max_staleness_allowed: _Optional[int] = ..., waited_for_send: _Optional[int] = ..., copies_on_write: _Optional[int] = ..., data_public_key: _Optional[str] = ..., role: _Optional[str] = ..., generation: _Optional[int] = ..., replica_state: _Optional[str] = ..., backups_in_sync: _Optional[int] = ..., replication_seq: _Optional[int] = ...) -> None: ...

@@ -34,6 +34,7 @@ class Reason(str, enum.Enum):
     DATASET_EXISTS = "DATASET_EXISTS"          # same name, another spec
     DATASET_BUSY = "DATASET_BUSY"              # the dataset has leases out
     PS_SET_MISMATCH = "PS_SET_MISMATCH"        # a PS with a num_ps the job does not use
+    PS_REPLICAS_FULL = "PS_REPLICAS_FULL"      # the PS index has its --ps-replicas backups
     NOT_LEADER = "NOT_LEADER"                  # a standby master: call the leader
     DATABASE_FAILED = "DATABASE_FAILED"        # the master stops after a failed commit
     # parameter server
