@@ -130,7 +130,20 @@ def format_report(r: pb.GetLedgerResponse) -> str:
            f"{r.worker_seconds_total:.1f} worker-seconds; workers lost: {r.workers_lost}; "
            "left: " + (", ".join(f"{k}={v}" for k, v in sorted(r.workers_left.items()))
                        or "none")]
-    return "\n".join(out)
+    lost = format_updates_lost(r)
+    return "\n".join(out + ([lost] if lost else []))
+
+
+def format_updates_lost(r: pb.GetLedgerResponse) -> str:
+    """The records whose updates a PS lost by restoring a checkpoint ('' when none)."""
+    if not r.ps_updates_lost:
+        return ""
+    per = "; ".join(
+        f"ps {x.index}: {x.records} records in {x.restores} restore(s), last window "
+        f"{datetime.fromtimestamp(x.from_ms / 1000):%H:%M:%S}-"
+        f"{datetime.fromtimestamp(x.to_ms / 1000):%H:%M:%S}" for x in r.ps_updates_lost)
+    return (f"UPDATES LOST: {r.updates_lost} records counted done whose updates a PS no longer "
+            f"holds (restored from a checkpoint without a backup): {per}")
 
 
 def parse_prices(items: list[str]) -> dict[str, float]:
@@ -183,6 +196,9 @@ def cmd_cost(stub, args) -> int:
 
 def cmd_status(stub, args) -> int:
     print(format_status(stub.GetStatus(pb.GetStatusRequest(), timeout=args.timeout)))
+    lost = format_updates_lost(stub.GetLedger(pb.GetLedgerRequest(), timeout=args.timeout))
+    if lost:
+        print(lost)
     return 0
 
 

@@ -133,6 +133,7 @@ events = Table(
     Column("shard_index", BigInteger, nullable=False),
     Column("cause", String(64), nullable=False),
     Column("detail", Text, nullable=False),
+    Index("ix_events_kind", "kind"),  # the ledger reads the few ps_restored events
 )
 
 # The leader lease (one row, id 1): which master may commit. See master/leader.py and

@@ -16,6 +16,7 @@ from .core import MasterCore
 from rpckit import server as rpc_server
 from rpckit.errors import ServiceError, abort, invalid
 from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
+from . import ps_restores
 from .ledger import epoch_ledgers, worker_seconds
 from .store import Store
 from .views import status_view
@@ -121,6 +122,10 @@ class MasterServicer(pb_grpc.MasterServicer):
                                        request.num_ps, request.data_public_key,
                                        request.instance)
             primary = ps_to_pb(joined.primary, False, self.core.replicas)
+            # a restored primary lost the updates since its checkpoint; a backup copies its
+            # primary's state instead and lost nothing. Same commit as the registration.
+            if request.HasField("restored") and joined.role.value == "primary":
+                ps_restores.record(self.core.journal, request.index, request.restored)
             return joined, primary
 
         joined, primary = self.committer.call(join)
@@ -165,6 +170,8 @@ class MasterServicer(pb_grpc.MasterServicer):
             lambda: (epoch_ledgers(totals, self.core.datasets), self.core.journal.now_ms())
         )
         labels, total, lost, left = worker_seconds(workers, now_ms)
+        updates_lost, per_ps = ps_restores.updates_lost(
+            self.store.events_of_kind(ps_restores.KIND), self.store.leases_between)
         done = sum(e["records_done"] for e in epochs)
         handed = sum(e["records_handed"] for e in epochs)
         return pb.GetLedgerResponse(
@@ -174,6 +181,7 @@ class MasterServicer(pb_grpc.MasterServicer):
             records_redone=sum(e["records_redone"] for e in epochs),
             records_rehanded=sum(e["records_rehanded"] for e in epochs),
             goodput=done / handed if handed else 1.0, workers_lost=lost, workers_left=left,
+            updates_lost=updates_lost, ps_updates_lost=[pb.PSUpdatesLost(**x) for x in per_ps],
         )
 
 

@@ -205,6 +205,24 @@ class Store:
             return [{k: (int(v) if k != "dataset" else v) for k, v in r._mapping.items()}
                     for r in conn.execute(stmt)]
 
+    def events_of_kind(self, kind: str, limit: int = 10_000) -> list[dict]:
+        """The newest `limit` events of `kind`, oldest first (ix_events_kind)."""
+        ev = schema.events
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(ev).where(ev.c.kind == kind)
+                                .order_by(ev.c.seq.desc()).limit(limit))
+            return [dict(r._mapping) for r in reversed(list(rows))]
+
+    def leases_between(self, from_ms: int, to_ms: int) -> dict[int, int]:
+        """{lease_id: records acknowledged} of the leases held at some time in
+        [from_ms, to_ms]: handed out by its end, and still held or ended after its start."""
+        lz = schema.leases.c
+        acked = case((lz.state == "done", lz.end_rec - lz.start_rec), else_=lz.records_done)
+        stmt = select(lz.lease_id, acked.label("acked")).where(
+            lz.handed_ms <= to_ms, (lz.state == "doing") | (lz.ended_ms >= from_ms))
+        with self.engine.connect() as conn:
+            return {r.lease_id: int(r.acked) for r in conn.execute(stmt) if r.acked}
+
     def workers_all(self) -> list[dict]:
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(select(schema.workers))]

@@ -400,20 +400,41 @@ class GetEventsResponse(_message.Message):
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next: _Optional[int] = ...) -> None: ...
 
 class RegisterPSRequest(_message.Message):
-    __slots__ = ("address", "data_address", "index", "num_ps", "data_public_key", "instance")
+    __slots__ = ("address", "data_address", "index", "num_ps", "data_public_key", "instance", "restored")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NUM_PS_FIELD_NUMBER: _ClassVar[int]
     DATA_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_FIELD_NUMBER: _ClassVar[int]
     address: str
     data_address: str
     index: int
     num_ps: int
     data_public_key: str
     instance: str
-    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., data_public_key: _Optional[str] = ..., instance: _Optional[str] = ...) -> None: ...
+    restored: RestoredCheckpoint
+    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., data_public_key: _Optional[str] = ..., instance: _Optional[str] = ..., restored: _Optional[_Union[RestoredCheckpoint, _Mapping]] = ...) -> None: ...
+
+class RestoredCheckpoint(_message.Message):
+    __slots__ = ("taken_ms", "started_ms", "number", "applied")
+    class AppliedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    TAKEN_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    taken_ms: int
+    started_ms: int
+    number: int
+    applied: _containers.ScalarMap[str, int]
+    def __init__(self, taken_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., number: _Optional[int] = ..., applied: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RegisterPSResponse(_message.Message):
     __slots__ = ("incarnation", "role", "generation", "primary", "replicas")
@@ -535,7 +556,7 @@ class GetLedgerRequest(_message.Message):
     def __init__(self, dataset: _Optional[str] = ...) -> None: ...
 
 class GetLedgerResponse(_message.Message):
-    __slots__ = ("epochs", "worker_seconds", "worker_seconds_total", "records_done", "records_handed", "records_redone", "goodput", "workers_lost", "workers_left", "records_rehanded")
+    __slots__ = ("epochs", "worker_seconds", "worker_seconds_total", "records_done", "records_handed", "records_redone", "goodput", "workers_lost", "workers_left", "records_rehanded", "updates_lost", "ps_updates_lost")
     class WorkersLeftEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -553,6 +574,8 @@ class GetLedgerResponse(_message.Message):
     WORKERS_LOST_FIELD_NUMBER: _ClassVar[int]
     WORKERS_LEFT_FIELD_NUMBER: _ClassVar[int]
     RECORDS_REHANDED_FIELD_NUMBER: _ClassVar[int]
+    UPDATES_LOST_FIELD_NUMBER: _ClassVar[int]
+    PS_UPDATES_LOST_FIELD_NUMBER: _ClassVar[int]
     epochs: _containers.RepeatedCompositeFieldContainer[EpochLedger]
     worker_seconds: _containers.RepeatedCompositeFieldContainer[LabelSeconds]
     worker_seconds_total: float
@@ -563,4 +586,20 @@ class GetLedgerResponse(_message.Message):
     workers_lost: int
     workers_left: _containers.ScalarMap[str, int]
     records_rehanded: int
-    def __init__(self, epochs: _Optional[_Iterable[_Union[EpochLedger, _Mapping]]] = ..., worker_seconds: _Optional[_Iterable[_Union[LabelSeconds, _Mapping]]] = ..., worker_seconds_total: _Optional[float] = ..., records_done: _Optional[int] = ..., records_handed: _Optional[int] = ..., records_redone: _Optional[int] = ..., goodput: _Optional[float] = ..., workers_lost: _Optional[int] = ..., workers_left: _Optional[_Mapping[str, int]] = ..., records_rehanded: _Optional[int] = ...) -> None: ...
+    updates_lost: int
+    ps_updates_lost: _containers.RepeatedCompositeFieldContainer[PSUpdatesLost]
+    def __init__(self, epochs: _Optional[_Iterable[_Union[EpochLedger, _Mapping]]] = ..., worker_seconds: _Optional[_Iterable[_Union[LabelSeconds, _Mapping]]] = ..., worker_seconds_total: _Optional[float] = ..., records_done: _Optional[int] = ..., records_handed: _Optional[int] = ..., records_redone: _Optional[int] = ..., goodput: _Optional[float] = ..., workers_lost: _Optional[int] = ..., workers_left: _Optional[_Mapping[str, int]] = ..., records_rehanded: _Optional[int] = ..., updates_lost: _Optional[int] = ..., ps_updates_lost: _Optional[_Iterable[_Union[PSUpdatesLost, _Mapping]]] = ...) -> None: ...
+
+class PSUpdatesLost(_message.Message):
+    __slots__ = ("index", "records", "restores", "from_ms", "to_ms")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RESTORES_FIELD_NUMBER: _ClassVar[int]
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    records: int
+    restores: int
+    from_ms: int
+    to_ms: int
+    def __init__(self, index: _Optional[int] = ..., records: _Optional[int] = ..., restores: _Optional[int] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ...) -> None: ...

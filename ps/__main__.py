@@ -40,6 +40,20 @@ def _tune_malloc() -> None:
         pass
 
 
+MAX_MARKS = 256  # applied marks told to the master (the full table is in the checkpoint)
+
+
+def restored_message(info, started_ms: int):
+    """What the master needs to count the updates lost by restoring `info` (None: none)."""
+    if info is None:
+        return None
+    from protos import master_pb2
+
+    marks = dict(list(info.applied.items())[-MAX_MARKS:])  # the most recently used clients
+    return master_pb2.RestoredCheckpoint(taken_ms=info.time_ms, started_ms=started_ms,
+                                         number=info.number, applied=marks)
+
+
 def run(settings: PSSettings) -> int:
     try:
         token = auth.read_token(settings.auth_token, settings.auth_token_file)
@@ -118,7 +132,8 @@ def run(settings: PSSettings) -> int:
         stub, channel = connect(settings.master, settings.tls_ca, token)
         registrar = Registrar(stub, me.address, me.data_address, settings.index,
                               settings.num_ps, settings.register_interval,
-                              data_public_key=me.data_public_key)
+                              data_public_key=me.data_public_key,
+                              restored=restored_message(restored, me.started_ms))
         background.append(threading.Thread(target=registrar.run, args=(stop,),
                                            name="registrar", daemon=True))
     if settings.checkpoint_interval > 0:

@@ -21,7 +21,7 @@ import re
 import struct
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -39,13 +39,18 @@ class CorruptCheckpoint(Exception):
     pass
 
 
+class OtherPSCount(Exception):
+    """The directory holds checkpoints of another --num-ps only: refuse to start empty."""
+
+
 @dataclass
 class CheckpointInfo:
     path: Path
     number: int
     bytes: int = 0
     seconds: float = 0.0
-    time_ms: int = 0
+    time_ms: int = 0  # when the snapshot was taken (Unix ms)
+    applied: dict = field(default_factory=dict)  # client_id -> last push seq it holds
 
 
 class _HashingWriter:
@@ -200,11 +205,19 @@ class Checkpointer:
     def restore(self) -> CheckpointInfo | None:
         self.dir.clean_temporaries()
         others = self.dir.others()
+        files = self.dir.files()
+        if others and not files:
+            # starting empty here would let the next init_parameters replace a trained model
+            raise OtherPSCount(
+                f"{self.dir.directory} holds checkpoints of a PS set of another size "
+                f"({', '.join(others[:3])}), none of {self.dir.num_ps} PS; this PS is "
+                f"{self.dir.index} of {self.dir.num_ps}, and parameters are split by the PS "
+                f"count, so they cannot be used as they are. Start the PS set with the "
+                f"--num-ps of those files, or move them away to start a new model")
         if others:
             log.warning("ignoring checkpoints written with another PS count (%s): this PS is "
                         "%d of %d and rows are split by id %% num_ps", ", ".join(others[:3]),
                         self.dir.index, self.dir.num_ps)
-        files = self.dir.files()
         self._next_number = (files[-1][0] + 1) if files else 1
         found = self.dir.load_newest()
         self._last_mutations = self._mutations()
@@ -213,6 +226,8 @@ class Checkpointer:
                 log.error("no checkpoint in %s could be used; starting empty", self.dir.directory)
             return None
         state, info = found
+        info.time_ms = int(state.get("taken_ms") or info.path.stat().st_mtime * 1000)
+        info.applied = {str(cid): int(seq) for cid, seq, _ in state.get("applied", [])}
         self.store.restore(state)
         self.restored = self.last = info
         self._last_mutations = self._mutations()
@@ -227,8 +242,13 @@ class Checkpointer:
             mutations = self._mutations()
             if only_if_changed and mutations == self._last_mutations:
                 return None
+            # taken before the snapshot: an update that lands in between is in it, yet its
+            # loss would be counted (the count errs toward lost, never toward trained)
+            taken_ms = int(time.time() * 1000)
             state = self.store.snapshot()
+            state["taken_ms"] = taken_ms
             info = self.dir.write(state, self._next_number)
+            info.time_ms = taken_ms
             self._next_number += 1
             self.written += 1
             self.last = info

@@ -24,8 +24,12 @@ RPC_TIMEOUT_S = 5.0
 
 class Registrar:
     def __init__(self, stub, address: str, data_address: str, index: int, num_ps: int,
-                 interval: float = 2.0, first_backoff: float = 0.1, data_public_key: str = ""):
+                 interval: float = 2.0, first_backoff: float = 0.1, data_public_key: str = "",
+                 restored: master_pb2.RestoredCheckpoint | None = None):
         self.stub = stub
+        # what this PS restored from: told to the master (which counts the lost updates)
+        # until one registration succeeded
+        self.restored = restored
         self.address = address
         self.data_address = data_address
         self.index = index
@@ -63,8 +67,10 @@ class Registrar:
         resp = self.stub.RegisterPS(
             master_pb2.RegisterPSRequest(address=self.address, data_address=self.data_address,
                                          index=self.index, num_ps=self.num_ps,
-                                         data_public_key=self.data_public_key),
+                                         data_public_key=self.data_public_key,
+                                         restored=self.restored),
             timeout=RPC_TIMEOUT_S)
+        self.restored = None
         self.registered = True
         self.incarnation = resp.incarnation
         self.registrations += 1

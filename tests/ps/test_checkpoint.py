@@ -7,7 +7,8 @@ import logging
 import pytest
 import torch
 
-from ps.checkpoint import CheckpointDir, Checkpointer, CorruptCheckpoint, decode, encode
+from ps.checkpoint import (CheckpointDir, Checkpointer, CorruptCheckpoint, OtherPSCount, decode,
+                           encode)
 from ps.embedding import TableSpec
 from ps.optim import make_config
 from ps.params import ParamStore
@@ -88,11 +89,20 @@ def test_only_this_ps_and_count_files_are_used(tmp_path, caplog):
     CheckpointDir(tmp_path, 0, 3).write(ParamStore(index=0, num_ps=3).snapshot(), 1)
     (tmp_path / ".ps-0-of-2-00000009.ckpt.tmp-123").write_bytes(b"half")
     fresh = ParamStore(index=0, num_ps=2)
-    with caplog.at_level(logging.WARNING):
-        assert Checkpointer(fresh, CheckpointDir(tmp_path, 0, 2)).restore() is None
+    # only another count's checkpoint of this index: starting empty would let the next
+    # init_parameters replace a trained model, so the PS refuses (issue 17)
+    with pytest.raises(OtherPSCount, match="--num-ps"):
+        Checkpointer(fresh, CheckpointDir(tmp_path, 0, 2)).restore()
     assert not fresh.initialized
-    assert "another PS count" in caplog.text
     assert not list(tmp_path.glob(".ps-0-of-2-*"))  # the half-written file was cleaned
+    # with a checkpoint of its own count as well, that one is used and the others ignored
+    mine = ParamStore(index=0, num_ps=2)
+    mine.init_parameters([("y", torch.ones(1))], make_config("sgd"))
+    CheckpointDir(tmp_path, 0, 2).write(mine.snapshot(), 1)
+    with caplog.at_level(logging.WARNING):
+        assert Checkpointer(fresh, CheckpointDir(tmp_path, 0, 2)).restore() is not None
+    assert fresh.initialized
+    assert "another PS count" in caplog.text
 
 
 def test_periodic_write_skips_when_nothing_changed(tmp_path):
