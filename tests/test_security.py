@@ -19,7 +19,7 @@ from protos import master_pb2_grpc as mpb_grpc
 from protos import ps_pb2, ps_pb2_grpc
 from rpckit import auth
 from rpckit.errors import Reason, reason_of
-from tests.certs import make_tls_files
+from cluster.certs import make_tls_files
 from rpckit.errors import ServiceError
 from worker_sdk import ElasticDataset, PSClient
 from worker_sdk.ps_data import DataClient, PSUnavailable

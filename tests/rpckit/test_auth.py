@@ -11,7 +11,7 @@ from rpckit import auth
 from rpckit.errors import Reason, reason_of
 from rpckit.server import build_server
 from rpckit.settings import FlagParser, describe
-from tests.certs import make_tls_files
+from cluster.certs import make_tls_files
 
 TOKEN = "s3cret-token_42"
 METHOD = "/test.Echo/Echo"

@@ -1,5 +1,6 @@
-"""Test certificates, made at test time (never committed): a CA and a server certificate it
-signed for 127.0.0.1 / localhost, written as PEM files into a directory."""
+"""TLS certificates made at run time, for tests and benchmarks (never committed): a CA and a
+server certificate it signed for 127.0.0.1 / localhost, written as PEM files into a directory.
+Needs the `cryptography` package (a dev dependency)."""
 from __future__ import annotations
 
 import datetime
