@@ -1,8 +1,11 @@
 """The worker SDK: lease data from the elastic-ps master and train on it, elastically.
 
-`ElasticDataset` (worker_sdk/dataset.py) wraps any indexable dataset; `worker_sdk.ack` is the
-ack ledger a parameter-server client reports finished pushes to; `MasterClient` is the
-registered worker's connection to the master. See docs/worker_sdk.md.
+Two layers. The lease protocol, without torch: `MasterClient` (worker_sdk/master_client.py: the
+registered worker's calls, retries, heartbeats), `LeaseStream` (worker_sdk/lease_stream.py: one
+dataset's leases as pieces, the ack rule, hand-back), `worker_sdk.ack` (the ack ledger) and
+`SimWorker` (worker_sdk/simworker.py). The torch face: `ElasticDataset` (worker_sdk/dataset.py),
+`worker_sdk.readers`, `PSClient` and `ElasticEmbedding` (worker_sdk/ps_client.py).
+See docs/worker_sdk.md.
 """
 from . import ack
 from .errors import (Cancelled, DatasetSpecMismatch, ElasticError, MasterError,
@@ -12,7 +15,8 @@ from .master_client import MasterClient
 # torch is imported only when a torch-facing name is first used, so the lease protocol
 # (master_client, leases, errors) works on a host without torch.
 _LAZY = {"ElasticDataset": ".dataset", "PSClient": ".ps_client",
-         "ElasticEmbedding": ".ps_client"}
+         "ElasticEmbedding": ".ps_client", "LeaseStream": ".lease_stream",
+         "SimWorker": ".simworker", "ArrayReader": ".readers", "ParquetReader": ".readers"}
 
 
 def __getattr__(name: str):
@@ -27,6 +31,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "ElasticDataset", "PSClient", "ElasticEmbedding", "MasterClient", "ack", "ElasticError",
+    "ElasticDataset", "PSClient", "ElasticEmbedding", "MasterClient", "LeaseStream",
+    "SimWorker", "ArrayReader", "ParquetReader", "ack", "ElasticError",
     "MasterError", "MasterUnavailable", "DatasetSpecMismatch", "Cancelled",
 ]

@@ -1,74 +1,60 @@
-"""ElasticDataset: any indexable dataset, read shard by shard as the master hands them out.
+"""ElasticDataset: a dataset read shard by shard as the master hands them out (the torch face
+of worker_sdk.lease_stream.LeaseStream).
 
-    ds = ElasticDataset(my_dataset, master="localhost:50051", name="train",
-                        shard_size=256, num_epochs=3, shuffle=True)
-    for x, y in ds.batches(batch_size=64):   # or `for sample in ds`, or DataLoader(ds, ...)
-        ...train one step...
+    ds = ElasticDataset(ArrayReader(x, y), master="localhost:50051", name="train",
+                        shard_size=4096, num_epochs=3, shuffle=True)
+    for x, y in ds.batches(batch_size=1024):   # or ds.loader(1024, num_workers=2), or `for
+        ...train one step...                    # sample in ds`, or DataLoader(ds, ...)
+
+Reading. A leased range is read in one call when the dataset can (`worker_sdk.readers`: a
+`read(start, end)` method, tensors, numpy arrays/memmaps, tuples/dicts of them, Parquet files);
+the in-shard shuffle is a gather. Any other indexable dataset is read record by record and
+collated with `default_collate`.
 
 One pass over `ds` covers every epoch: the master opens epoch e + 1 as soon as epoch e has
-nothing left to hand out, so `ds.epoch` (the epoch of the last sample handed out) is the way to
-know where you are. The pass ends when the master answers END (every record of every epoch
-trained once, by some worker); the worker then leaves the master with reason "finished".
+nothing left to hand out, so `ds.epoch` (the epoch of the last record handed out) tells where you
+are. The pass ends when the master answers END; the worker then leaves with reason "finished".
 
-THE ACK RULE (see worker_sdk/ack.py and docs/worker_sdk.md): a record counts as trained, and is
-reported to the master, only after the training step that consumed it finished. The `ack`
-argument says how the SDK learns that:
+THE ACK RULE (worker_sdk/ack.py, docs/worker_sdk.md): a record counts as trained, and is
+reported to the master, only after the training step that consumed it finished. `ack` says how
+the SDK learns that:
 
-* "push": when `worker_sdk.ack.trained()` is called (`PSClient.push` does, after a successful
-  push) or `ds.mark_trained()`; nothing else acknowledges anything.
-* "next": when the training loop asks for the next step's data: the next batch from
-  `batches()`, the next sample when iterating samples, the next batch of a
-  `DataLoader(ds, batch_size=B, num_workers=0)` (the SDK finds the DataLoader's batch size
-  when it starts iterating). A synchronous loop has finished its step by then. The last step of
-  a pass is acknowledged by the request after it, or by `close()` (`with ds:`) or the normal end
-  of the program, but not after an exception escaped the loop.
-* "auto" (default): "push" once a PSClient exists in the process (it calls
-  `ack.use_push_acks()`), "next" until then.
+* "push": `worker_sdk.ack.trained()` (PSClient.push, once the push is answered) or
+  `ds.mark_trained()`; nothing else acknowledges anything.
+* "next": the training loop asking for the next step's data (the next batch of `batches()` or
+  `loader()`, the next sample, the next batch of a `DataLoader(ds, batch_size=B)`). The last
+  step of a pass is acknowledged by the request after it, or by `close()`, not after an
+  exception escaped the loop.
+* "auto" (default): "push" once a PSClient exists in the process, "next" until then.
 
-Prefetching must never acknowledge records that were not trained, so DataLoader worker
-processes (`num_workers > 0`) are refused: they would read ahead in other processes, which the
-SDK can neither see nor fence. Use `num_workers=0` or `batches()`.
+Records read ahead (a batch being assembled, `loader()`'s prefetched batches) are not delivered
+until the loop receives them, so they are never acknowledged early; on SIGTERM they go back with
+the exact trained offsets. `DataLoader(ds, num_workers > 0)` is refused (its workers would lease
+in processes the SDK cannot see): use `ds.loader(..., num_workers=K)`, where the main process
+leases and worker processes only read.
 """
 from __future__ import annotations
 
-import atexit
-import logging
 import sys
-import threading
 from typing import Any, Callable, Iterator
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
-from torch.utils.data import default_collate
 
 from protos import master_pb2 as pb
 
-from . import ack as ack_ledger
-from . import preempt
-from .errors import Cancelled, ElasticError, MasterError
-from .leases import HeldLease, LeaseTable
+from . import readers
+from .lease_stream import END, AckMode, LeaseStream, Piece, Wait
 from .master_client import MasterClient
-from .record_order import ShardLayout
-from rpckit.errors import Reason
-from rpckit.retry import RetryPolicy
 
-log = logging.getLogger(__name__)
-
-ACK_MODES = ("auto", "push", "next")
-CLOSE_RETRY_S = 10.0  # closing (at exit too) does not wait out the full retry budget
-_END = object()  # the master answered END
+ACK_MODES = tuple(m.value for m in AckMode)
 
 WORKER_PROCESSES_REFUSED = (
     "ElasticDataset cannot be read by DataLoader worker processes (num_workers > 0): they would "
-    "read and hold records ahead of training in processes the SDK cannot see, and a record must "
-    "be reported trained only after the step that consumed it finished. Use "
-    "DataLoader(ds, batch_size=..., num_workers=0), or ds.batches(batch_size); make a slow "
-    "__getitem__ cheaper (e.g. a numpy memmap) rather than prefetching it in workers."
+    "lease and hold records in processes the SDK cannot see, and a record must be reported "
+    "trained only after the step that consumed it finished. Use ds.loader(batch_size, "
+    "num_workers=K) (the main process leases, the workers only read), ds.batches(batch_size), "
+    "or DataLoader(ds, batch_size=..., num_workers=0)."
 )
-
-
-class _Wait:
-    def __init__(self, retry_after_ms: int):
-        self.seconds = max(retry_after_ms, 10) / 1000.0
 
 
 class ElasticDataset(IterableDataset):
@@ -77,8 +63,7 @@ class ElasticDataset(IterableDataset):
     Promises: over the whole job every record of every epoch is counted trained exactly once,
     by whichever worker trained it, whatever workers die, stall, get preempted or join; a record
     is reported only after its training step finished (the ack rule above); on SIGTERM the
-    worker hands its leases back with their trained offsets and exits 0 (see
-    worker_sdk/preempt.py).
+    worker hands its leases back with their trained offsets and exits 0.
     """
 
     def __init__(
@@ -101,8 +86,9 @@ class ElasticDataset(IterableDataset):
         auth_token: str | None = None,
     ):
         """
-        dataset: anything with len() and __getitem__(int) (a map-style torch Dataset, a numpy
-            memmap, a list).
+        dataset: a reader (worker_sdk.readers), an object with read(start, end), a tensor or
+            numpy array/memmap or a tuple/dict of them (read by ranges), or anything with len()
+            and __getitem__(int) (read record by record).
         master: "host:port" of the master (default $ELASTIC_PS_MASTER or localhost:50051), or
             a MasterClient to share one worker registration between datasets.
         name, shard_size, num_epochs, shuffle, seed, lease_timeout_s: the dataset spec created
@@ -112,86 +98,71 @@ class ElasticDataset(IterableDataset):
         worker_name, labels: how the worker registers (labels default to
             $ELASTIC_PS_WORKER_LABELS, e.g. "market=spot").
         ack: "auto", "push" or "next": see the module docstring.
-        handle_sigterm: install the SIGTERM handler (worker_sdk/preempt.py). Pass False when
-            something else owns the process's signals.
+        handle_sigterm: install the SIGTERM handler (worker_sdk/preempt.py).
         retry_timeout_s: give up on an unreachable master after this long (default 120 s).
-        tls_ca, auth_token: a TLS master's CA file and the job's token (default
-            $ELASTIC_PS_TLS_CA, $ELASTIC_PS_AUTH_TOKEN or $ELASTIC_PS_AUTH_TOKEN_FILE).
+        tls_ca, auth_token: a TLS master's CA file and the job's token.
         """
         if ack not in ACK_MODES:
             raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
+        self.reader = readers.as_reader(dataset)
         try:
-            num_records = len(dataset)
+            num_records = len(self.reader)
         except TypeError:
-            raise TypeError("ElasticDataset needs an indexable dataset with len() and "
-                            f"__getitem__(int); got {type(dataset).__name__}") from None
+            raise TypeError("ElasticDataset needs a reader, an array, or an indexable dataset "
+                            f"with len() and __getitem__(int); got {type(dataset).__name__}"
+                            ) from None
         if num_records <= 0:
             raise ValueError("the dataset is empty: nothing to train on")
-        if max_shards < 1:
-            raise ValueError(f"max_shards must be >= 1, got {max_shards}")
         self.dataset = dataset
-        self.ack_mode = ack
-        self.max_shards = max_shards
-        self.spec = pb.DatasetSpec(
-            name=name, num_records=num_records, shard_size=shard_size, num_epochs=num_epochs,
-            shuffle=shuffle, seed=seed, lease_timeout_s=lease_timeout_s,
-        )
-        if isinstance(master, MasterClient):
-            self.client, self._owns_client = master, False
-        else:
-            policy = RetryPolicy(total_s=retry_timeout_s) if retry_timeout_s is not None else None
-            self.client = MasterClient(master, worker_name, labels, policy=policy,
-                                       tls_ca=tls_ca, auth_token=auth_token)
-            self._owns_client = True
-        self.layout = ShardLayout(num_records, shard_size, shuffle, seed)
-        self.table = LeaseTable(name)
-        try:
-            self.client.create_dataset(self.spec)
-        except BaseException:
-            self.table.close()
-            if self._owns_client:
-                self.client.close()
-            raise
-        self.client.attach(self.table)
-        self.epoch = 0  # epoch of the last record handed out
-        self.delivered = 0  # records handed to the training loop by this object
-        self._ended = False  # the master answered END: nothing more will ever come
-        self._pass_over = False  # the last pass ran out of data (END, or the tail of the job)
-        self._closed = False
-        self._pass = 0  # the current pass over the data; a new iteration supersedes the last
-        self._close_lock = threading.Lock()
-        self._sigterm = handle_sigterm and preempt.install(self)
-        _open.add(self)
+        spec = pb.DatasetSpec(name=name, num_records=num_records, shard_size=shard_size,
+                              num_epochs=num_epochs, shuffle=shuffle, seed=seed,
+                              lease_timeout_s=lease_timeout_s)
+        self.stream = LeaseStream(spec, master, max_shards=max_shards, worker_name=worker_name,
+                                  labels=labels, ack=ack, handle_sigterm=handle_sigterm,
+                                  retry_timeout_s=retry_timeout_s, tls_ca=tls_ca,
+                                  auth_token=auth_token)
 
-    # ---- the ack rule -----------------------------------------------------------------------
+    # ---- the protocol's state, as before the split ------------------------------------------
 
-    @property
-    def push_acks(self) -> bool:
-        """True when records are acknowledged by pushes only (see the module docstring)."""
-        return self.ack_mode == "push" or (
-            self.ack_mode == "auto" and ack_ledger.push_acks_enabled())
+    spec = property(lambda self: self.stream.spec)
+    client = property(lambda self: self.stream.client)
+    table = property(lambda self: self.stream.table)
+    layout = property(lambda self: self.stream.layout)
+    epoch = property(lambda self: self.stream.epoch)
+    delivered = property(lambda self: self.stream.delivered)
+    push_acks = property(lambda self: self.stream.push_acks)
+    num_records = property(lambda self: self.stream.spec.num_records)
 
     def mark_trained(self) -> int:
         """The training step that consumed everything delivered so far has finished."""
-        return self.table.mark_trained()
+        return self.stream.mark_trained()
 
     def mark_failed(self, message: str = "") -> int:
-        """The training step that consumed the records in flight failed (e.g. a poison record).
+        """The step that consumed the records in flight failed (e.g. a poison record): their
+        leases are reported FAILED at once, keeping what was trained before; the master
+        requeues the rest and quarantines a shard that fails too often. Returns how many
+        leases were failed. Iteration goes on with other shards."""
+        return self.stream.mark_failed(message)
 
-        Their leases are reported FAILED at once, keeping what was trained before; the master
-        requeues the rest and quarantines a shard that fails too often. Returns how many leases
-        were failed. Iteration goes on with other shards."""
-        failed = self.table.fail_in_flight(message)
-        if failed:
-            self.client.report()
-        return failed
+    def stats(self) -> dict[str, int]:
+        return self.stream.stats()
 
-    def _next_step(self) -> None:
-        """The loop asks for the next step's data: in "next" mode its last step is trained."""
-        if not self.push_acks:
-            self.table.mark_trained()
+    def close(self, error: bool = False, reason: str | None = None) -> None:
+        """Report what was trained and leave the master (see LeaseStream.close)."""
+        self.stream.close(error=error, reason=reason)
 
-    # ---- iteration ----------------------------------------------------------------------------
+    def __enter__(self) -> "ElasticDataset":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        failed = exc_type is not None and not issubclass(exc_type, SystemExit)
+        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        self.close(error=failed, reason="interrupted" if interrupted else None)
+
+    def __getstate__(self):
+        raise TypeError(WORKER_PROCESSES_REFUSED)
+
+    # ---- samples ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
         """Yield samples. With a DataLoader(num_workers=0) its batch size is found here, so that
@@ -206,265 +177,115 @@ class ElasticDataset(IterableDataset):
             )
         return self._samples(step or 1)
 
-    def _begin_pass(self) -> int:
-        """A new pass supersedes any earlier one (only one is read at a time): whatever the
-        last one handed out was trained ("next" mode), and what it read but never handed out
-        is read again."""
-        self._pass += 1
-        self._next_step()
-        self.table.rewind()
-        return self._pass
-
     def _samples(self, step: int) -> Iterator[Any]:
-        this_pass = self._begin_pass()
+        stream = self.stream
+        this_pass = stream.begin_pass()
         handed = 0
-        while self._pass == this_pass:
+        while stream.current(this_pass):
             if handed % step == 0:
-                self._next_step()
-            item = self._next_record()
-            if item is _END:
+                stream.next_step()
+            item = stream.next_piece(1)
+            if item is END:
                 return
-            if isinstance(item, _Wait):
-                if self.table.in_flight():
-                    self._end_pass_at_tail()
+            if isinstance(item, Wait):
+                if stream.at_tail():
                     return
-                self._sleep(item.seconds)
+                stream.wait(item)
                 continue
-            lease, sample = item
-            self.table.deliver([lease])
-            self._delivered(lease, 1)
+            index = stream.records(item)
+            record = index.start if isinstance(index, slice) else int(index[0])
+            try:
+                sample = self.reader.sample(record)
+            except BaseException:
+                stream.unread(item)
+                raise
+            if not stream.holds(item):
+                continue  # taken away while we read it: trained elsewhere
+            stream.deliver([item])
             handed += 1
             yield sample
 
+    # ---- batches ------------------------------------------------------------------------------
+
     def batches(self, batch_size: int, drop_last: bool = False,
                 collate_fn: Callable[[list], Any] | None = None) -> Iterator[Any]:
-        """Yield batches of `batch_size` samples collated like a DataLoader's
-        (`torch.utils.data.default_collate`, or `collate_fn`).
+        """Yield batches of `batch_size` records: read by ranges when the dataset can, else
+        record by record and collated like a DataLoader's (`default_collate` or `collate_fn`;
+        a collate_fn needs the record path).
 
-        A batch is short at the end of the data, and also at the tail of the job when the
-        master has nothing to hand out right now while this worker still holds records: waiting
-        for more then could wait for ourselves. With `drop_last`, such a short batch is not
-        yielded and its records count as done without being trained (skipped on purpose, as a
-        DataLoader's drop_last skips them)."""
+        A batch is short at the end of the data, and at the tail of the job when the master
+        has nothing to hand out right now while this worker still holds records (waiting then
+        could wait for ourselves). With `drop_last`, such a short batch is not yielded and its
+        records count as done without being trained (skipped on purpose, as a DataLoader's
+        drop_last skips them)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self._refuse_worker_processes()
-        collate = collate_fn or default_collate
-        return self._batches(batch_size, drop_last, collate)
+        reader = self.reader
+        if collate_fn is not None:
+            if not isinstance(reader, readers.RecordReader):
+                raise ValueError("collate_fn applies to record-by-record datasets; this one is "
+                                 "read by ranges, its batches come out of its reader")
+            reader = readers.RecordReader(reader.source, collate_fn)
+        return self._batches(batch_size, drop_last, reader)
 
-    def _batches(self, batch_size: int, drop_last: bool, collate) -> Iterator[Any]:
-        this_pass = self._begin_pass()
-        while self._pass == this_pass:
-            self._next_step()
-            pairs: list[tuple[HeldLease, Any]] = []
-            item = None
-            while True:
-                while len(pairs) < batch_size:
-                    item = self._next_record()
-                    if item is _END or isinstance(item, _Wait):
-                        break
-                    pairs.append(item)
-                # a lease taken away while we read it: its records are done elsewhere
-                pairs = [p for p in pairs if self.table.holds(p[0])]
-                if len(pairs) == batch_size or item is _END or isinstance(item, _Wait):
-                    break
-            leases = [lease for lease, _ in pairs]
-            if len(pairs) == batch_size or (pairs and not drop_last):
-                self.table.deliver(leases)
-                self._delivered(leases[-1], len(leases))
-                yield collate([sample for _, sample in pairs])
-                continue
-            if pairs:  # drop_last: a short batch, skipped on purpose
-                self._skip(leases)
-            if item is _END:
-                return
-            if self.table.in_flight():
-                self._end_pass_at_tail()
-                return
-            self._sleep(item.seconds)
+    def plan_batch(self, batch_size: int) -> tuple[list[Piece], Any]:
+        """Lease positions for one batch: (pieces, why it is short: END, a Wait or None).
+        The pieces are taken from their leases but not delivered."""
+        stream = self.stream
+        pieces: list[Piece] = []
+        have = 0
+        item = None
+        while have < batch_size:
+            item = stream.next_piece(batch_size - have)
+            if item is END or isinstance(item, Wait):
+                break
+            pieces.append(item)
+            have += item.count
+            if have == batch_size:
+                pieces, have = self._still_held(pieces)
+        if have < batch_size:
+            pieces, have = self._still_held(pieces)
+        return pieces, (None if have == batch_size else item)
 
-    def _skip(self, leases: list[HeldLease]) -> None:
-        log.info("dataset %r: skipping %d records of a short last batch (drop_last)",
-                 self.spec.name, len(leases))
-        self.table.deliver(leases)
-        if not self.table.in_flight() - len(leases):
-            self.table.mark_trained()
+    def _still_held(self, pieces: list[Piece]) -> tuple[list[Piece], int]:
+        """A lease taken away while we planned: its records are done elsewhere."""
+        kept = [p for p in pieces if self.stream.holds(p)]
+        return kept, sum(p.count for p in kept)
 
-    def _delivered(self, lease: HeldLease, n: int) -> None:
-        self.epoch = lease.epoch
-        self.delivered += n
-        self._pass_over = False
-
-    def _next_record(self):
-        """(lease, sample) for the next position to read, or _END, or a _Wait."""
-        while True:
-            try:
-                preempt.checkpoint()
-                got = self.table.take()
-                if got is not None:
-                    lease, k = got
-                    sample = self.dataset[self.layout.record(lease.epoch, lease.index,
-                                                             lease.start, k)]
-                    if self.table.holds(lease):
-                        return lease, sample
-                    continue  # taken away while we read it
-                if self._ended:
-                    return _END
+    def _batches(self, batch_size: int, drop_last: bool, reader) -> Iterator[Any]:
+        stream = self.stream
+        this_pass = stream.begin_pass()
+        while stream.current(this_pass):
+            stream.next_step()
+            pieces, short = self.plan_batch(batch_size)
+            if pieces and (short is None or not drop_last):
                 try:
-                    response, uncertain = self.client.get_shard(
-                        self.spec.name, self.max_shards, cancel=preempt.stopping)
-                except MasterError as exc:
-                    if exc.reason != Reason.UNKNOWN_DATASET:
-                        raise
-                    log.warning("the master does not know dataset %r (was its database "
-                                "replaced?); creating it again", self.spec.name)
-                    self.client.create_dataset(self.spec)
-                    continue
-                leases = list(response.leases)
-                if uncertain:
-                    leases += self._orphans(leases)
-                for lease in leases:
-                    s = lease.shard
-                    self.table.add(lease.lease_id, s.epoch, s.index, s.start, s.end)
-                if leases:
-                    continue
-                if response.status == pb.GetShardResponse.END:
-                    self._finish()
-                    return _END
-                return _Wait(response.retry_after_ms)
-            except Cancelled:
-                preempt.checkpoint()
-                raise
+                    batch = readers.read_batch(reader, [stream.records(p) for p in pieces])
+                except BaseException:
+                    for p in pieces:
+                        stream.unread(p)
+                    raise
+                stream.deliver(pieces)
+                yield batch
+                continue
+            if pieces:  # drop_last: a short batch, skipped on purpose
+                stream.skip(pieces)
+            if short is END:
+                return
+            if stream.at_tail():
+                return
+            stream.wait(short)
 
-    def _orphans(self, granted: list[pb.Lease]) -> list[pb.Lease]:
-        """Leases granted by an attempt whose answer was lost: the master holds them for us, so
-        we take them up (otherwise they would sit idle until their lease timeout)."""
-        known = {lease.lease_id for lease in granted} | set(self.table.leases)
-        try:
-            mine = self.client.worker_leases(self.spec.name)
-        except ElasticError as exc:
-            log.warning("could not check for leases granted in a lost answer: %s", exc)
-            return []
-        found = [lease for lease in mine if lease.lease_id not in known]
-        if found:
-            log.info("dataset %r: taking up %d leases granted in an answer that was lost",
-                     self.spec.name, len(found))
-        return found
+    def loader(self, batch_size: int, num_workers: int = 0, **kwargs) -> Iterator[Any]:
+        """A torch DataLoader whose batches the main process leases (worker_sdk/loader.py)."""
+        from .loader import ElasticLoader
 
-    def _sleep(self, seconds: float) -> None:
-        preempt.stopping.wait(seconds)
-        preempt.checkpoint()
-
-    def _end_pass_at_tail(self) -> None:
-        """Nothing to hand out right now, and the loop holds records whose step has not been
-        acknowledged. Waiting here could wait for ourselves (the master waits for those very
-        records), so the pass ends; they are acknowledged by the next push, mark_trained(),
-        the next pass, or close()."""
-        log.info("dataset %r: no shard left to hand out while %d records are in training; "
-                 "ending this pass", self.spec.name, self.table.in_flight())
-        self._pass_over = True
-
-    def _finish(self) -> None:
-        self._ended = True
-        self._pass_over = True
-        self.table.drop_all("the dataset ended")
-        log.info("dataset %r: every epoch is done (%d records handed out here)",
-                 self.spec.name, self.delivered)
-        if self._owns_client:
-            try:
-                self.client.leave("finished")
-            except ElasticError as exc:
-                log.warning("could not leave the master: %s", exc)
+        return ElasticLoader(self, batch_size, num_workers=num_workers, **kwargs)
 
     def _refuse_worker_processes(self) -> None:
         if get_worker_info() is not None:
             raise RuntimeError(WORKER_PROCESSES_REFUSED)
-
-    # ---- lifecycle ----------------------------------------------------------------------------
-
-    def close(self, error: bool = False, reason: str | None = None) -> None:
-        """Report what was trained and leave the master (if this object registered the worker).
-
-        After a pass that ran out of data, in the "next" ack mode, the loop's last step counts
-        as trained, unless `error` (an exception escaped the training loop). Leases not fully
-        trained go back to the master with their offsets, at once. Idempotent."""
-        if preempt.stopping.is_set():
-            self._preempt_leave()  # SIGTERM is being handled: hand back as "preempted"
-            return
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
-        _open.discard(self)
-        try:
-            if self._pass_over and not error and not self.push_acks:
-                self.table.mark_trained()
-            if self._owns_client:
-                reason = reason or (
-                    "error" if error else ("finished" if self._pass_over else "closed"))
-                self.client.leave(reason, policy=RetryPolicy(total_s=CLOSE_RETRY_S))
-            else:
-                self.client.report()
-        except ElasticError as exc:
-            log.warning("dataset %r: could not report to the master while closing: %s",
-                        self.spec.name, exc)
-        finally:
-            self.client.detach(self.table)
-            self.table.close()
-            if self._sigterm:
-                preempt.uninstall(self)
-            if self._owns_client:
-                self.client.close()
-
-    def _preempt_busy(self) -> bool:
-        return self.table.in_flight() > 0
-
-    def _preempt_freeze(self) -> None:
-        self.table.freeze()
-
-    def _preempt_leave(self) -> None:
-        """SIGTERM (from the preempt thread): freeze the acks, hand everything back, close."""
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
-        _open.discard(self)
-        self.table.freeze()
-        try:
-            # the process is going away: leave even on a shared client
-            quick = RetryPolicy(total_s=2.0, call_timeout_s=1.0)
-            self.client.leave("preempted", policy=quick, lock_timeout_s=2.0)
-        finally:
-            self.client.detach(self.table)
-            self.table.close()
-            if self._owns_client:
-                self.client.close()
-
-    def __enter__(self) -> "ElasticDataset":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        failed = exc_type is not None and not issubclass(exc_type, SystemExit)
-        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
-        self.close(error=failed, reason="interrupted" if interrupted else None)
-
-    def __getstate__(self):
-        raise TypeError(WORKER_PROCESSES_REFUSED)
-
-    def stats(self) -> dict[str, int]:
-        """Counters of this worker's view: records handed out, leases held and completed,
-        leases taken away, duplicate reports, records read from leases taken away."""
-        with self.table.lock:
-            return dict(
-                delivered=self.delivered, epoch=self.epoch, leases_held=len(self.table.leases),
-                leases_completed=self.table.completed, leases_dropped=self.table.dropped,
-                duplicates=self.table.duplicates, wasted=self.table.wasted,
-                in_flight=self.table.in_flight(),
-            )
-
-    @property
-    def num_records(self) -> int:
-        return self.spec.num_records
 
 
 def _dataloader_step(dataset: ElasticDataset) -> int | None:
@@ -482,17 +303,3 @@ def _dataloader_step(dataset: ElasticDataset) -> int | None:
             return loader.batch_size or None
         frame = frame.f_back
     return 1
-
-
-# open datasets, held until closed so that the end of the program still reports and leaves
-_open: "set[ElasticDataset]" = set()
-
-
-@atexit.register
-def _close_at_exit() -> None:
-    """The program is ending: report and leave. An uncaught exception (sys.last_value is set
-    before atexit runs) means the last step may not have finished: it is not acknowledged."""
-    error = getattr(sys, "last_value", None)
-    for ds in list(_open):
-        ds.close(error=error is not None,
-                 reason="interrupted" if isinstance(error, KeyboardInterrupt) else None)

@@ -16,6 +16,7 @@ import logging
 import threading
 from collections import deque
 from dataclasses import dataclass
+from enum import Enum
 from typing import Iterable, NamedTuple
 
 from . import ack
@@ -41,9 +42,20 @@ class HeldLease:
         return self.end - self.start
 
 
+class Outcome(str, Enum):
+    """What a report says of a lease (the names of ShardReport.Outcome)."""
+
+    def __str__(self) -> str:  # the value in messages and logs
+        return self.value
+
+    DONE = "DONE"  # every record trained
+    PROGRESS = "PROGRESS"  # records_done trained so far, still held
+    FAILED = "FAILED"  # the training step failed on it: give the untrained rest back
+
+
 class Report(NamedTuple):
     lease_id: int
-    outcome: str  # DONE, PROGRESS, FAILED
+    outcome: Outcome
     records_done: int
     message: str = ""
 
@@ -91,12 +103,25 @@ class LeaseTable:
 
     def take(self) -> tuple[HeldLease, int] | None:
         """The next position to read: (lease, position k from the lease's start), or None."""
+        got = self.take_run(1)
+        return None if got is None else got[:2]
+
+    def take_run(self, limit: int) -> tuple[HeldLease, int, int] | None:
+        """The next run of at most `limit` consecutive positions of one lease:
+        (lease, first position k, count), or None when every held lease is read."""
         with self.lock:
             for lease in self.leases.values():
                 if lease.read < lease.size and lease.failed is None:
-                    lease.read += 1
-                    return lease, lease.read - 1
+                    k = lease.read
+                    n = min(limit, lease.size - k)
+                    lease.read += n
+                    return lease, k, n
             return None
+
+    def unread(self, lease: HeldLease, k: int) -> None:
+        """Positions from k on were taken but will not be delivered: read them again."""
+        with self.lock:
+            lease.read = max(min(lease.read, k), lease.delivered)
 
     def drop(self, lease_id: int, why: str) -> None:
         with self.lock:
@@ -118,19 +143,23 @@ class LeaseTable:
 
     def deliver(self, leases: Iterable[HeldLease]) -> None:
         """The training loop now has one record of each of `leases` (in order)."""
-        leases = list(leases)
-        if not leases:
+        self.deliver_runs([(lease, 1) for lease in leases])
+
+    def deliver_runs(self, runs: Iterable[tuple[HeldLease, int]]) -> None:
+        """The training loop now has the next `n` records of each (lease, n), in order."""
+        runs = [(lease, n) for lease, n in runs if n > 0]
+        if not runs:
             return
         with self.lock:
-            seq = ack.take_sequence(len(leases))
-            for lease in leases:
-                lease.delivered += 1
+            seq = ack.take_sequence(sum(n for _, n in runs))
+            for lease, n in runs:
+                lease.delivered += n
                 last = self._runs[-1] if self._runs else None
                 if last is not None and last[1] is lease and last[0] + last[2] == seq:
-                    last[2] += 1
+                    last[2] += n
                 else:
-                    self._runs.append([seq, lease, 1])
-                seq += 1
+                    self._runs.append([seq, lease, n])
+                seq += n
 
     def mark_trained(self, upto: int | None = None) -> int:
         """Records delivered before sequence number `upto` (all when None) are trained."""
@@ -187,11 +216,11 @@ class LeaseTable:
         with self.lock:
             for lease in self.leases.values():
                 if lease.failed is not None:
-                    out.append(Report(lease.lease_id, "FAILED", lease.trained, lease.failed))
+                    out.append(Report(lease.lease_id, Outcome.FAILED, lease.trained, lease.failed))
                 elif lease.trained >= lease.size:
-                    out.append(Report(lease.lease_id, "DONE", lease.size))
+                    out.append(Report(lease.lease_id, Outcome.DONE, lease.size))
                 elif every or lease.trained > lease.reported:
-                    out.append(Report(lease.lease_id, "PROGRESS", lease.trained))
+                    out.append(Report(lease.lease_id, Outcome.PROGRESS, lease.trained))
         return out
 
     def apply(self, reports: list[Report], results: list[Result]) -> None:
@@ -202,10 +231,10 @@ class LeaseTable:
                 if lease is None:
                     continue
                 if result.accepted:
-                    if report.outcome == "DONE":
+                    if report.outcome == Outcome.DONE:
                         del self.leases[report.lease_id]
                         self.completed += 1
-                    elif report.outcome == "FAILED":
+                    elif report.outcome == Outcome.FAILED:
                         del self.leases[report.lease_id]
                     else:
                         lease.reported = max(lease.reported, report.records_done)

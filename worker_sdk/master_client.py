@@ -43,12 +43,12 @@ from rpckit.errors import Reason, reason_of
 from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
 
 from .errors import Cancelled, DatasetSpecMismatch, ElasticError, MasterError, MasterUnavailable
-from .leases import LeaseTable, Report, Result
+from .leases import LeaseTable, Outcome, Report, Result
 
 log = logging.getLogger(__name__)
 
-_OUTCOME = {"DONE": pb.ShardReport.DONE, "PROGRESS": pb.ShardReport.PROGRESS,
-            "FAILED": pb.ShardReport.FAILED}
+_OUTCOME = {Outcome.DONE: pb.ShardReport.DONE, Outcome.PROGRESS: pb.ShardReport.PROGRESS,
+            Outcome.FAILED: pb.ShardReport.FAILED}
 _WARN_EVERY_S = 5.0
 _MAX_REREGISTER = 3
 
@@ -85,16 +85,22 @@ class MasterClient:
         heartbeat: bool = True,
         tls_ca: str | None = None,
         auth_token: str | None = None,
+        stub=None,
     ):
         """tls_ca: PEM CA file of a TLS master; auth_token: the job's token (None: from
-        ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE)."""
+        ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE).
+        stub: an object with the Master service's methods (`Method(request, timeout=...)`,
+        raising grpc.RpcError, and `close()`) used instead of a connection: an in-process
+        master in tests."""
         self.address = master or default_master()  # host:port[,host:port...]: see rpckit.channels
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.labels = dict(labels) if labels is not None else labels_from_env()
         self.policy = policy or default_policy()
         self.tls_ca, token = auth.client_options(tls_ca, auth_token)
-        self._stub = LeaderStub(self.address, pb_grpc.MasterStub, tls_ca=self.tls_ca,
-                                token=token)  # follows the leader of the list
+        if stub is None:
+            stub = LeaderStub(self.address, pb_grpc.MasterStub, tls_ca=self.tls_ca,
+                              token=token)  # follows the leader of the list
+        self._stub = stub
         self._lock = threading.RLock()  # registration state
         self._report_lock = threading.RLock()  # one report-carrying call at a time
         self._tables: list[LeaseTable] = []

@@ -32,6 +32,7 @@ import signal
 import sys
 import threading
 import weakref
+from enum import Enum
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,15 @@ _lock = threading.Lock()
 _members: "weakref.WeakSet[Member]" = weakref.WeakSet()
 _previous = None
 _installed = False
-_state = "idle"  # idle, stopping, left
+
+
+class _State(str, Enum):
+    IDLE = "idle"  # no SIGTERM yet
+    STOPPING = "stopping"  # SIGTERM seen: waiting for the loop, then leaving
+    LEFT = "left"  # the leases are handed back: the process exits
+
+
+_state = _State.IDLE
 
 
 def install(member: Member) -> bool:
@@ -73,12 +82,15 @@ def install(member: Member) -> bool:
             _installed = True
     return True
 
+    def __str__(self) -> str:  # the value in messages and logs
+        return self.value
+
 
 def uninstall(member: Member) -> None:
     global _installed
     with _lock:
         _members.discard(member)
-        if _installed and not _members and _state == "idle":
+        if _installed and not _members and _state == _State.IDLE:
             if threading.current_thread() is threading.main_thread():
                 if signal.getsignal(signal.SIGTERM) is _on_sigterm:
                     signal.signal(signal.SIGTERM, _previous)
@@ -96,11 +108,11 @@ def checkpoint() -> None:
 
 def _on_sigterm(signum, frame) -> None:
     global _state
-    if _state == "left":
+    if _state == _State.LEFT:
         raise SystemExit(0)
-    if _state == "stopping":
+    if _state == _State.STOPPING:
         return
-    _state = "stopping"
+    _state = _State.STOPPING
     stopping.set()
     threading.Thread(target=_preempt, name="elastic-preempt", daemon=False).start()
     previous = _previous
@@ -122,7 +134,7 @@ def _preempt() -> None:
             member._preempt_leave()
         except Exception:  # noqa: BLE001 - leave what can be left; the master times out the rest
             log.exception("SIGTERM: could not hand the leases back")
-    _state = "left"
+    _state = _State.LEFT
     _left.set()
     main = threading.main_thread()
     if main.is_alive() and not _parked.is_set():

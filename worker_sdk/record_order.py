@@ -67,3 +67,15 @@ class ShardLayout:
             return shard_start + position
         perm = shard_permutation(self.seed, epoch, index, shard_end - shard_start)
         return shard_start + int(perm[position])
+
+    def records(self, epoch: int, index: int, start: int, k: int, n: int) -> slice | np.ndarray:
+        """The records read at positions k .. k + n - 1 of a lease that begins at `start`: a
+        slice when they are consecutive (no shuffle), else an int64 index array (a gather)."""
+        shard_start, shard_end = self.shard_range(index)
+        first = start - shard_start + k
+        if n < 0 or not 0 <= first <= first + n <= shard_end - shard_start:
+            raise IndexError(f"positions {first}..{first + n} are outside shard {index}")
+        if not self.shuffle:
+            return slice(shard_start + first, shard_start + first + n)
+        perm = shard_permutation(self.seed, epoch, index, shard_end - shard_start)
+        return perm[first:first + n] + shard_start
