@@ -90,7 +90,8 @@ class MasterClient:
         """tls_ca: PEM CA file of a TLS master; auth_token: the job's token (None: from
         ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE).
         stub: an object with the Master service's methods (`Method(request, timeout=...)`,
-        raising grpc.RpcError, and `close()`) used instead of a connection: an in-process
+        raising grpc.RpcError, `retry_cap()` and `close()`, as rpckit.channels.LeaderStub)
+        used instead of a connection: an in-process
         master in tests."""
         self.address = master or default_master()  # host:port[,host:port...]: see rpckit.channels
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"

@@ -76,6 +76,10 @@ class LocalMaster:
     def close(self) -> None:
         """MasterClient.close() closes its stub: nothing to close here."""
 
+    def retry_cap(self) -> float:
+        """As rpckit.channels.LeaderStub's: no standby here, so no cap on the backoff."""
+        return float("inf")
+
     def __getattr__(self, method: str):
         if not method[:1].isupper():
             raise AttributeError(method)
