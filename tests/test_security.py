@@ -234,3 +234,21 @@ def test_settings_lines_redact_a_token_given_as_a_flag():
 
     assert TOKEN not in MasterSettings(auth_token=TOKEN).describe()
     assert TOKEN not in PSSettings(auth_token=TOKEN, standalone=True).describe()
+
+
+def test_a_restarted_ps_has_a_new_key_and_clients_follow_it(cluster):
+    """After the job (it needs the model on the PS): SIGTERM the PS (final checkpoint), start it
+    again; a client that knew the old key finds the new one through ListPS."""
+    client = DataClient(master=cluster.master.address, tls_ca=cluster.tls.ca, auth_token=TOKEN,
+                        timeout_s=1.0, max_attempts=30, backoff_s=0.05)
+    try:
+        before = {n: t.clone() for n, t in client.pull().items()}
+        old_key = client._conns[0].server_key
+        cluster.ps.terminate()
+        cluster.ps.start()
+        after = client.pull()
+        assert client._conns[0].server_key != old_key
+        assert auth.is_curve_key(client._conns[0].server_key)
+        assert all(torch.equal(after[n], before[n]) for n in before)
+    finally:
+        client.close()
