@@ -15,6 +15,12 @@ TARGET_FLAT = 1.5
 TARGET_RSS_MB = 300.0
 
 
+def _head(*columns: str) -> list[str]:
+    """A markdown table's header: columns right-aligned unless named with a leading "<"."""
+    return ["| " + " | ".join(c.lstrip("<") for c in columns) + " |",
+            "| " + " | ".join("---" if c.startswith("<") else "---:" for c in columns) + " |"]
+
+
 def render(results: dict, args) -> str:
     lines = []
     th = results.get("throughput")
@@ -24,12 +30,10 @@ def render(results: dict, args) -> str:
             f"shuffled, {args.duration:g} s per run, {args.rounds} round(s); "
             f"echo = bare gRPC echo, {SERVER_THREADS} threads, same run, alternating",
             "",
-            "| clients | path | shards/s | calls/s | p50 ms | p99 ms | echo calls/s "
-            "| % of echo | x DLRover ref (800-1,100/s) | x DLRover measured "
-            "| server CPU (cores) / echo's | server CPU us a call / echo's "
-            "| thread switches a call / echo's |",
-            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-            "| ---: |",
+            *_head("clients", "<path", "shards/s", "calls/s", "p50 ms", "p99 ms", "echo calls/s",
+                   "% of echo", "x DLRover ref (800-1,100/s)", "x DLRover measured",
+                   "server CPU (cores) / echo's", "server CPU us a call / echo's",
+                   "thread switches a call / echo's"),
         ]
         for r in th["summary"]:
             measured = r.get("x_dlrover_measured")
@@ -47,8 +51,8 @@ def render(results: dict, args) -> str:
     if cost:
         lines += ["Cost per shard operation (GetShard + ReportShard DONE), in-process, "
                   "min over rounds:", "",
-                  "| mode | shards | us/op (min) | us/op (median) | create dataset ms |",
-                  "| --- | ---: | ---: | ---: | ---: |"]
+                  *_head("<mode", "shards", "us/op (min)", "us/op (median)",
+                         "create dataset ms")]
         for r in cost["rows"]:
             lines.append(f"| {r['mode']} | {r['shards']:,} | {r['us_per_op']:.1f} | "
                          f"{r['us_per_op_median']:.1f} | {r['create_ms']:.1f} |")
@@ -74,10 +78,9 @@ def render(results: dict, args) -> str:
             f"{rows[0]['rounds']} round(s), alternating batched / with heartbeats / "
             "piggybacked, fresh master each run; PROGRESS = half of each lease",
             "",
-            "| variant | shards/s (mean) | shards/s per run | x batched (mean) "
-            "| x batched per round | calls/s | p50 ms | p99 ms | server CPU us a shard "
-            "| refused | errors |",
-            "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            *_head("<variant", "shards/s (mean)", "<shards/s per run", "x batched (mean)",
+                   "<x batched per round", "calls/s", "p50 ms", "p99 ms",
+                   "server CPU us a shard", "refused", "errors"),
         ]
         for r in rows:
             lines.append(
@@ -94,8 +97,7 @@ def render(results: dict, args) -> str:
             f"Events: append through Journal.event + Store.apply (SQLite file, WAL, "
             f"synchronous=FULL), read back in pages; min (median) of {len(ev['append'])} "
             "run(s)", "",
-            "| measure | events | seconds (min) | seconds (median) | events/s |",
-            "| --- | ---: | ---: | ---: | ---: |",
+            *_head("<measure", "events", "seconds (min)", "seconds (median)", "events/s"),
         ]
 
         def row(label: str, count: int, runs: list[float]) -> str:
