@@ -21,7 +21,6 @@ import uuid
 
 from grpc_health.v1 import health_pb2
 
-from protos import master_pb2_grpc as pb_grpc
 from rpckit import auth
 from rpckit import server as rpc_server
 from rpckit.server import PortInUse, run_main
@@ -32,7 +31,7 @@ from .election import Deposed, Election
 from .leader import LeaderLease
 from .leader_gate import LeaderGate
 from .ps_monitor import PSMonitor
-from .server import SERVICE, MasterServicer
+from .server import SERVICE, MasterServicer, register
 from .settings import MasterSettings, parse
 from .store import Store, StoreError
 
@@ -67,8 +66,7 @@ class Leading:
     def __init__(self, settings: MasterSettings, store: Store, servicer: MasterServicer,
                  election: Election, stop: threading.Event, fail):
         snapshot = store.load()
-        self.core = MasterCore(_core_settings(settings), snapshot=snapshot,
-                               lookup_lease=store.lookup_lease)
+        self.core = MasterCore(_core_settings(settings), snapshot=snapshot)
         store.fence = election.fence
         self.committer = Committer(self.core, store, fail)
         servicer.core, servicer.committer = self.core, self.committer
@@ -121,7 +119,7 @@ def run(settings: MasterSettings) -> int:
     try:
         server, port, health = rpc_server.build_server(
             settings.host, settings.port, settings.threads,
-            [(pb_grpc.add_MasterServicer_to_server, servicer)], [SERVICE],
+            [(register, servicer)], [SERVICE],
             credentials=auth.server_credentials(settings.tls_cert, settings.tls_key),
             # the token first: an unauthenticated caller learns nothing, not even the leader
             interceptors=[*auth.server_interceptors(

@@ -21,7 +21,8 @@ class Batch:
         self.events: list[dict] = []
 
     def insert(self, table: str, key, row: dict) -> None:
-        self.deletes[table].discard(key)
+        # a delete of the same key stays: a store applies deletes before inserts, so a row
+        # deleted and inserted again in one batch is replaced, not inserted twice
         self.inserts[table][key] = row
 
     def update(self, table: str, key, row: dict) -> None:
@@ -43,6 +44,21 @@ class Batch:
 
     def event(self, row: dict) -> None:
         self.events.append(row)
+
+    def merge_into(self, other: "Batch") -> None:
+        """Apply this batch's changes on top of `other` (a call's batch onto the collecting one).
+
+        Deletes first, as a store applies them: a key deleted and inserted again within one
+        batch is a replaced row either way.
+        """
+        for table in TABLES:
+            for key in self.deletes[table]:
+                other.delete(table, key)
+            for key, row in self.inserts[table].items():
+                other.insert(table, key, row)
+            for key, row in self.updates[table].items():
+                other.update(table, key, row)
+        other.events.extend(self.events)
 
     def __bool__(self) -> bool:
         return bool(self.events) or any(

@@ -1,8 +1,12 @@
 """The master's decisions: routes each call to the worker registry and the dataset queues.
 
-`MasterCore` is plain Python with an injected clock: no network, no database. Callers hold
+`MasterCore` is plain Python with injected clocks: no network, no database. Callers hold
 one lock around every method, then commit the journal's batch before they answer (see
 `master/committer.py`). It can be rebuilt from a store's `Snapshot` after a restart.
+
+Every method checks its whole request (master/limits.py) before it changes anything, so a
+refused call leaves no trace; the committer also drops the journal changes of any call that
+raises. Per-call work is bounded: no scan of all workers, leases, epochs or the database.
 """
 from __future__ import annotations
 
@@ -12,16 +16,16 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from rpckit.auth import is_curve_key
-from rpckit.errors import Reason, already_exists, invalid, not_found, precondition
+from rpckit.errors import Reason, already_exists, invalid, not_found, quote
 from .journal import Journal
-from .ps_replicas import Join, Promotion, ReplicaSets, Role, check_instance
+from .limits import MAX_REPORTS, check_labels, check_name, check_reason, clean_message
+from .ps_registry import PSRegistration, PSRegistry
 from .shards import DatasetQueue, Lease
-from .spec import DatasetSpec, check_name
-from .workers import Worker, WorkerRegistry, check_labels, check_reason
+from .spec import DatasetSpec
+from .states import Cause, EventKind, Grant, Outcome, WorkerState
+from .workers import Worker, WorkerRegistry
 
-OUTCOMES = ("DONE", "FAILED", "PROGRESS")
-RECENT_ENDED = 1 << 16
+RECENT_ENDED = 1 << 16  # ended leases remembered in memory (dataset, epoch, worker)
 
 
 @dataclass
@@ -32,6 +36,7 @@ class Settings:
     min_workers: int = 0
     max_wait: float = 0.0
     max_shards_per_call: int = 256
+    max_leases_per_worker: int = 1024  # bounds a Heartbeat's answer and a worker's grab
     wait_retry_ms: int = 100
     ps_replicas: int = 0  # backups asked for per PS index (master/ps_replicas.py)
 
@@ -39,7 +44,7 @@ class Settings:
 @dataclass
 class Report:
     lease_id: int
-    outcome: str  # DONE, FAILED, PROGRESS
+    outcome: Outcome | str  # an Outcome; anything else is refused on its own
     records_done: int = 0
     message: str = ""
 
@@ -70,16 +75,8 @@ class Snapshot:
 
 
 @dataclass
-class PSRegistration:
-    incarnation: int
-    role: Role
-    generation: int
-    primary: dict  # the index's primary row (this PS's own when role is primary)
-
-
-@dataclass
 class ShardGrant:
-    status: str  # LEASED, WAIT, END
+    status: Grant
     leases: list[Lease]
     results: list[Result]
     retry_after_ms: int = 0
@@ -91,33 +88,56 @@ class MasterCore:
         settings: Settings | None = None,
         clock: Callable[[], float] = time.time,
         snapshot: Snapshot | None = None,
-        lookup_lease: Callable[[int], dict | None] = lambda lease_id: None,
+        monotonic: Callable[[], float] | None = None,
     ):
+        """`clock` gives the wall-clock times that are stored and shown; `monotonic` drives
+        every deadline (worker timeout, lease timeout, --max-wait), so a step of the wall
+        clock (NTP) declares nobody lost. An injected `clock` drives both unless `monotonic`
+        is given too, so a test's fake clock moves everything."""
         self.settings = settings or Settings()
         self.clock = clock
-        snapshot = snapshot or Snapshot()
-        self.journal = Journal(clock, snapshot.max_event_seq + 1)
-        self.lookup_lease = lookup_lease  # finds leases that ended before this run
+        self.monotonic = monotonic or (time.monotonic if clock is time.time else clock)
+        self.started = self.monotonic()
+        self.reset(snapshot or Snapshot())
+
+    def reset(self, snap: Snapshot, cause: str = "") -> None:
+        """(Re)build every in-memory structure from durable state: at start, and after a call
+        broke in the middle (`cause` 'recovered'), so memory matches the database again."""
+        self.journal = Journal(self.clock, snap.max_event_seq + 1)
         self.workers = WorkerRegistry()
         self.datasets: dict[str, DatasetQueue] = {}
         self.leases: dict[int, Lease] = {}
-        self.ps: dict[int, dict] = {}
-        self.ps_lost: set[int] = set()  # this run's view; every PS is presumed alive at start
-        self.replicas = ReplicaSets(self.journal, self.settings.ps_replicas,
-                                    snapshot.ps_generations, snapshot.ps_backups)
+        self.ps_set = PSRegistry(self.journal, self.settings.ps_replicas, snap.ps,
+                                 snap.ps_generations, snap.ps_backups)
         self.recent_ended: OrderedDict[int, tuple[str, int, str]] = OrderedDict()
-        self.next_lease_id = snapshot.max_lease_id + 1
-        self._piece_key = snapshot.max_piece_key
-        self.started = clock()
-        self.gate_open = self.settings.min_workers <= 0
-        self._restore(snapshot)
+        self.next_lease_id = snap.max_lease_id + 1
+        self._piece_key = snap.max_piece_key
+        self._restore(snap, cause)
+        # --min-workers holds the first hand-out only: once anything was handed out (before a
+        # restart too) the gate stays open, and restored live workers count towards it
+        self.gate_open = any(stats.handouts for queue in self.datasets.values()
+                             for stats in queue.epochs.values())
+        self._open_gate()
+
+    # the PS registry, under the names the servicer and the PS monitor read
+    @property
+    def ps(self) -> dict[int, dict]:
+        return self.ps_set.rows
+
+    @property
+    def ps_lost(self) -> set[int]:
+        return self.ps_set.lost
+
+    @property
+    def replicas(self):
+        return self.ps_set.replicas
 
     # ---- restore ----------------------------------------------------------------------------
 
-    def _restore(self, snap: Snapshot) -> None:
-        now = self.clock()
+    def _restore(self, snap: Snapshot, cause: str) -> None:
+        now = self.monotonic()
         for row in snap.workers:
-            if row["state"] == "alive":
+            if row["state"] == WorkerState.ALIVE:
                 # a restarted master gives every worker a fresh timeout: those that do not
                 # come back are declared lost as usual and their leases requeued
                 self.workers.add(Worker(
@@ -127,9 +147,10 @@ class MasterCore:
                 ))
             else:
                 self.workers.next_num = max(self.workers.next_num, row["num"] + 1)
-                self.workers.gone[row["worker_id"]] = (
-                    f"left ({row['reason']})" if row["state"] == "left" else "was declared lost"
-                )
+                self.workers.note_gone(row["worker_id"], (
+                    f"left ({row['reason']})" if row["state"] == WorkerState.LEFT
+                    else "was declared lost"
+                ))
         by_dataset: dict[str, dict[str, list]] = {}
         for kind in ("epochs", "pieces", "leases"):
             for row in getattr(snap, kind):
@@ -149,20 +170,18 @@ class MasterCore:
                     orphans.append(lease)
                 else:
                     worker.leases.add(lease.lease_id)
-        for row in snap.ps:
-            self.ps[row["idx"]] = dict(row)
         for lease in orphans:
-            self._take_back(lease, "lost")
-        was = "restarted" if snap.datasets or snap.workers or snap.ps else "fresh"
+            self._take_back(lease, Cause.LOST)
+        was = cause or ("restarted" if snap.datasets or snap.workers or snap.ps else "fresh")
         self.journal.event(
-            "master_started", cause=was,
+            EventKind.MASTER_RECOVERED if cause else EventKind.MASTER_STARTED, cause=was,
             detail=f"{len(self.datasets)} datasets, {len(self.workers.alive)} workers, "
             f"{len(self.leases)} leases, {len(self.ps)} PS restored",
         )
 
     def _queue(self, spec: DatasetSpec) -> DatasetQueue:
         queue = DatasetQueue(spec, self.journal, self._next_piece_key,
-                             self.settings.max_shard_failures)
+                             self.settings.max_shard_failures, self.monotonic)
         self.datasets[spec.name] = queue
         return queue
 
@@ -178,12 +197,12 @@ class MasterCore:
         num = self.workers.next_num
         worker = Worker(
             worker_id=f"w-{num}", num=num, name=name, labels=dict(labels),
-            registered_ms=self.journal.now_ms(), last_seen=self.clock(),
+            registered_ms=self.journal.now_ms(), last_seen=self.monotonic(),
         )
         self.workers.add(worker)
         self.journal.batch.insert("workers", worker.worker_id, worker.to_row())
         self.journal.event(
-            "worker_registered", worker_id=worker.worker_id,
+            EventKind.WORKER_REGISTERED, worker_id=worker.worker_id,
             detail=json.dumps({"name": name, "labels": worker.labels}, sort_keys=True),
         )
         self._open_gate()
@@ -191,29 +210,35 @@ class MasterCore:
 
     def heartbeat(self, worker_id: str, progress: list[Report]) -> tuple[list[Result], list[Lease]]:
         """Apply progress reports; answer with every lease the worker holds."""
-        worker = self.workers.get(worker_id, self.clock())
         self._check_reports(progress)
+        worker = self._caller(worker_id)
         results = self._apply_reports(worker, progress)
         return results, [self.leases[i] for i in sorted(worker.leases)]
 
     def leave_worker(self, worker_id: str, reason: str, reports: list[Report]) -> list[Result]:
-        worker = self.workers.get(worker_id, self.clock())
         reason = check_reason(reason)
         self._check_reports(reports)
+        worker = self._caller(worker_id)
         results = self._apply_reports(worker, reports)
         for lease_id in sorted(worker.leases):
             # the worker reported its progress with the leave: the remainders are untrained
             self._take_back(self.leases[lease_id], reason, exact=True)
-        self._remove_worker(worker, "left", reason, f"left ({reason})")
-        self.journal.event("worker_left", worker_id=worker_id, cause=reason,
+        self._remove_worker(worker, WorkerState.LEFT, reason, f"left ({reason})")
+        self.journal.event(EventKind.WORKER_LEFT, worker_id=worker_id, cause=reason,
                            detail=f"name={worker.name}")
         return results
 
-    def _remove_worker(self, worker: Worker, state: str, reason: str, why: str) -> None:
+    def _caller(self, worker_id: str) -> Worker:
+        """The live worker making this call, marked as seen now (any call is a heartbeat)."""
+        worker = self.workers.find(worker_id)
+        self.workers.seen(worker, self.monotonic())
+        return worker
+
+    def _remove_worker(self, worker: Worker, state: WorkerState, reason: str, why: str) -> None:
         self.workers.remove(worker, state, why)
         self.journal.batch.update(
             "workers", worker.worker_id,
-            dict(state=state, reason=reason, ended_ms=self.journal.now_ms()),
+            dict(state=str(state), reason=str(reason), ended_ms=self.journal.now_ms()),
         )
 
     def _open_gate(self) -> None:
@@ -236,7 +261,7 @@ class MasterCore:
             )
         self._queue(spec).create()
         self.journal.event(
-            "dataset_created", dataset=spec.name,
+            EventKind.DATASET_CREATED, dataset=spec.name,
             detail=f"{spec.num_records} records, {spec.num_shards} shards of {spec.shard_size}, "
             f"{spec.num_epochs} epochs, shuffle={spec.shuffle}",
         )
@@ -245,19 +270,21 @@ class MasterCore:
     def get_shard(
         self, worker_id: str, dataset: str, max_shards: int, reports: list[Report]
     ) -> ShardGrant:
-        worker = self.workers.get(worker_id, self.clock())
-        queue = self._dataset(dataset)
         if max_shards < 0:
             raise invalid(f"max_shards must be >= 0 (0 means 1), got {max_shards}")
         self._check_reports(reports)
+        queue = self._dataset(dataset)
+        worker = self._caller(worker_id)
         results = self._apply_reports(worker, reports)
         if not self.gate_open:
-            if self.settings.max_wait and self.clock() - self.started >= self.settings.max_wait:
+            if (self.settings.max_wait
+                    and self.monotonic() - self.started >= self.settings.max_wait):
                 self.gate_open = True
             else:
-                return ShardGrant("WAIT", [], results, self.settings.wait_retry_ms)
+                return ShardGrant(Grant.WAIT, [], results, self.settings.wait_retry_ms)
         leases = []
-        for _ in range(min(max(max_shards, 1), self.settings.max_shards_per_call)):
+        room = self.settings.max_leases_per_worker - len(worker.leases)
+        for _ in range(min(max(max_shards, 1), self.settings.max_shards_per_call, room)):
             lease = queue.take(worker_id, self.next_lease_id)
             if lease is None:
                 break
@@ -266,14 +293,15 @@ class MasterCore:
             worker.leases.add(lease.lease_id)
             leases.append(lease)
         if leases:
-            return ShardGrant("LEASED", leases, results)
+            return ShardGrant(Grant.LEASED, leases, results)
         if queue.ended:
-            return ShardGrant("END", [], results)
-        return ShardGrant("WAIT", [], results, self.settings.wait_retry_ms)
+            return ShardGrant(Grant.END, [], results)
+        # also when the worker holds max_leases_per_worker: it should finish some first
+        return ShardGrant(Grant.WAIT, [], results, self.settings.wait_retry_ms)
 
     def report(self, worker_id: str, reports: list[Report]) -> list[Result]:
-        worker = self.workers.get(worker_id, self.clock())
         self._check_reports(reports)
+        worker = self._caller(worker_id)
         return self._apply_reports(worker, reports)
 
     def requeue_quarantined(self, dataset: str) -> int:
@@ -286,15 +314,39 @@ class MasterCore:
                 raise invalid("dataset name is empty")
             raise not_found(
                 Reason.UNKNOWN_DATASET,
-                f"unknown dataset {name!r}; create it first with CreateDataset "
+                f"unknown dataset {quote(name)}; create it first with CreateDataset "
                 "(ElasticDataset does this for you)"
             )
         return queue
 
     @staticmethod
     def _check_reports(reports: list[Report]) -> None:
-        if len(reports) > 4096:
-            raise invalid(f"{len(reports)} reports in one call; send at most 4096")
+        if len(reports) > MAX_REPORTS:
+            raise invalid(f"{len(reports)} reports in one call; send at most {MAX_REPORTS}")
+
+    # ---- leases that ended ------------------------------------------------------------------
+    # A report may name a lease that already ended (a duplicate). Lease ids are handed out in
+    # order and never reused, so any id below `next_lease_id` that is not active has ended:
+    # the core answers duplicate without asking the database. Only to count the duplicate in
+    # its epoch does it need (dataset, epoch): remembered for recent endings, and for older
+    # ones looked up by the servicer *outside* the lock (`unresolved` -> store ->
+    # `remember_ended`). Never-issued ids cost nothing.
+
+    def unresolved(self, reports: list[Report]) -> list[int]:
+        """Ids of reports naming leases that ended and are not remembered (lock-free read)."""
+        return [r.lease_id for r in reports
+                if 0 < r.lease_id < self.next_lease_id and r.lease_id not in self.leases
+                and r.lease_id not in self.recent_ended]
+
+    def remember_ended(self, rows: list[dict]) -> None:
+        for row in rows:
+            if row["lease_id"] not in self.leases:
+                self._remember(row["lease_id"], (row["dataset"], row["epoch"], row["worker_id"]))
+
+    def _remember(self, lease_id: int, ended: tuple[str, int, str]) -> None:
+        self.recent_ended[lease_id] = ended
+        if len(self.recent_ended) > RECENT_ENDED:
+            self.recent_ended.popitem(last=False)
 
     def _apply_reports(self, worker: Worker, reports: list[Report]) -> list[Result]:
         """Apply each report on its own: one bad report is refused alone, never the call."""
@@ -303,17 +355,12 @@ class MasterCore:
     def _apply_report(self, worker: Worker, r: Report) -> Result:
         lease = self.leases.get(r.lease_id)
         if lease is None:
-            ended = self.recent_ended.get(r.lease_id)
-            if ended is None:
-                row = self.lookup_lease(r.lease_id)
-                if row is not None:
-                    ended = (row["dataset"], row["epoch"], row["worker_id"])
-            if ended is None:
+            if not 0 < r.lease_id < self.next_lease_id:
                 return Result(r.lease_id, False, False, f"unknown lease {r.lease_id}")
-            dataset, epoch, _ = ended
-            queue = self.datasets.get(dataset)
+            ended = self.recent_ended.get(r.lease_id)
+            queue = self.datasets.get(ended[0]) if ended else None
             if queue is not None:
-                queue.count_duplicate(epoch)
+                queue.count_duplicate(ended[1])
             return Result(
                 r.lease_id, False, True,
                 f"lease {r.lease_id} is no longer held (finished, or taken back and handed "
@@ -323,22 +370,22 @@ class MasterCore:
             return Result(r.lease_id, False, False,
                           f"lease {r.lease_id} is held by worker {lease.worker_id}, "
                           f"not {worker.worker_id}")
-        if r.outcome not in OUTCOMES:
+        if r.outcome not in Outcome.__members__:
             return Result(r.lease_id, False, False,
-                          f"outcome {r.outcome!r} is not one of DONE, FAILED, PROGRESS")
+                          f"outcome {quote(r.outcome)} is not one of DONE, FAILED, PROGRESS")
         if not 0 <= r.records_done <= lease.size:
             return Result(r.lease_id, False, False,
                           f"records_done {r.records_done} is outside 0..{lease.size} "
                           f"for lease {r.lease_id}")
         queue = self.datasets[lease.dataset]
-        if r.outcome == "PROGRESS":
+        if r.outcome == Outcome.PROGRESS:
             queue.progress(lease, r.records_done)
-        elif r.outcome == "DONE":
+        elif r.outcome == Outcome.DONE:
             self._forget(lease)
             queue.done(lease)
         else:
             queue.progress(lease, r.records_done)
-            self._take_back(lease, "failed", failed=True, error=r.message)
+            self._take_back(lease, Cause.FAILED, failed=True, error=clean_message(r.message))
         return Result(r.lease_id, True)
 
     def _forget(self, lease: Lease) -> None:
@@ -346,9 +393,7 @@ class MasterCore:
         worker = self.workers.alive.get(lease.worker_id)
         if worker is not None:
             worker.leases.discard(lease.lease_id)
-        self.recent_ended[lease.lease_id] = (lease.dataset, lease.epoch, lease.worker_id)
-        if len(self.recent_ended) > RECENT_ENDED:
-            self.recent_ended.popitem(last=False)
+        self._remember(lease.lease_id, (lease.dataset, lease.epoch, lease.worker_id))
 
     def _take_back(self, lease: Lease, cause: str, failed: bool = False, error: str = "",
                    exact: bool = False) -> None:
@@ -360,27 +405,26 @@ class MasterCore:
 
     def tick(self) -> None:
         """Declare silent workers lost and take back leases past their deadline."""
-        now = self.clock()
+        now = self.monotonic()
         for worker in self.workers.silent_since(now - self.settings.worker_timeout):
             for lease_id in sorted(worker.leases):
-                self._take_back(self.leases[lease_id], "lost")
-            self._remove_worker(worker, "lost", "lost", "was declared lost")
+                self._take_back(self.leases[lease_id], Cause.LOST)
+            self._remove_worker(worker, WorkerState.LOST, Cause.LOST, "was declared lost")
             self.journal.event(
-                "worker_lost", worker_id=worker.worker_id, cause="lost",
+                EventKind.WORKER_LOST, worker_id=worker.worker_id, cause=Cause.LOST,
                 detail=f"no call for {now - worker.last_seen:.1f} s "
                 f"(timeout {self.settings.worker_timeout} s)",
             )
-        now_ms = self.journal.now_ms()
         for queue in self.datasets.values():
             # a dataset's leases are in hand-out order and share one timeout, so the first
             # one is always the next to expire
             while queue.leases:
                 lease = next(iter(queue.leases.values()))
-                if lease.deadline_ms > now_ms:
+                if lease.due > now:
                     break
-                self._take_back(lease, "timeout")
+                self._take_back(lease, Cause.TIMEOUT)
 
-    # ---- parameter servers ------------------------------------------------------------------
+    # ---- parameter servers (master/ps_registry.py) -----------------------------------------
 
     def register_ps(self, address: str, data_address: str, index: int, num_ps: int,
                     data_public_key: str = "", instance: str = "") -> int:
@@ -389,92 +433,13 @@ class MasterCore:
 
     def join_ps(self, address: str, data_address: str, index: int, num_ps: int,
                 data_public_key: str = "", instance: str = "") -> PSRegistration:
-        """Register a PS process: as its index's primary, or (--ps-replicas) as a backup."""
-        if not address or len(address) > 256 or len(data_address) > 256:
-            raise invalid("PS address must be 1-256 characters (host:port)")
-        if data_public_key and not is_curve_key(data_public_key):
-            raise invalid("data_public_key must be a CURVE public key: 40 Z85 characters")
-        if not 0 < num_ps <= 4096:
-            raise invalid(f"num_ps must be in 1..4096, got {num_ps}")
-        if not 0 <= index < num_ps:
-            raise invalid(f"PS index {index} is outside 0..{num_ps - 1}")
-        for other in self.ps.values():
-            if other["num_ps"] != num_ps:
-                raise precondition(
-                    Reason.PS_SET_MISMATCH,
-                    f"the PS set has num_ps={other['num_ps']} (PS {other['idx']} registered "
-                    f"so); start this PS with --num-ps {other['num_ps']}"
-                )
-        check_instance(instance)
-        previous = self.ps.get(index)
-        join = self.replicas.decide(index, instance, address, previous, index in self.ps_lost)
-        if join == Join.PROMOTE_THEN_BACKUP:
-            # its old process is gone: an in-sync backup takes over and it follows that one
-            promotion = self.replicas.promote(index, "restarted")
-            self._promote(promotion)
-            previous = self.ps[index]
-            join = Join.BACKUP if promotion else Join.PRIMARY
-        if join == Join.BACKUP:
-            self.replicas.add_backup(index, instance, address, data_address, data_public_key)
-            return PSRegistration(previous["incarnation"], Role.BACKUP,
-                                  self.replicas.generation(index), previous)
-        return PSRegistration(
-            self._register_primary(address, data_address, index, num_ps, data_public_key),
-            Role.PRIMARY, self.replicas.set_primary(index, instance), self.ps[index])
-
-    def _register_primary(self, address: str, data_address: str, index: int, num_ps: int,
-                          data_public_key: str = "") -> int:
-        previous = self.ps.get(index)
-        row = dict(
-            idx=index, address=address, data_address=data_address, num_ps=num_ps,
-            data_public_key=data_public_key,
-            registered_ms=self.journal.now_ms(),
-            incarnation=(previous["incarnation"] + 1) if previous else 1,
-        )
-        self.ps[index] = row
-        self.ps_lost.discard(index)
-        if previous:
-            self.journal.batch.update("ps", index, row)
-        else:
-            self.journal.batch.insert("ps", index, row)
-        self.journal.event(
-            "ps_registered", cause="again" if previous else "new",
-            detail=f"ps {index}/{num_ps} at {address} data {data_address} "
-            f"incarnation {row['incarnation']}",
-        )
-        return row["incarnation"]
+        return self.ps_set.join(address, data_address, index, num_ps, data_public_key, instance)
 
     def mark_ps_lost(self, index: int, incarnation: int, why: str) -> bool:
-        """Record that PS `index` stopped answering; a no-op if it registered again since."""
-        row = self.ps.get(index)
-        if row is None or row["incarnation"] != incarnation or index in self.ps_lost:
-            return False
-        self.ps_lost.add(index)
-        self.journal.event("ps_lost", cause="health_check",
-                           detail=f"ps {index} at {row['address']}: {why}")
-        # no backup in sync (or it would have been promoted sooner): the best one left serves
-        self._promote(self.replicas.promote(index, "in_sync", allow_syncing=True))
-        return True
+        return self.ps_set.mark_lost(index, incarnation, why)
 
     def promote_ps(self, index: int, incarnation: int, why: str) -> bool:
-        """The primary of `index` (this incarnation) is failing: promote an in-sync backup."""
-        row = self.ps.get(index)
-        if row is None or row["incarnation"] != incarnation or index in self.ps_lost:
-            return False
-        promotion = self.replicas.promote(index, "in_sync")
-        if promotion is None:
-            return False
-        self.journal.event("ps_lost", cause="failover",
-                           detail=f"ps {index} at {row['address']}: {why}")
-        self._promote(promotion)
-        return True
-
-    def _promote(self, promotion: Promotion | None) -> None:
-        if promotion is None:
-            return
-        b = promotion.backup
-        self._register_primary(b["address"], b["data_address"], promotion.index,
-                               self.ps[promotion.index]["num_ps"], b["data_public_key"])
+        return self.ps_set.promote(index, incarnation, why)
 
     def report_replicas(self, index: int, generation: int, instance: str,
                         in_sync: list[str]) -> int:
@@ -484,6 +449,4 @@ class MasterCore:
         return self.replicas.lose_backup(index, instance, why)
 
     def list_ps(self) -> tuple[list[dict], int, bool]:
-        rows = [self.ps[i] for i in sorted(self.ps)]
-        num_ps = rows[0]["num_ps"] if rows else 0
-        return rows, num_ps, num_ps > 0 and len(rows) == num_ps
+        return self.ps_set.listing()

@@ -77,6 +77,10 @@ def format_status(s: pb.GetStatusResponse) -> str:
     ]
     out.append(_table(["id", "name", "labels", "last call", "leases"], rows)
                if rows else "  (none)")
+    hidden = [f"{n} {what}" for n, what in ((s.workers_not_shown, "workers"),
+                                            (s.datasets_not_shown, "datasets")) if n]
+    if hidden:  # the master bounds its answer: say what it left out
+        out.append(f"  (not shown: {', '.join(hidden)})")
     out.append("")
     out.append("PARAMETER SERVERS")
     rows = [[f"{p.index}/{p.num_ps}", p.state, p.address, p.data_address, str(p.incarnation),

@@ -9,8 +9,29 @@ from __future__ import annotations
 import json
 
 from .shards import DatasetQueue
+from .states import WorkerState
 
 NO_LABELS = "(no labels)"
+
+
+def ledger(totals: list[dict], datasets: dict[str, DatasetQueue], workers: list[dict],
+           now_ms: int) -> dict:
+    """The whole ledger (GetLedgerResponse's fields): per epoch, per label, and the totals.
+
+    `totals` are the store's per-(dataset, epoch) sums over the lease history
+    (`Store.lease_totals`), `workers` its worker rows; `datasets` give the epoch counters.
+    """
+    epochs = epoch_ledgers(totals, datasets)
+    labels, seconds, lost, left = worker_seconds(workers, now_ms)
+    done = sum(e["records_done"] for e in epochs)
+    handed = sum(e["records_handed"] for e in epochs)
+    return dict(
+        epochs=epochs, worker_seconds=labels, worker_seconds_total=seconds,
+        records_done=done, records_handed=handed,
+        records_redone=sum(e["records_redone"] for e in epochs),
+        records_rehanded=sum(e["records_rehanded"] for e in epochs),
+        goodput=done / handed if handed else 1.0, workers_lost=lost, workers_left=left,
+    )
 
 
 def epoch_ledgers(totals: list[dict], datasets: dict[str, DatasetQueue]) -> list[dict]:
@@ -45,9 +66,9 @@ def worker_seconds(workers: list[dict], now_ms: int) -> tuple[list[dict], float,
         end = w["ended_ms"] or now_ms
         seconds = max(0, end - w["registered_ms"]) / 1000
         total += seconds
-        if w["state"] == "lost":
+        if w["state"] == WorkerState.LOST:
             lost += 1
-        elif w["state"] == "left":
+        elif w["state"] == WorkerState.LEFT:
             left[w["reason"]] = left.get(w["reason"], 0) + 1
         labels = json.loads(w["labels"] or "{}")
         for label in [f"{k}={v}" for k, v in sorted(labels.items())] or [NO_LABELS]:

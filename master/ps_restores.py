@@ -24,17 +24,23 @@ MAX_MARKS = 256  # applied marks kept in the event (the PS sends at most this ma
 
 def record(journal: Journal, index: int, restored) -> None:
     """Journal the `ps_restored` event of PS `index` (a RestoredCheckpoint message)."""
-    if not 0 <= restored.taken_ms <= restored.started_ms:
-        raise invalid(f"restored checkpoint window [{restored.taken_ms}, "
-                      f"{restored.started_ms}] ms is not ordered (taken_ms <= started_ms)")
-    if len(restored.applied) > MAX_MARKS:
-        raise invalid(f"{len(restored.applied)} applied marks; send at most {MAX_MARKS}")
+    check(restored)
     journal.event(KIND, cause="checkpoint", detail=json.dumps(dict(
         index=index, from_ms=restored.taken_ms, to_ms=restored.started_ms,
         checkpoint=restored.number, lost_s=round((restored.started_ms - restored.taken_ms)
                                                  / 1000, 3),
         applied={k[:64]: int(v) for k, v in sorted(restored.applied.items())},
     ), sort_keys=True))
+
+
+def check(restored) -> None:
+    """Refuse a window that cannot be recorded; called before the registration changes
+    anything, so a refused one leaves no trace."""
+    if not 0 <= restored.taken_ms <= restored.started_ms:
+        raise invalid(f"restored checkpoint window [{restored.taken_ms}, "
+                      f"{restored.started_ms}] ms is not ordered (taken_ms <= started_ms)")
+    if len(restored.applied) > MAX_MARKS:
+        raise invalid(f"{len(restored.applied)} applied marks; send at most {MAX_MARKS}")
 
 
 def _spans(events: list[dict]) -> dict[int, list[tuple[int, int]]]:

@@ -1,7 +1,15 @@
-"""gRPC wiring: a thin servicer that translates messages and status codes for `MasterCore`."""
+"""gRPC wiring: a thin servicer that translates messages and status codes for `MasterCore`.
+
+Every call that reads or changes the core goes through the committer, so its answer shows
+only durable state. Undecodable request bytes are INVALID_ARGUMENT (`register`, via
+rpckit.decode); a GetEvents page stops at EVENTS_PAGE_BYTES, a GetLedger lists at most
+LEDGER_EPOCHS epochs and LEDGER_LABELS labels, GetStatus is bounded by master/views.py: no
+answer nears the 4 MiB client limit.
+"""
 from __future__ import annotations
 
 import logging
+from contextlib import closing
 from typing import Callable
 
 import grpc
@@ -12,19 +20,29 @@ from protos import master_pb2_grpc as pb_grpc
 
 from .committer import Committer
 from .convert import GRANT, ps_to_pb, spec_from_pb, spec_to_pb, to_lease, to_reports, to_results
-from .core import MasterCore
+from .core import MasterCore, Report
+from rpckit import decode
 from rpckit import server as rpc_server
 from rpckit.errors import ServiceError, abort, invalid
 from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
 from . import ps_restores
-from .ledger import epoch_ledgers, worker_seconds
+from .ledger import ledger
+from .limits import MAX_EVENTS_PAGE, check_name
 from .store import Store
 from .views import status_view
 
 log = logging.getLogger(__name__)
 
-MAX_EVENTS = 10_000
-SERVICE = pb.DESCRIPTOR.services_by_name["Master"].full_name
+EVENTS_PAGE_BYTES = 1 << 20
+LEDGER_EPOCHS = 2_000
+LEDGER_LABELS = 1_000
+DESCRIPTOR = pb.DESCRIPTOR.services_by_name["Master"]
+SERVICE = DESCRIPTOR.full_name
+
+
+def register(servicer: "MasterServicer", server: grpc.Server) -> None:
+    """Add the Master service to `server`, undecodable requests answered INVALID_ARGUMENT."""
+    decode.add_servicer(server, servicer, DESCRIPTOR)
 
 
 def _guard(method: Callable) -> Callable:
@@ -60,12 +78,20 @@ class MasterServicer(pb_grpc.MasterServicer):
             worker_timeout_s=s.worker_timeout,
         )
 
+    def _with_ended(self, reports: list[Report], fn: Callable):
+        """`fn` run on the core after teaching it the leases these reports name that ended
+        long ago: looked up here, outside the lock, in one query (see MasterCore.unresolved)."""
+        ended = self.core.unresolved(reports) if reports else ()
+        if not ended:
+            return fn
+        rows = self.store.lookup_leases(ended)
+        return lambda: (self.core.remember_ended(rows), fn())[1]
+
     @_guard
     def Heartbeat(self, request, context):
         reports = to_reports(request.progress)
-        results, held = self.committer.call(
-            lambda: self.core.heartbeat(request.worker_id, reports)
-        )
+        results, held = self.committer.call(self._with_ended(
+            reports, lambda: self.core.heartbeat(request.worker_id, reports)))
         return pb.HeartbeatResponse(
             ok=True, results=to_results(results), leases=[to_lease(x) for x in held]
         )
@@ -73,9 +99,8 @@ class MasterServicer(pb_grpc.MasterServicer):
     @_guard
     def LeaveWorker(self, request, context):
         reports = to_reports(request.reports)
-        results = self.committer.call(
-            lambda: self.core.leave_worker(request.worker_id, request.reason, reports)
-        )
+        results = self.committer.call(self._with_ended(
+            reports, lambda: self.core.leave_worker(request.worker_id, request.reason, reports)))
         return pb.LeaveWorkerResponse(results=to_results(results))
 
     @_guard
@@ -86,11 +111,9 @@ class MasterServicer(pb_grpc.MasterServicer):
     @_guard
     def GetShard(self, request, context):
         reports = to_reports(request.reports)
-        grant = self.committer.call(
-            lambda: self.core.get_shard(
-                request.worker_id, request.dataset, request.max_shards, reports
-            )
-        )
+        grant = self.committer.call(self._with_ended(
+            reports, lambda: self.core.get_shard(
+                request.worker_id, request.dataset, request.max_shards, reports)))
         return pb.GetShardResponse(
             status=GRANT[grant.status], leases=[to_lease(x) for x in grant.leases],
             results=to_results(grant.results), retry_after_ms=grant.retry_after_ms,
@@ -99,24 +122,38 @@ class MasterServicer(pb_grpc.MasterServicer):
     @_guard
     def ReportShard(self, request, context):
         reports = to_reports(request.reports)
-        results = self.committer.call(lambda: self.core.report(request.worker_id, reports))
+        results = self.committer.call(self._with_ended(
+            reports, lambda: self.core.report(request.worker_id, reports)))
         return pb.ReportShardResponse(results=to_results(results))
 
     @_guard
     def GetStatus(self, request, context):
-        return self.committer.read(lambda: status_view(self.core))
+        # through `call`: answered once everything it shows is durable
+        return self.committer.call(lambda: status_view(self.core))
 
     @_guard
     def GetEvents(self, request, context):
         if request.since < 0 or request.limit < 0:
             raise invalid("since and limit must be >= 0")
-        limit = min(request.limit or 1000, MAX_EVENTS)
-        rows = self.store.events(request.since, limit)
-        events = [pb.Event(**row) for row in rows]
-        return pb.GetEventsResponse(events=events, next=rows[-1]["seq"] if rows else request.since)
+        limit = min(request.limit or 1000, MAX_EVENTS_PAGE)
+        reply = pb.GetEventsResponse(next=request.since)
+        budget = EVENTS_PAGE_BYTES
+        with closing(self.store.iter_events(request.since, limit)) as rows:
+            for row in rows:
+                event = pb.Event(**row)
+                budget -= event.ByteSize() + 8
+                if budget < 0 and reply.events:  # a page holds at least one event
+                    break
+                reply.events.append(event)
+                reply.next = event.seq
+        return reply
 
     @_guard
     def RegisterPS(self, request, context):
+        restored = request.restored if request.HasField("restored") else None
+        if restored is not None:
+            ps_restores.check(restored)  # before anything changes
+
         def join():
             joined = self.core.join_ps(request.address, request.data_address, request.index,
                                        request.num_ps, request.data_public_key,
@@ -124,7 +161,7 @@ class MasterServicer(pb_grpc.MasterServicer):
             primary = ps_to_pb(joined.primary, False, self.core.replicas)
             # a restored primary lost the updates since its checkpoint; a backup copies its
             # primary's state instead and lost nothing. Same commit as the registration.
-            if request.HasField("restored") and joined.role.value == "primary":
+            if restored is not None and joined.role.value == "primary":
                 ps_restores.record(self.core.journal, request.index, request.restored)
             return joined, primary
 
@@ -153,35 +190,32 @@ class MasterServicer(pb_grpc.MasterServicer):
 
     @_guard
     def Requeue(self, request, context):
+        check_name("dataset", request.dataset)
         if not request.quarantined:
-            raise invalid(
-                               "nothing to requeue: set quarantined=true (--quarantined)")
+            raise invalid("nothing to requeue: set quarantined=true (--quarantined)")
         n = self.committer.call(lambda: self.core.requeue_quarantined(request.dataset))
         return pb.RequeueResponse(requeued=n)
-
 
     @_guard
     def GetLedger(self, request, context):
         if request.dataset:
+            check_name("dataset", request.dataset)
             self.committer.read(lambda: self.core._dataset(request.dataset))  # NOT_FOUND
         totals = self.store.lease_totals(request.dataset)
         workers = self.store.workers_all()
-        epochs, now_ms = self.committer.read(
-            lambda: (epoch_ledgers(totals, self.core.datasets), self.core.journal.now_ms())
-        )
-        labels, total, lost, left = worker_seconds(workers, now_ms)
         updates_lost, per_ps = ps_restores.updates_lost(
             self.store.events_of_kind(ps_restores.KIND), self.store.leases_between)
-        done = sum(e["records_done"] for e in epochs)
-        handed = sum(e["records_handed"] for e in epochs)
+        found = self.committer.call(
+            lambda: ledger(totals, self.core.datasets, workers, self.core.journal.now_ms()))
+        epochs, labels = found.pop("epochs"), found.pop("worker_seconds")
+        # bounded answer: the newest epochs and the busiest labels; totals cover everything
+        shown = epochs[-LEDGER_EPOCHS:]
+        labels = sorted(labels, key=lambda x: -x["worker_seconds"])[:LEDGER_LABELS]
         return pb.GetLedgerResponse(
-            epochs=[pb.EpochLedger(**e) for e in epochs],
-            worker_seconds=[pb.LabelSeconds(**x) for x in labels],
-            worker_seconds_total=total, records_done=done, records_handed=handed,
-            records_redone=sum(e["records_redone"] for e in epochs),
-            records_rehanded=sum(e["records_rehanded"] for e in epochs),
-            goodput=done / handed if handed else 1.0, workers_lost=lost, workers_left=left,
-            updates_lost=updates_lost, ps_updates_lost=[pb.PSUpdatesLost(**x) for x in per_ps],
+            epochs=[pb.EpochLedger(**e) for e in shown],
+            worker_seconds=[pb.LabelSeconds(**x) for x in sorted(labels, key=lambda x: x["label"])],
+            epochs_not_shown=len(epochs) - len(shown), updates_lost=updates_lost,
+            ps_updates_lost=[pb.PSUpdatesLost(**x) for x in per_ps], **found,
         )
 
 
@@ -194,6 +228,6 @@ def build_server(
     over TLS with `credentials`, `interceptors` (rpckit.auth) checking the token."""
     return rpc_server.build_server(
         host, port, threads,
-        [(pb_grpc.add_MasterServicer_to_server, MasterServicer(core, committer, store))],
+        [(register, MasterServicer(core, committer, store))],
         [SERVICE], interceptors=interceptors, credentials=credentials,
     )

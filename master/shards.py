@@ -14,11 +14,14 @@ counted twice, whatever happens.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .journal import Journal
+from .limits import clean_message
 from .spec import DatasetSpec
+from .states import Cause, EventKind, LeaseState
 
 MAX_ERRORS_KEPT = 3
 
@@ -74,6 +77,8 @@ class Lease:
     failures: int = 0
     errors: list[str] = field(default_factory=list)
     redo: bool = False  # handed out again after an inexact loss (see Piece.redo)
+    # when the lease expires, on the monotonic clock (deadline_ms is wall-clock, for people)
+    due: float = 0.0
 
     @property
     def size(self) -> int:
@@ -85,7 +90,7 @@ class Lease:
             shard_index=self.index, start_rec=self.start, end_rec=self.end,
             worker_id=self.worker_id, handed_ms=self.handed_ms, deadline_ms=self.deadline_ms,
             records_done=self.records_done, handout=self.handout, failures=self.failures,
-            errors=json.dumps(self.errors), state="doing", cause="", ended_ms=0,
+            errors=json.dumps(self.errors), state=str(LeaseState.DOING), cause="", ended_ms=0,
             redo=self.redo,
         )
 
@@ -146,9 +151,11 @@ class DatasetQueue:
         journal: Journal,
         next_key: Callable[[], int],
         max_shard_failures: int = 3,
+        monotonic: Callable[[], float] | None = None,
     ):
         self.spec = spec
         self.journal = journal
+        self.monotonic = monotonic or journal.clock  # lease deadlines run on this clock
         self._next_key = next_key  # piece keys order the front across restarts
         self.max_shard_failures = max_shard_failures
         self.frontier = 0  # the newest epoch whose fresh shards are being handed out
@@ -160,6 +167,10 @@ class DatasetQueue:
         # records still to do of shards that were handed out but are not done yet
         self.open: dict[tuple[int, int], int] = {}
         self._orders = {}
+        # per-epoch counts kept as things move, so a status costs O(epochs shown), not a scan
+        self.doing_by_epoch: Counter[int] = Counter()
+        self.front_by_epoch: Counter[int] = Counter()
+        self.oldest_unfinished = 0  # every epoch before it is finished
 
     # ---- creation and restore -------------------------------------------------------------
 
@@ -172,11 +183,19 @@ class DatasetQueue:
         for e in epochs:
             self.epochs[e["epoch"]] = EpochStats.from_row(e)
         for p in sorted((Piece.from_row(r) for r in pieces), key=lambda p: p.key):
-            (self.quarantine.__setitem__(p.key, p) if p.quarantined else self.front.append(p))
+            if p.quarantined:
+                self.quarantine[p.key] = p
+            else:
+                self.front.append(p)
+                self.front_by_epoch[p.epoch] += 1
             self._open_add(p.epoch, p.index, p.end - p.start)
+        now_ms, now = self.journal.now_ms(), self.monotonic()
         for lease in leases:
             self.leases[lease.lease_id] = lease
+            self.doing_by_epoch[lease.epoch] += 1
+            lease.due = now + (lease.deadline_ms - now_ms) / 1000
             self._open_add(lease.epoch, lease.index, lease.size)  # progress is credited at the end
+        self._advance_unfinished()
 
     def _open_add(self, epoch: int, index: int, records: int) -> None:
         self.open[(epoch, index)] = self.open.get((epoch, index), 0) + records
@@ -190,7 +209,7 @@ class DatasetQueue:
         stats = EpochStats(epoch=epoch, started_ms=self.journal.now_ms())
         self.epochs[epoch] = stats
         self.journal.batch.insert("epochs", (self.spec.name, epoch), stats.to_row(self.spec.name))
-        self.journal.event("epoch_started", dataset=self.spec.name, epoch=epoch)
+        self.journal.event(EventKind.EPOCH_STARTED, dataset=self.spec.name, epoch=epoch)
 
     def _save_epoch(self, stats: EpochStats) -> None:
         self.journal.touch(
@@ -211,6 +230,7 @@ class DatasetQueue:
         now = self.journal.now_ms()
         if self.front:
             piece = self.front.pop()
+            self.front_by_epoch[piece.epoch] -= 1
             self.journal.batch.delete("pieces", piece.key)
             stats = self.epochs[piece.epoch]
             handout = piece.handouts + 1
@@ -246,8 +266,10 @@ class DatasetQueue:
             end=end, worker_id=worker_id, handed_ms=now,
             deadline_ms=now + int(self.spec.lease_timeout * 1000), handout=handout,
             failures=failures, errors=list(errors), redo=redo,
+            due=self.monotonic() + self.spec.lease_timeout,
         )
         self.leases[lease_id] = lease
+        self.doing_by_epoch[epoch] += 1
         self.journal.batch.insert("leases", lease_id, lease.to_row())
         return lease
 
@@ -269,9 +291,13 @@ class DatasetQueue:
             self.journal.batch.update("leases", lease.lease_id, dict(records_done=records_done))
 
     def done(self, lease: Lease) -> None:
-        del self.leases[lease.lease_id]
+        self._drop_lease(lease)
         self._credit(lease, lease.size)
-        self._end_lease(lease, "done", "")
+        self._end_lease(lease, LeaseState.DONE, "")
+
+    def _drop_lease(self, lease: Lease) -> None:
+        del self.leases[lease.lease_id]
+        self.doing_by_epoch[lease.epoch] -= 1
 
     def requeue(self, lease: Lease, cause: str, *, failed: bool = False, error: str = "",
                 exact: bool = False) -> None:
@@ -282,15 +308,17 @@ class DatasetQueue:
         exactly what it trained (a graceful leave), so the remainder is untrained and handing
         it out again redoes nothing.
         """
-        del self.leases[lease.lease_id]
+        self._drop_lease(lease)
+        cause = str(cause)
         consumed = lease.records_done
         self._credit(lease, consumed)
-        self._end_lease(lease, "failed" if failed else "requeued", cause)
+        self._end_lease(lease, LeaseState.FAILED if failed else LeaseState.REQUEUED, cause)
         stats = self.epochs[lease.epoch]
         stats.requeues[cause] = stats.requeues.get(cause, 0) + 1
         start = lease.start + consumed
         if start < lease.end:
-            errors = (lease.errors + [error[:500]])[-MAX_ERRORS_KEPT:] if failed else lease.errors
+            errors = ((lease.errors + [clean_message(error)])[-MAX_ERRORS_KEPT:] if failed
+                      else lease.errors)
             piece = Piece(
                 key=self._next_key(), epoch=lease.epoch, index=lease.index, start=start,
                 end=lease.end, handouts=lease.handout,
@@ -303,16 +331,17 @@ class DatasetQueue:
                 stats.quarantined_shards += 1
                 stats.quarantined_records += piece.end - piece.start
                 self.journal.event(
-                    "shard_quarantined", worker_id=lease.worker_id, dataset=self.spec.name,
+                    EventKind.SHARD_QUARANTINED, worker_id=lease.worker_id, dataset=self.spec.name,
                     epoch=lease.epoch, shard_index=lease.index, cause=cause,
                     detail=f"after {piece.failures} failures: records [{start}, {lease.end}); "
-                    f"last error: {error[:200]}",
+                    f"last error: {clean_message(error[:200])}",
                 )
             else:
                 self.front.append(piece)
+                self.front_by_epoch[piece.epoch] += 1
             self.journal.batch.insert("pieces", piece.key, piece.to_row(self.spec.name))
         self.journal.event(
-            "lease_requeued", worker_id=lease.worker_id, dataset=self.spec.name,
+            EventKind.LEASE_REQUEUED, worker_id=lease.worker_id, dataset=self.spec.name,
             epoch=lease.epoch, shard_index=lease.index, cause=cause,
             detail=f"lease {lease.lease_id} offset {consumed}: "
             f"[{lease.start}, {start}) done, [{start}, {lease.end}) back",
@@ -321,21 +350,31 @@ class DatasetQueue:
         self._check_finished(stats)
 
     def release_quarantine(self) -> int:
+        """Put quarantined pieces back at the front of TODO, failure budgets reset.
+
+        An epoch that had finished with quarantined records is unfinished again (finished
+        false, finished_ms 0) until the released records are done; it then finishes anew with
+        a second `epoch_finished` event. A dataset that had ended hands out work again.
+        """
         released = sorted(self.quarantine.values(), key=lambda p: p.key)
         self.quarantine.clear()
         for piece in released:
             stats = self.epochs[piece.epoch]
             stats.quarantined_shards -= 1
             stats.quarantined_records -= piece.end - piece.start
+            if stats.finished_ms:
+                stats.finished_ms = 0
+                self.oldest_unfinished = min(self.oldest_unfinished, stats.epoch)
             self._save_epoch(stats)
             self.journal.batch.delete("pieces", piece.key)
             piece.key, piece.quarantined, piece.failures = self._next_key(), False, 0
             piece.redo = True  # it was attempted (and failed) before
             self.front.append(piece)
+            self.front_by_epoch[piece.epoch] += 1
             self.journal.batch.insert("pieces", piece.key, piece.to_row(self.spec.name))
             self.journal.event(
-                "lease_requeued", dataset=self.spec.name, epoch=piece.epoch,
-                shard_index=piece.index, cause="quarantine_released",
+                EventKind.LEASE_REQUEUED, dataset=self.spec.name, epoch=piece.epoch,
+                shard_index=piece.index, cause=Cause.QUARANTINE_RELEASED,
                 detail=f"[{piece.start}, {piece.end}) back",
             )
         return len(released)
@@ -360,11 +399,12 @@ class DatasetQueue:
         self._save_epoch(stats)
         self._check_finished(stats)
 
-    def _end_lease(self, lease: Lease, state: str, cause: str) -> None:
+    def _end_lease(self, lease: Lease, state: LeaseState, cause: str) -> None:
         self.journal.batch.update(
             "leases", lease.lease_id,
-            dict(state=state, cause=cause, records_done=lease.records_done if state != "done"
-                 else lease.size, ended_ms=self.journal.now_ms()),
+            dict(state=str(state), cause=str(cause),
+                 records_done=lease.size if state == LeaseState.DONE else lease.records_done,
+                 ended_ms=self.journal.now_ms()),
         )
 
     def _check_finished(self, stats: EpochStats) -> None:
@@ -374,8 +414,9 @@ class DatasetQueue:
             return
         stats.finished_ms = self.journal.now_ms()
         self._save_epoch(stats)
+        self._advance_unfinished()
         self.journal.event(
-            "epoch_finished", dataset=self.spec.name, epoch=stats.epoch,
+            EventKind.EPOCH_FINISHED, dataset=self.spec.name, epoch=stats.epoch,
             detail=f"{stats.records_done} records done, {stats.quarantined_shards} quarantined, "
             f"{stats.handouts} hand-outs",
         )
@@ -388,15 +429,19 @@ class DatasetQueue:
             fresh = self.spec.num_shards - self.cursor
         elif epoch > self.frontier:
             fresh = self.spec.num_shards
-        return fresh + sum(1 for p in self.front if p.epoch == epoch)
+        return fresh + self.front_by_epoch[epoch]
 
     def doing_count(self, epoch: int) -> int:
-        return sum(1 for lease in self.leases.values() if lease.epoch == epoch)
+        return self.doing_by_epoch[epoch]
+
+    def _advance_unfinished(self) -> None:
+        # amortised O(1): the pointer only moves back when a quarantine release reopens one
+        while self.oldest_unfinished < self.spec.num_epochs:
+            stats = self.epochs.get(self.oldest_unfinished)
+            if stats is None or not stats.finished_ms:
+                return
+            self.oldest_unfinished += 1
 
     def current_epoch(self) -> int:
         """The oldest epoch not finished; num_epochs once every epoch is."""
-        for epoch in range(self.spec.num_epochs):
-            stats = self.epochs.get(epoch)
-            if stats is None or not stats.finished_ms:
-                return epoch
-        return self.spec.num_epochs
+        return self.oldest_unfinished

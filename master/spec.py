@@ -1,26 +1,15 @@
 """A dataset's spec: validation, and the record range each shard index names."""
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 
-from rpckit.errors import invalid
+from .limits import (
+    MAX_EPOCHS, MAX_LEASE_TIMEOUT_S, MAX_RECORDS, MAX_SEED, check_int, check_name,
+    check_seconds,
+)
 from .shard_order import ShardOrder
 
-MAX_NAME = 128
 DEFAULT_LEASE_TIMEOUT_S = 600.0
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
-
-
-def check_name(kind: str, name: str) -> None:
-    if not name:
-        raise invalid(f"{kind} name is empty; give a name of 1-{MAX_NAME} characters")
-    if len(name) > MAX_NAME:
-        raise invalid(f"{kind} name is {len(name)} characters long; the limit is {MAX_NAME}")
-    if kind == "dataset" and not _NAME_RE.match(name):
-        raise invalid(
-            f"dataset name {name!r} has characters other than letters, digits and ._:/-"
-        )
 
 
 @dataclass(frozen=True)
@@ -34,15 +23,15 @@ class DatasetSpec:
     lease_timeout_s: float = 0.0
 
     def validate(self) -> None:
+        """Refuse a spec any later step could not carry (see master/limits.py)."""
         check_name("dataset", self.name)
-        for field in ("num_records", "shard_size", "num_epochs"):
-            value = getattr(self, field)
-            if value <= 0:
-                raise invalid(f"dataset {self.name!r}: {field} must be > 0 (got {value})")
-        if self.num_records > 1 << 50 or self.num_epochs > 1 << 20:
-            raise invalid(f"dataset {self.name!r}: num_records or num_epochs is too large")
-        if self.lease_timeout_s < 0 or self.lease_timeout_s != self.lease_timeout_s:
-            raise invalid(f"dataset {self.name!r}: lease_timeout_s must be >= 0 (0 = 600 s)")
+        check_int("num_records", self.num_records, 1, MAX_RECORDS)
+        check_int("shard_size", self.shard_size, 1, MAX_RECORDS)
+        check_int("num_epochs", self.num_epochs, 1, MAX_EPOCHS)
+        # the shuffle key is seed + epoch, packed as int64 (master/shard_order.py)
+        check_int("seed", self.seed, -MAX_SEED, MAX_SEED)
+        check_seconds("lease_timeout_s (0 means 600 s)", self.lease_timeout_s,
+                      MAX_LEASE_TIMEOUT_S)
 
     @property
     def num_shards(self) -> int:

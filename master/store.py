@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import closing
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from alembic import command
 from alembic.config import Config
@@ -159,24 +160,33 @@ class Store:
 
     # ---- reads ------------------------------------------------------------------------------
 
-    def lookup_lease(self, lease_id: int) -> dict | None:
-        if lease_id <= 0 or lease_id >= 1 << 63:
-            return None
+    def lookup_leases(self, lease_ids: list[int]) -> list[dict]:
+        """(lease_id, dataset, epoch, worker_id) of these leases: one query, however many."""
+        ids = sorted({i for i in lease_ids if 0 < i < 1 << 63})
+        if not ids:
+            return []
+        lz = schema.leases.c
         with self.engine.connect() as conn:
-            row = conn.execute(
-                select(schema.leases).where(schema.leases.c.lease_id == lease_id)
-            ).first()
-        return dict(row._mapping) if row else None
+            rows = conn.execute(select(lz.lease_id, lz.dataset, lz.epoch, lz.worker_id)
+                                .where(lz.lease_id.in_(ids)))
+            return [dict(r._mapping) for r in rows]
 
     def events(self, since: int, limit: int) -> list[dict]:
-        with self.engine.connect() as conn:
+        with closing(self.iter_events(since, limit)) as rows:
+            return list(rows)
+
+    def iter_events(self, since: int, limit: int) -> Iterator[dict]:
+        """Events with seq > since, oldest first, streamed: a reader that stops early (a page
+        full of bytes) does not make the database send the rest. Close it when done."""
+        with self.engine.connect().execution_options(stream_results=True, yield_per=256) as conn:
             stmt = (
                 select(schema.events)
                 .where(schema.events.c.seq > since)
                 .order_by(schema.events.c.seq)
                 .limit(limit)
             )
-            return [dict(r._mapping) for r in conn.execute(stmt)]
+            for r in conn.execute(stmt):
+                yield dict(r._mapping)
 
     def leases_of(self, dataset: str) -> list[dict]:
         """Every lease ever handed out for `dataset` (audits and the goodput ledger)."""

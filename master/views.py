@@ -1,11 +1,27 @@
-"""The status view: GetStatus's answer, computed from the core's counters (no scan of shards)."""
+"""The status view: GetStatus's answer, from the core's counters, bounded in work and bytes.
+
+Work: O(what is listed) under the lock, never a scan of every epoch, lease, quarantined piece
+or worker (the queues keep per-epoch counts as things move). Bytes: the answer stays under
+STATUS_BYTES (clients accept 4 MiB): epochs, quarantined pieces and a worker's leases are
+listed up to small bounds, and datasets and workers until the byte budget is spent; what is
+left out is counted in the `*_not_shown` fields.
+"""
 from __future__ import annotations
+
+import heapq
+from itertools import islice
 
 from protos import master_pb2 as pb
 
 from .convert import ps_to_pb, spec_to_pb, to_lease
 from .core import MasterCore
 from .shards import DatasetQueue, EpochStats
+from .workers import Worker
+
+STATUS_BYTES = 3 << 20
+EPOCHS_SHOWN = 16
+QUARANTINED_SHOWN = 32
+LEASES_SHOWN = 16
 
 
 def epoch_view(queue: DatasetQueue, stats: EpochStats) -> pb.EpochStatus:
@@ -21,39 +37,71 @@ def epoch_view(queue: DatasetQueue, stats: EpochStats) -> pb.EpochStatus:
     )
 
 
+def shown_epochs(queue: DatasetQueue, current: int) -> list[int]:
+    """The current epoch and those after it that started, then the newest finished ones
+    before it, EPOCHS_SHOWN at most, in order."""
+    newest = queue.frontier
+    high = min(newest, current + EPOCHS_SHOWN - 1)
+    low = max(0, high - EPOCHS_SHOWN + 1)
+    return [e for e in range(low, high + 1) if e in queue.epochs]
+
+
 def dataset_view(queue: DatasetQueue) -> pb.DatasetStatus:
     spec = queue.spec
-    epochs = [epoch_view(queue, queue.epochs[e]) for e in sorted(queue.epochs)]
     current = queue.current_epoch()
-    shown = epochs[min(current, len(epochs) - 1)] if epochs else pb.EpochStatus()
+    numbers = shown_epochs(queue, current)
+    epochs = [epoch_view(queue, queue.epochs[e]) for e in numbers]
+    shown = next((e for e in epochs if e.epoch == current), epochs[-1] if epochs else None)
+    shown = shown or pb.EpochStatus()
+    pieces = list(islice(queue.quarantine.values(), QUARANTINED_SHOWN))
     quarantined = [
         pb.QuarantinedShard(
             shard=pb.Shard(epoch=p.epoch, index=p.index, start=p.start, end=p.end),
             failures=p.failures, errors=p.errors,
         )
-        for p in sorted(queue.quarantine.values(), key=lambda p: (p.epoch, p.index))
+        for p in sorted(pieces, key=lambda p: (p.epoch, p.index))
     ]
     return pb.DatasetStatus(
         spec=spec_to_pb(spec), epoch=current, todo=shown.todo, doing=shown.doing,
         done=shown.done, records_done=shown.records_done, records_total=spec.num_records,
         handouts=shown.handouts, duplicates=shown.duplicates, requeues=shown.requeues,
         quarantined=quarantined, epochs=epochs, finished=current >= spec.num_epochs,
+        epochs_not_shown=len(queue.epochs) - len(epochs),
+        quarantined_not_shown=len(queue.quarantine) - len(quarantined),
     )
 
 
-def status_view(core: MasterCore) -> pb.GetStatusResponse:
-    workers = [
-        pb.WorkerStatus(
-            worker_id=w.worker_id, name=w.name, labels=w.labels,
-            last_heartbeat_ms=int(w.last_seen * 1000), state=w.state,
-            registered_ms=w.registered_ms,
-            leases=[to_lease(core.leases[i]) for i in sorted(w.leases)],
-        )
-        for w in sorted(core.workers.alive.values(), key=lambda w: w.num)
-    ]
-    return pb.GetStatusResponse(
-        datasets=[dataset_view(core.datasets[n]) for n in sorted(core.datasets)],
-        workers=workers,
+def worker_view(core: MasterCore, w: Worker, now_ms: int, now: float) -> pb.WorkerStatus:
+    return pb.WorkerStatus(
+        worker_id=w.worker_id, name=w.name, labels=w.labels,
+        # last_seen is monotonic: shown as the wall-clock time that long ago
+        last_heartbeat_ms=now_ms - int((now - w.last_seen) * 1000), state=str(w.state),
+        registered_ms=w.registered_ms, leases_held=len(w.leases),
+        leases=[to_lease(core.leases[i]) for i in heapq.nsmallest(LEASES_SHOWN, w.leases)],
+    )
+
+
+def status_view(core: MasterCore, budget: int = STATUS_BYTES) -> pb.GetStatusResponse:
+    now_ms, now = core.journal.now_ms(), core.monotonic()
+    reply = pb.GetStatusResponse(
         ps=[ps_to_pb(core.ps[i], i in core.ps_lost, core.replicas) for i in sorted(core.ps)],
-        time_ms=core.journal.now_ms(),
+        time_ms=now_ms,
     )
+    budget -= reply.ByteSize()
+    for queue in core.datasets.values():
+        view = dataset_view(queue)
+        budget -= view.ByteSize() + 8
+        if budget < 0:
+            break
+        reply.datasets.append(view)
+    reply.datasets_not_shown = len(core.datasets) - len(reply.datasets)
+    workers = []
+    for worker in core.workers.alive.values():  # the longest silent first
+        view = worker_view(core, worker, now_ms, now)
+        budget -= view.ByteSize() + 8
+        if budget < 0:
+            break
+        workers.append(view)
+    reply.workers.extend(sorted(workers, key=lambda w: int(w.worker_id[2:])))
+    reply.workers_not_shown = len(core.workers.alive) - len(workers)
+    return reply

@@ -5,11 +5,13 @@ import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from rpckit.errors import Reason, invalid, not_found
+from rpckit.errors import Reason, not_found, quote
+from .states import WorkerState
 
-MAX_LABELS = 32
-MAX_LABEL_LEN = 256
-MAX_REASON_LEN = 64
+# Why a departed worker is gone, for the NOT_FOUND it gets when it calls again: kept for the
+# newest departures only. Older ones still get NOT_FOUND (WORKER_GONE): worker ids are numbered
+# in order, so an id below the next number was handed out and is simply gone.
+MAX_GONE_KEPT = 10_000
 
 
 @dataclass
@@ -19,36 +21,16 @@ class Worker:
     name: str
     labels: dict[str, str]
     registered_ms: int
-    last_seen: float  # clock seconds of the last call
-    state: str = "alive"  # alive, left, lost
+    last_seen: float  # monotonic seconds of the last call (wall-clock steps do not matter)
+    state: WorkerState = WorkerState.ALIVE
     leases: set[int] = field(default_factory=set)
 
     def to_row(self) -> dict:
         return dict(
             worker_id=self.worker_id, num=self.num, name=self.name,
             labels=json.dumps(self.labels, sort_keys=True), registered_ms=self.registered_ms,
-            state=self.state, reason="", ended_ms=0,
+            state=str(self.state), reason="", ended_ms=0,
         )
-
-
-def check_labels(labels: dict[str, str]) -> None:
-    if len(labels) > MAX_LABELS:
-        raise invalid(f"{len(labels)} labels given; at most {MAX_LABELS} are kept")
-    for key, value in labels.items():
-        if not key or len(key) > 63:
-            raise invalid(f"label key {key!r} must be 1-63 characters")
-        if len(value) > MAX_LABEL_LEN:
-            raise invalid(f"label {key!r} is {len(value)} characters; at most {MAX_LABEL_LEN}")
-
-
-def check_reason(reason: str) -> str:
-    reason = reason.strip() or "unspecified"
-    if len(reason) > MAX_REASON_LEN or not all(c.isalnum() or c in "-_." for c in reason):
-        raise invalid(
-            f"leave reason {reason[:80]!r} must be up to {MAX_REASON_LEN} letters, digits or "
-            "-_. (e.g. preempted, scaled-down, finished)"
-        )
-    return reason
 
 
 class WorkerRegistry:
@@ -56,24 +38,33 @@ class WorkerRegistry:
 
     def __init__(self) -> None:
         self.alive: OrderedDict[str, Worker] = OrderedDict()
-        self.gone: dict[str, str] = {}  # worker_id -> why (left: reason / lost), this run only
+        self.gone: OrderedDict[str, str] = OrderedDict()  # worker_id -> why, newest last
         self.next_num = 1
 
     def add(self, worker: Worker) -> None:
         self.alive[worker.worker_id] = worker
         self.next_num = max(self.next_num, worker.num + 1)
 
-    def get(self, worker_id: str, now: float) -> Worker:
-        """The live worker `worker_id`, marked as seen now; NOT_FOUND otherwise."""
+    def find(self, worker_id: str) -> Worker:
+        """The live worker `worker_id`; NOT_FOUND (WORKER_GONE) otherwise."""
         worker = self.alive.get(worker_id)
         if worker is None:
-            why = self.gone.get(worker_id)
+            why = self.gone.get(worker_id) or (
+                "has left or was declared lost" if self._was_issued(worker_id) else "")
             if why:
-                raise not_found(Reason.WORKER_GONE, f"worker {worker_id!r} {why}; register again")
-            raise not_found(Reason.WORKER_GONE, f"unknown worker {worker_id!r}; register with RegisterWorker first")
-        worker.last_seen = now
-        self.alive.move_to_end(worker_id)
+                raise not_found(Reason.WORKER_GONE,
+                                f"worker {quote(worker_id)} {why}; register again")
+            raise not_found(Reason.WORKER_GONE, f"unknown worker {quote(worker_id)}; "
+                            "register with RegisterWorker first")
         return worker
+
+    def seen(self, worker: Worker, now: float) -> None:
+        worker.last_seen = now
+        self.alive.move_to_end(worker.worker_id)
+
+    def _was_issued(self, worker_id: str) -> bool:
+        number = worker_id[2:] if worker_id.startswith("w-") else ""
+        return number.isascii() and number.isdigit() and len(number) < 19 and 0 < int(number) < self.next_num
 
     def silent_since(self, deadline: float) -> list[Worker]:
         """Live workers whose last call was before `deadline`."""
@@ -84,7 +75,13 @@ class WorkerRegistry:
             silent.append(worker)
         return silent
 
-    def remove(self, worker: Worker, state: str, why: str) -> None:
+    def remove(self, worker: Worker, state: WorkerState, why: str) -> None:
         worker.state = state
         del self.alive[worker.worker_id]
-        self.gone[worker.worker_id] = why
+        self.note_gone(worker.worker_id, why)
+
+    def note_gone(self, worker_id: str, why: str) -> None:
+        self.gone[worker_id] = why
+        self.gone.move_to_end(worker_id)
+        if len(self.gone) > MAX_GONE_KEPT:
+            self.gone.popitem(last=False)

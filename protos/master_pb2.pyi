@@ -246,7 +246,7 @@ class EpochStatus(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., todo: _Optional[int] = ..., doing: _Optional[int] = ..., done: _Optional[int] = ..., records_done: _Optional[int] = ..., records_total: _Optional[int] = ..., handouts: _Optional[int] = ..., duplicates: _Optional[int] = ..., requeues: _Optional[_Mapping[str, int]] = ..., records_redone: _Optional[int] = ..., quarantined: _Optional[int] = ..., finished: _Optional[bool] = ..., rehanded_shards: _Optional[int] = ..., max_handouts: _Optional[int] = ..., records_rehanded: _Optional[int] = ...) -> None: ...
 
 class DatasetStatus(_message.Message):
-    __slots__ = ("spec", "epoch", "todo", "doing", "done", "records_done", "records_total", "handouts", "duplicates", "requeues", "quarantined", "epochs", "finished")
+    __slots__ = ("spec", "epoch", "todo", "doing", "done", "records_done", "records_total", "handouts", "duplicates", "requeues", "quarantined", "epochs", "finished", "epochs_not_shown", "quarantined_not_shown")
     class RequeuesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -267,6 +267,8 @@ class DatasetStatus(_message.Message):
     QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     EPOCHS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_NOT_SHOWN_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_NOT_SHOWN_FIELD_NUMBER: _ClassVar[int]
     spec: DatasetSpec
     epoch: int
     todo: int
@@ -280,10 +282,12 @@ class DatasetStatus(_message.Message):
     quarantined: _containers.RepeatedCompositeFieldContainer[QuarantinedShard]
     epochs: _containers.RepeatedCompositeFieldContainer[EpochStatus]
     finished: bool
-    def __init__(self, spec: _Optional[_Union[DatasetSpec, _Mapping]] = ..., epoch: _Optional[int] = ..., todo: _Optional[int] = ..., doing: _Optional[int] = ..., done: _Optional[int] = ..., records_done: _Optional[int] = ..., records_total: _Optional[int] = ..., handouts: _Optional[int] = ..., duplicates: _Optional[int] = ..., requeues: _Optional[_Mapping[str, int]] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedShard, _Mapping]]] = ..., epochs: _Optional[_Iterable[_Union[EpochStatus, _Mapping]]] = ..., finished: _Optional[bool] = ...) -> None: ...
+    epochs_not_shown: int
+    quarantined_not_shown: int
+    def __init__(self, spec: _Optional[_Union[DatasetSpec, _Mapping]] = ..., epoch: _Optional[int] = ..., todo: _Optional[int] = ..., doing: _Optional[int] = ..., done: _Optional[int] = ..., records_done: _Optional[int] = ..., records_total: _Optional[int] = ..., handouts: _Optional[int] = ..., duplicates: _Optional[int] = ..., requeues: _Optional[_Mapping[str, int]] = ..., quarantined: _Optional[_Iterable[_Union[QuarantinedShard, _Mapping]]] = ..., epochs: _Optional[_Iterable[_Union[EpochStatus, _Mapping]]] = ..., finished: _Optional[bool] = ..., epochs_not_shown: _Optional[int] = ..., quarantined_not_shown: _Optional[int] = ...) -> None: ...
 
 class WorkerStatus(_message.Message):
-    __slots__ = ("worker_id", "name", "labels", "last_heartbeat_ms", "leases", "state", "registered_ms")
+    __slots__ = ("worker_id", "name", "labels", "last_heartbeat_ms", "leases", "state", "registered_ms", "leases_held")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -298,6 +302,7 @@ class WorkerStatus(_message.Message):
     LEASES_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_HELD_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     name: str
     labels: _containers.ScalarMap[str, str]
@@ -305,7 +310,8 @@ class WorkerStatus(_message.Message):
     leases: _containers.RepeatedCompositeFieldContainer[Lease]
     state: str
     registered_ms: int
-    def __init__(self, worker_id: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., last_heartbeat_ms: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., state: _Optional[str] = ..., registered_ms: _Optional[int] = ...) -> None: ...
+    leases_held: int
+    def __init__(self, worker_id: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., last_heartbeat_ms: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., state: _Optional[str] = ..., registered_ms: _Optional[int] = ..., leases_held: _Optional[int] = ...) -> None: ...
 
 class PSInfo(_message.Message):
     __slots__ = ("address", "data_address", "index", "num_ps", "registered_ms", "incarnation", "state", "data_public_key", "generation", "backups", "instance")
@@ -350,16 +356,20 @@ class PSBackup(_message.Message):
     def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., data_public_key: _Optional[str] = ..., state: _Optional[str] = ..., instance: _Optional[str] = ..., registered_ms: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("datasets", "workers", "ps", "time_ms")
+    __slots__ = ("datasets", "workers", "ps", "time_ms", "workers_not_shown", "datasets_not_shown")
     DATASETS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     PS_FIELD_NUMBER: _ClassVar[int]
     TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_NOT_SHOWN_FIELD_NUMBER: _ClassVar[int]
+    DATASETS_NOT_SHOWN_FIELD_NUMBER: _ClassVar[int]
     datasets: _containers.RepeatedCompositeFieldContainer[DatasetStatus]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     ps: _containers.RepeatedCompositeFieldContainer[PSInfo]
     time_ms: int
-    def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., ps: _Optional[_Iterable[_Union[PSInfo, _Mapping]]] = ..., time_ms: _Optional[int] = ...) -> None: ...
+    workers_not_shown: int
+    datasets_not_shown: int
+    def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., ps: _Optional[_Iterable[_Union[PSInfo, _Mapping]]] = ..., time_ms: _Optional[int] = ..., workers_not_shown: _Optional[int] = ..., datasets_not_shown: _Optional[int] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("seq", "time_ms", "kind", "worker_id", "dataset", "epoch", "shard_index", "cause", "detail")
@@ -556,7 +566,7 @@ class GetLedgerRequest(_message.Message):
     def __init__(self, dataset: _Optional[str] = ...) -> None: ...
 
 class GetLedgerResponse(_message.Message):
-    __slots__ = ("epochs", "worker_seconds", "worker_seconds_total", "records_done", "records_handed", "records_redone", "goodput", "workers_lost", "workers_left", "records_rehanded", "updates_lost", "ps_updates_lost")
+    __slots__ = ("epochs", "worker_seconds", "worker_seconds_total", "records_done", "records_handed", "records_redone", "goodput", "workers_lost", "workers_left", "records_rehanded", "updates_lost", "ps_updates_lost", "epochs_not_shown")
     class WorkersLeftEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -576,6 +586,7 @@ class GetLedgerResponse(_message.Message):
     RECORDS_REHANDED_FIELD_NUMBER: _ClassVar[int]
     UPDATES_LOST_FIELD_NUMBER: _ClassVar[int]
     PS_UPDATES_LOST_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_NOT_SHOWN_FIELD_NUMBER: _ClassVar[int]
     epochs: _containers.RepeatedCompositeFieldContainer[EpochLedger]
     worker_seconds: _containers.RepeatedCompositeFieldContainer[LabelSeconds]
     worker_seconds_total: float
@@ -588,7 +599,8 @@ class GetLedgerResponse(_message.Message):
     records_rehanded: int
     updates_lost: int
     ps_updates_lost: _containers.RepeatedCompositeFieldContainer[PSUpdatesLost]
-    def __init__(self, epochs: _Optional[_Iterable[_Union[EpochLedger, _Mapping]]] = ..., worker_seconds: _Optional[_Iterable[_Union[LabelSeconds, _Mapping]]] = ..., worker_seconds_total: _Optional[float] = ..., records_done: _Optional[int] = ..., records_handed: _Optional[int] = ..., records_redone: _Optional[int] = ..., goodput: _Optional[float] = ..., workers_lost: _Optional[int] = ..., workers_left: _Optional[_Mapping[str, int]] = ..., records_rehanded: _Optional[int] = ..., updates_lost: _Optional[int] = ..., ps_updates_lost: _Optional[_Iterable[_Union[PSUpdatesLost, _Mapping]]] = ...) -> None: ...
+    epochs_not_shown: int
+    def __init__(self, epochs: _Optional[_Iterable[_Union[EpochLedger, _Mapping]]] = ..., worker_seconds: _Optional[_Iterable[_Union[LabelSeconds, _Mapping]]] = ..., worker_seconds_total: _Optional[float] = ..., records_done: _Optional[int] = ..., records_handed: _Optional[int] = ..., records_redone: _Optional[int] = ..., goodput: _Optional[float] = ..., workers_lost: _Optional[int] = ..., workers_left: _Optional[_Mapping[str, int]] = ..., records_rehanded: _Optional[int] = ..., updates_lost: _Optional[int] = ..., ps_updates_lost: _Optional[_Iterable[_Union[PSUpdatesLost, _Mapping]]] = ..., epochs_not_shown: _Optional[int] = ...) -> None: ...
 
 class PSUpdatesLost(_message.Message):
     __slots__ = ("index", "records", "restores", "from_ms", "to_ms")

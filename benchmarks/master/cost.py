@@ -21,7 +21,7 @@ def bench_cost(args, workdir: Path, log) -> dict:
         if durable:
             store = Store(f"sqlite:///{workdir / f'cost-{tag}.db'}")
             store.upgrade()
-            core = MasterCore(Settings(), snapshot=store.load(), lookup_lease=store.lookup_lease)
+            core = MasterCore(Settings(), snapshot=store.load())
             committer = Committer(core, store, on_fatal=lambda exc: None)
             committer.start()
             call = committer.call

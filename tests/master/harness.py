@@ -17,8 +17,7 @@ class Harness:
         self.commit()
 
     def _boot(self) -> MasterCore:
-        return MasterCore(self.settings, clock=self.clock, snapshot=self.store.load(),
-                          lookup_lease=self.store.lookup_lease)
+        return MasterCore(self.settings, clock=self.clock, snapshot=self.store.load())
 
     def commit(self) -> None:
         self.store.apply(self.core.journal.swap())
@@ -44,7 +43,12 @@ class Harness:
         self.commit()
         return wid
 
+    def resolve(self, reports) -> None:
+        """What the servicer does outside the lock: look up leases that ended long ago."""
+        self.core.remember_ended(self.store.lookup_leases(self.core.unresolved(list(reports))))
+
     def get(self, wid, dataset="d", n=1, reports=()):
+        self.resolve(reports)
         grant = self.core.get_shard(wid, dataset, n, list(reports))
         self.commit()
         return grant
@@ -53,6 +57,7 @@ class Harness:
         return self.report(wid, Report(lease.lease_id, "DONE", records))
 
     def report(self, wid, *reports):
+        self.resolve(reports)
         results = self.core.report(wid, list(reports))
         self.commit()
         return results
@@ -66,7 +71,7 @@ class Harness:
                 return finished
             if grant.status == "WAIT":
                 self.clock.advance(1)
-                self.core.workers.get(wid, self.clock())
+                self.core._caller(wid)
                 self.core.tick()
                 self.commit()
                 continue

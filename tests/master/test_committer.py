@@ -33,7 +33,7 @@ class GatedStore(Store):
 @pytest.fixture
 def setup():
     store = GatedStore()
-    core = MasterCore(snapshot=store.load(), lookup_lease=store.lookup_lease)
+    core = MasterCore(snapshot=store.load())
     fatal = []
     committer = Committer(core, store, fatal.append)
     committer.start()

@@ -39,7 +39,7 @@ def master(tmp_path, reworded):
     """An in-process master (so the rewording applies to it) on a SQLite file."""
     store = Store(f"sqlite:///{tmp_path / 'm.db'}")
     store.upgrade()
-    core = MasterCore(Settings(), snapshot=store.load(), lookup_lease=store.lookup_lease)
+    core = MasterCore(Settings(), snapshot=store.load())
     committer = Committer(core, store, on_fatal=lambda exc: None)
     committer.start()
     server, port, _ = build_server(core, committer, store, "127.0.0.1", 0, 8)

@@ -1,0 +1,84 @@
+"""The words the master stores and compares, as str enums: every case in one place.
+
+Each member *is* its stored string (`WorkerState.LOST == "lost"`), so rows written before these
+types existed read back unchanged, and a reader sees every case a column can hold. `str()` and
+f-strings give the value, never `Class.NAME`, so a member can go straight into a row, an event
+or a message.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Word(str, enum.Enum):
+    """A str enum whose str() and format() are its value (as enum.StrEnum, also on 3.10)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    def __hash__(self) -> int:
+        # hash as the plain string it equals, so a member and its stored value are one key
+        return str.__hash__(self)
+
+
+class Outcome(Word):
+    """What a ShardReport says about its lease."""
+
+    DONE = "DONE"          # every record of the lease was trained
+    FAILED = "FAILED"      # the lease could not be trained; records_done of it were
+    PROGRESS = "PROGRESS"  # records_done records from `start` were trained so far
+
+
+class Grant(Word):
+    """GetShard's answer."""
+
+    LEASED = "LEASED"
+    WAIT = "WAIT"
+    END = "END"
+
+
+class WorkerState(Word):
+    ALIVE = "alive"
+    LEFT = "left"
+    LOST = "lost"
+
+
+class PSState(Word):
+    ALIVE = "alive"
+    LOST = "lost"  # its health check has failed for the timeout
+
+
+class LeaseState(Word):
+    DOING = "doing"
+    DONE = "done"
+    REQUEUED = "requeued"
+    FAILED = "failed"
+
+
+class Cause(Word):
+    """Why a lease came back (a `LeaveWorker` reason is a cause too: any checked word)."""
+
+    FAILED = "failed"
+    LOST = "lost"
+    TIMEOUT = "timeout"
+    QUARANTINE_RELEASED = "quarantine_released"
+
+
+class EventKind(Word):
+    """The kinds of the elasticity timeline (DESIGN.md names them)."""
+
+    MASTER_STARTED = "master_started"
+    MASTER_RECOVERED = "master_recovered"  # state reloaded from the database after a bug
+    DATASET_CREATED = "dataset_created"
+    EPOCH_STARTED = "epoch_started"
+    EPOCH_FINISHED = "epoch_finished"
+    WORKER_REGISTERED = "worker_registered"
+    WORKER_LEFT = "worker_left"
+    WORKER_LOST = "worker_lost"
+    PS_REGISTERED = "ps_registered"
+    PS_LOST = "ps_lost"
+    LEASE_REQUEUED = "lease_requeued"
+    SHARD_QUARANTINED = "shard_quarantined"
