@@ -168,6 +168,9 @@ class ParamStore:
             with d.lock:
                 payload, tracker = export(d.value)
                 if tracker is not None:
+                    # only sends still in flight matter to a push: dropping the finished ones
+                    # here keeps a tensor that is pulled but never pushed from piling them up
+                    d.pins = [p for p in d.pins if not p.done]
                     d.pins.append(tracker)
                 out.append((name, payload, d.version, d.value))
         self.stats.pulls += 1
