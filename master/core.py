@@ -143,7 +143,7 @@ class MasterCore:
                 self.workers.add(Worker(
                     worker_id=row["worker_id"], num=row["num"], name=row["name"],
                     labels=json.loads(row["labels"] or "{}"), registered_ms=row["registered_ms"],
-                    last_seen=now,
+                    last_seen=now, last_seen_ms=self.journal.now_ms(),
                 ))
             else:
                 self.workers.next_num = max(self.workers.next_num, row["num"] + 1)
@@ -198,6 +198,7 @@ class MasterCore:
         worker = Worker(
             worker_id=f"w-{num}", num=num, name=name, labels=dict(labels),
             registered_ms=self.journal.now_ms(), last_seen=self.monotonic(),
+            last_seen_ms=self.journal.now_ms(),
         )
         self.workers.add(worker)
         self.journal.batch.insert("workers", worker.worker_id, worker.to_row())
@@ -231,7 +232,7 @@ class MasterCore:
     def _caller(self, worker_id: str) -> Worker:
         """The live worker making this call, marked as seen now (any call is a heartbeat)."""
         worker = self.workers.find(worker_id)
-        self.workers.seen(worker, self.monotonic())
+        self.workers.seen(worker, self.monotonic(), self.journal.now_ms())
         return worker
 
     def _remove_worker(self, worker: Worker, state: WorkerState, reason: str, why: str) -> None:

@@ -71,18 +71,17 @@ def dataset_view(queue: DatasetQueue) -> pb.DatasetStatus:
     )
 
 
-def worker_view(core: MasterCore, w: Worker, now_ms: int, now: float) -> pb.WorkerStatus:
+def worker_view(core: MasterCore, w: Worker) -> pb.WorkerStatus:
     return pb.WorkerStatus(
         worker_id=w.worker_id, name=w.name, labels=w.labels,
-        # last_seen is monotonic: shown as the wall-clock time that long ago
-        last_heartbeat_ms=now_ms - int((now - w.last_seen) * 1000), state=str(w.state),
+        last_heartbeat_ms=w.last_seen_ms, state=str(w.state),
         registered_ms=w.registered_ms, leases_held=len(w.leases),
         leases=[to_lease(core.leases[i]) for i in heapq.nsmallest(LEASES_SHOWN, w.leases)],
     )
 
 
 def status_view(core: MasterCore, budget: int = STATUS_BYTES) -> pb.GetStatusResponse:
-    now_ms, now = core.journal.now_ms(), core.monotonic()
+    now_ms = core.journal.now_ms()
     reply = pb.GetStatusResponse(
         ps=[ps_to_pb(core.ps[i], i in core.ps_lost, core.replicas) for i in sorted(core.ps)],
         time_ms=now_ms,
@@ -97,7 +96,7 @@ def status_view(core: MasterCore, budget: int = STATUS_BYTES) -> pb.GetStatusRes
     reply.datasets_not_shown = len(core.datasets) - len(reply.datasets)
     workers = []
     for worker in core.workers.alive.values():  # the longest silent first
-        view = worker_view(core, worker, now_ms, now)
+        view = worker_view(core, worker)
         budget -= view.ByteSize() + 8
         if budget < 0:
             break

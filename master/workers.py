@@ -22,6 +22,7 @@ class Worker:
     labels: dict[str, str]
     registered_ms: int
     last_seen: float  # monotonic seconds of the last call (wall-clock steps do not matter)
+    last_seen_ms: int = 0  # the same call's wall-clock time, to show
     state: WorkerState = WorkerState.ALIVE
     leases: set[int] = field(default_factory=set)
 
@@ -58,8 +59,8 @@ class WorkerRegistry:
                             "register with RegisterWorker first")
         return worker
 
-    def seen(self, worker: Worker, now: float) -> None:
-        worker.last_seen = now
+    def seen(self, worker: Worker, now: float, now_ms: int) -> None:
+        worker.last_seen, worker.last_seen_ms = now, now_ms
         self.alive.move_to_end(worker.worker_id)
 
     def _was_issued(self, worker_id: str) -> bool:
