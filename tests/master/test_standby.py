@@ -203,3 +203,16 @@ def test_a_clean_stop_hands_over_at_once(master_factory, tmp_path):
     assert a.terminate() == 0
     _wait(lambda: _serving(b), 10, "the standby to take over")
     assert "leading (term 2)" in b.output()
+
+
+def test_the_sdk_follows_the_leader_from_a_standby_listed_first(master_factory, tmp_path):
+    from worker_sdk.master_client import MasterClient
+
+    a, b = _pair(master_factory, f"sqlite:///{tmp_path / 'shared.db'}")
+    client = MasterClient(f"{b.address},{a.address}", name="sdk", heartbeat=False)
+    try:
+        worker = client.register()
+        assert client._stub.address == a.address  # it went where the standby pointed
+        assert [w.worker_id for w in a.status().workers] == [worker]
+    finally:
+        client.close()
