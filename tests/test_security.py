@@ -7,6 +7,8 @@ a client that does not speak TLS, or trusts another CA, does not get in.
 """
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 import torch
@@ -38,6 +40,16 @@ class Cluster:
         self.master = launcher.master(*secure, tls_ca=tls.ca, token=TOKEN)
         self.ps = launcher.ps(self.master.address, *secure)
         self.launcher = launcher
+        self._wait_for_the_ps()
+
+    def _wait_for_the_ps(self, timeout_s: float = 60.0) -> None:
+        """Tests compare the master's state before and after a refused call: the PS's own
+        registration must not land in between."""
+        stub = mpb_grpc.MasterStub(self.channel(self.master.address))
+        deadline = time.monotonic() + timeout_s
+        while not stub.ListPS(mpb.ListPSRequest(), timeout=5).complete:
+            assert time.monotonic() < deadline, "the PS did not register with the master"
+            time.sleep(0.05)
 
     def channel(self, address: str, **kw) -> grpc.Channel:
         return auth.channel(address, **{"tls_ca": self.tls.ca, "token": TOKEN, **kw})
