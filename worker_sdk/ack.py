@@ -29,9 +29,12 @@ from typing import Protocol
 class _Table(Protocol):
     def mark_trained(self, upto: int | None = None) -> int: ...
 
+    def fail_in_flight(self, message: str) -> int: ...
+
 
 _lock = threading.Lock()
 _tables: "weakref.WeakSet[_Table]" = weakref.WeakSet()
+_flushers: "weakref.WeakSet" = weakref.WeakSet()  # PSClients with pushes in flight
 _delivered = 0  # records delivered in this process so far: the next delivery's sequence number
 _push_acks = False
 
@@ -53,6 +56,33 @@ def mark() -> int:
     delivered up to this moment, not what the loop fetched after it."""
     with _lock:
         return _delivered
+
+
+def abandon(message: str) -> int:
+    """A push failed: the records in flight (delivered, not acknowledged) will never be
+    acknowledged. Their leases are reported FAILED with what was trained before, so a later
+    push cannot acknowledge them by its mark. Returns how many leases were failed."""
+    with _lock:
+        tables = list(_tables)
+    return sum(table.fail_in_flight(message) for table in tables)
+
+
+def register_flusher(owner) -> None:
+    """`owner.flush(timeout_s)` waits for its pushes in flight (PSClient registers itself)."""
+    with _lock:
+        _flushers.add(owner)
+
+
+def flush(timeout_s: float | None = None) -> None:
+    """Wait for every push in flight to be answered (and so acknowledged, or failed): at the
+    tail of a pass, before closing, before handing leases back on SIGTERM."""
+    with _lock:
+        owners = list(_flushers)
+    for owner in owners:
+        try:
+            owner.flush(timeout_s)
+        except Exception:  # noqa: BLE001 - the failure is raised at the owner's next call
+            pass
 
 
 def use_push_acks(enabled: bool = True) -> None:

@@ -208,7 +208,8 @@ class ElasticDataset(IterableDataset):
     # ---- batches ------------------------------------------------------------------------------
 
     def batches(self, batch_size: int, drop_last: bool = False,
-                collate_fn: Callable[[list], Any] | None = None) -> Iterator[Any]:
+                collate_fn: Callable[[list], Any] | None = None,
+                prefetch: Callable[[Any], None] | None = None) -> Iterator[Any]:
         """Yield batches of `batch_size` records: read by ranges when the dataset can, else
         record by record and collated like a DataLoader's (`default_collate` or `collate_fn`;
         a collate_fn needs the record path).
@@ -217,7 +218,11 @@ class ElasticDataset(IterableDataset):
         has nothing to hand out right now while this worker still holds records (waiting then
         could wait for ourselves). With `drop_last`, such a short batch is not yielded and its
         records count as done without being trained (skipped on purpose, as a DataLoader's
-        drop_last skips them)."""
+        drop_last skips them).
+
+        prefetch: called with the next batch as soon as it is read, one batch ahead of the loop
+        (e.g. `lambda b: client.prefetch(b[0])`, so the PS fetches its rows while this batch
+        computes). A batch read ahead is not delivered until it is yielded."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self._refuse_worker_processes()
@@ -227,7 +232,7 @@ class ElasticDataset(IterableDataset):
                 raise ValueError("collate_fn applies to record-by-record datasets; this one is "
                                  "read by ranges, its batches come out of its reader")
             reader = readers.RecordReader(reader.source, collate_fn)
-        return self._batches(batch_size, drop_last, reader)
+        return self._batches(batch_size, drop_last, reader, prefetch)
 
     def plan_batch(self, batch_size: int) -> tuple[list[Piece], Any]:
         """Lease positions for one batch: (pieces, why it is short: END, a Wait or None).
@@ -253,19 +258,27 @@ class ElasticDataset(IterableDataset):
         kept = [p for p in pieces if self.stream.holds(p)]
         return kept, sum(p.count for p in kept)
 
-    def _batches(self, batch_size: int, drop_last: bool, reader) -> Iterator[Any]:
+    def _batches(self, batch_size: int, drop_last: bool, reader, prefetch) -> Iterator[Any]:
         stream = self.stream
         this_pass = stream.begin_pass()
+        ahead = None  # (pieces, batch) read one batch ahead, not delivered
         while stream.current(this_pass):
             stream.next_step()
-            pieces, short = self.plan_batch(batch_size)
+            if ahead is not None:
+                (pieces, batch), ahead = ahead, None
+                short = None
+            else:
+                pieces, short = self.plan_batch(batch_size)
+                batch = None
             if pieces and (short is None or not drop_last):
-                try:
-                    batch = readers.read_batch(reader, [stream.records(p) for p in pieces])
-                except BaseException:
-                    for p in pieces:
-                        stream.unread(p)
-                    raise
+                if batch is None:
+                    batch = self._read(reader, pieces)
+                    if prefetch is not None:
+                        prefetch(batch)  # every batch is prefetched once, in order
+                if prefetch is not None:
+                    ahead = self._read_ahead(batch_size, reader)
+                    if ahead is not None:
+                        prefetch(ahead[1])
                 stream.deliver(pieces)
                 yield batch
                 continue
@@ -276,6 +289,23 @@ class ElasticDataset(IterableDataset):
             if stream.at_tail():
                 return
             stream.wait(short)
+
+    def _read(self, reader, pieces: list[Piece]):
+        try:
+            return readers.read_batch(reader, [self.stream.records(p) for p in pieces])
+        except BaseException:
+            for p in reversed(pieces):
+                self.stream.unread(p)
+            raise
+
+    def _read_ahead(self, batch_size: int, reader):
+        """The next full batch, read now; None (nothing taken) when it would be short."""
+        pieces, short = self.plan_batch(batch_size)
+        if short is not None:
+            for p in reversed(pieces):
+                self.stream.unread(p)
+            return None
+        return pieces, self._read(reader, pieces)
 
     def loader(self, batch_size: int, num_workers: int = 0, **kwargs) -> Iterator[Any]:
         """A torch DataLoader whose batches the main process leases (worker_sdk/loader.py)."""

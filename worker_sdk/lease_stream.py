@@ -303,6 +303,9 @@ class LeaseStream:
         or close()."""
         if not self.table.in_flight():
             return False
+        ack_ledger.flush(CLOSE_RETRY_S)  # pushes in flight: their answers may free the tail
+        if not self.table.in_flight():
+            return False
         log.info("dataset %r: no shard left to hand out while %d records are in training; "
                  "ending this pass", self.name, self.table.in_flight())
         self.pass_over = True
@@ -337,6 +340,7 @@ class LeaseStream:
             self.closed = True
         _open.discard(self)
         try:
+            ack_ledger.flush(CLOSE_RETRY_S)  # let pushes in flight be answered and acknowledged
             if self.pass_over and not error and not self.push_acks:
                 self.table.mark_trained()
             if self._owns_client:

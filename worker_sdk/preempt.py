@@ -101,6 +101,12 @@ def checkpoint() -> None:
     """Called by the data iterators at every safe point: park and exit if we were told to."""
     if not stopping.is_set():
         return
+    if not _parked.is_set():
+        # the step before this safe point may still be pushing in the background: let its
+        # push be answered (and acknowledged) so that the hand-back carries it
+        from . import ack
+
+        ack.flush(GRACE_S / 2)
     _parked.set()
     _left.wait(PARK_TIMEOUT_S)
     raise SystemExit(0)

@@ -12,10 +12,17 @@ over the ZeroMQ data plane, one request per PS in parallel. An `ElasticEmbedding
 parameter locally: its forward pulls the rows of the ids in the batch, and `push` sends their
 gradients as rows. `push` is also the acknowledgement point of the SDK: once it has returned,
 every record delivered to the loop before it started counts as trained (worker_sdk.ack).
+
+The pipelined step (worker_sdk/pipeline.py): `prefetch(next_ids)` fetches the next batch's dense
+parameters and embedding rows while the current batch computes, and `push(model, wait=False)`
+sends in the background with at most `max_inflight` pushes unanswered. Records are acknowledged
+when their push is answered; a push that failed is raised at the next call and its records
+are never acknowledged.
 """
 from __future__ import annotations
 
 import logging
+import time
 from typing import Iterator
 
 import torch
@@ -26,6 +33,7 @@ from ps.embedding import TableSpec
 from ps.partition import check_row_ids
 
 from . import ack
+from .pipeline import Pipeline, PushJob
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +73,7 @@ class ElasticEmbedding(nn.Module):
                              f"(num_embeddings={self.num_embeddings})")
         check_row_ids(flat)
         unique, inverse = torch.unique(flat, return_inverse=True)
-        rows = self.client.data.pull_rows(self.table, unique).clone()
+        rows = self.client._rows(self.table, unique)
         if rows.numel() == 0:
             rows = torch.zeros(unique.numel(), self.dim)
         if self.training and torch.is_grad_enabled():
@@ -91,16 +99,25 @@ class PSClient:
     """The worker's handle on the PS set (found through the master's ListPS)."""
 
     def __init__(self, master: str, *, timeout_s: float = 10.0, max_attempts: int = 8,
-                 discovery_timeout_s: float = 60.0, tls_ca: str | None = None,
-                 auth_token: str | None = None):
-        """tls_ca, auth_token: as MasterClient's (None: ELASTIC_PS_TLS_CA,
+                 discovery_timeout_s: float = 60.0, max_inflight: int = 1,
+                 tls_ca: str | None = None, auth_token: str | None = None):
+        """max_inflight: pushes `push(wait=False)` may leave unanswered (a further push waits).
+        tls_ca, auth_token: as MasterClient's (None: ELASTIC_PS_TLS_CA,
         ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE)."""
-        self.data = DataClient(master=master, timeout_s=timeout_s, max_attempts=max_attempts,
-                               discovery_timeout_s=discovery_timeout_s, tls_ca=tls_ca,
-                               auth_token=auth_token)
+        if max_inflight < 1:
+            raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
+        options = dict(master=master, timeout_s=timeout_s, max_attempts=max_attempts,
+                       discovery_timeout_s=discovery_timeout_s, tls_ca=tls_ca,
+                       auth_token=auth_token)
+        self.data = DataClient(**options)
+        # the background thread's own client: a DataClient is not thread-safe
+        self.pipeline = Pipeline(lambda: DataClient(**options), max_inflight)
         self.pushes = 0
         self.stale_refusals = 0
         self.max_staleness_seen = 0
+        self._names: list[str] = []  # the dense tensors the last pull loaded
+        self._tables: list[str] = []  # the model's ElasticEmbedding tables
+        ack.register_flusher(self)
 
     def init_parameters(self, model: nn.Module, optimizer: str = "adagrad",
                         **hyperparameters) -> bool:
@@ -113,6 +130,7 @@ class PSClient:
         count records as trained only once `push` has sent their gradients."""
         ack.use_push_acks(True)
         tables = []
+        self._tables = [emb.table for emb in _embeddings(model)]
         for emb in _embeddings(model):
             emb.client = self
             tables.append({**emb.spec.__dict__, **({"optimizer": emb.optimizer}
@@ -120,55 +138,124 @@ class PSClient:
         dense = {name: p.detach() for name, p in model.named_parameters()}
         first = self.data.init_parameters(dense, optimizer=optimizer, tables=tables,
                                           **hyperparameters)
+        self.pipeline.set_layout(self.data.owner)
         self.pull(model)
         return first
 
     def attach(self, model: nn.Module) -> None:
         """Bind `model` to the PS set without declaring anything: for a process that only
         reads the model (an evaluator) and must never be the one to initialise it."""
+        self._tables = [emb.table for emb in _embeddings(model)]
         for emb in _embeddings(model):
             emb.client = self
         self.data.set_layout({n: p.numel() * p.element_size()
                               for n, p in model.named_parameters()})
+        self.pipeline.set_layout(self.data.owner)
+
+    def prefetch(self, next_ids=None, model: nn.Module | None = None) -> None:
+        """Start fetching the next step's dense parameters (all of them, or `model`'s) and the
+        embedding rows of `next_ids` (a tensor of ids for a model with one ElasticEmbedding,
+        or {table: ids}) in the background. The next `pull` and the embeddings' next forward
+        use what was fetched (rows only when the forward's ids are the ones given here)."""
+        self.pipeline.raise_failure()
+        names = [n for n, _ in model.named_parameters()] if model is not None else None
+        if next_ids is None:
+            ids = {}
+        elif isinstance(next_ids, dict):
+            ids = dict(next_ids)
+        elif len(self._tables) == 1:
+            ids = {self._tables[0]: next_ids}
+        else:
+            raise ValueError(f"the model has {len(self._tables)} ElasticEmbedding tables: give "
+                             "prefetch() a dict {table: ids}")
+        self.pipeline.prefetch(names or self._names or None, ids)
 
     def pull(self, model: nn.Module) -> None:
-        """Load the newest dense parameters from the PS into `model` (in place)."""
+        """Load the newest dense parameters from the PS into `model` (in place): the prefetched
+        ones when `prefetch` fetched them, else pulled now."""
+        self.pipeline.raise_failure()
         params = dict(model.named_parameters())
         if not params:
             return
-        tensors = self.data.pull(list(params))
+        self._names = list(params)
+        got = self.pipeline.take_dense(self._names)
+        if got is not None:
+            tensors, versions = got
+            self.data.versions.update(versions)  # the next push names what it was computed from
+        else:
+            started = time.perf_counter()
+            tensors = self.data.pull(self._names)
+            self.pipeline.wait_pull_s += time.perf_counter() - started
         with torch.no_grad():
             for name, p in params.items():
                 p.copy_(tensors[name])
 
-    def push(self, model: nn.Module) -> PushOutcome | None:
-        """Send the gradients of the last backward (dense and embedding rows), clear them, and
-        acknowledge the records delivered before this call as trained.
+    def _rows(self, table: str, unique: torch.Tensor) -> torch.Tensor:
+        rows = self.pipeline.take_rows(table, unique)
+        if rows is None:
+            started = time.perf_counter()
+            rows = self.data.pull_rows(table, unique).clone()
+            self.pipeline.wait_pull_s += time.perf_counter() - started
+        return rows
+
+    def push(self, model: nn.Module, wait: bool = True) -> PushOutcome | None:
+        """Send the gradients of the last backward (dense and embedding rows) and clear them.
+
+        wait=True: the push is answered before this returns, and every record delivered to the
+        loop before this call counts as trained. wait=False: it is sent in the background (this
+        waits only while `max_inflight` pushes are unanswered) and those records count as
+        trained once it is answered; a failure is raised at the next call (pull, push,
+        prefetch, flush), and the records in flight are then never acknowledged (their leases
+        are reported FAILED with what was trained before).
 
         A PS that refuses a gradient as too stale (`--max-staleness`) has dropped it; the
-        client re-pulls so the next step starts from fresh parameters, and counts it.
+        client re-pulls (synchronously, or at the next `pull`) and counts it.
         """
-        mark = ack.mark()
-        grads = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+        self.pipeline.raise_failure()
+        job = PushJob(mark=ack.mark(), versions=dict(self.data.versions),
+                      grads={name: p.grad for name, p in model.named_parameters()
+                             if p.grad is not None},
+                      rows=[(emb.table, ids, grad) for emb in _embeddings(model)
+                            for ids, grad in emb._take_grads()])
+        # the captured grads stay alive in the job; the next backward allocates new ones
+        model.zero_grad(set_to_none=True)
+        self.pushes += 1
+        if not wait:
+            self.pipeline.submit(job)
+            return None
+        self.pipeline.flush()  # in order: earlier background pushes first
+        started = time.perf_counter()
         outcome = None
-        if grads:
+        if job.grads:
             try:
-                outcome = self.data.push(grads)
+                outcome = self.data.push(job.grads, job.versions)
                 self.max_staleness_seen = max(self.max_staleness_seen, outcome.max_staleness)
             except StaleGradient as exc:
                 self.stale_refusals += 1
                 log.info("stale gradient refused (%s); pulling fresh parameters", exc)
                 self.pull(model)
-        for emb in _embeddings(model):
-            for ids, grad in emb._take_grads():
-                self.data.push_rows(emb.table, ids, grad)
-        model.zero_grad(set_to_none=True)
-        self.pushes += 1
-        ack.trained(mark)
+        for table, ids, grad in job.rows:
+            self.data.push_rows(table, ids, grad)
+        self.pipeline.wait_push_s += time.perf_counter() - started
+        ack.trained(job.mark)
         return outcome
 
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until every background push is answered; raise the first failure."""
+        self.pipeline.flush(timeout_s)
+        self.stale_refusals += self.pipeline.take_stale()
+        self.max_staleness_seen = max(self.max_staleness_seen, self.pipeline.max_staleness)
+
+    def timeline(self) -> dict[str, float]:
+        """Seconds the caller spent waiting on pulls and on pushes (see docs/worker_sdk.md)."""
+        return self.pipeline.timeline()
+
     def close(self) -> None:
-        self.data.close()
+        try:
+            self.pipeline.flush(10.0)
+        finally:
+            self.pipeline.close()
+            self.data.close()
 
     def __enter__(self) -> "PSClient":
         return self

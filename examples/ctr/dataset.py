@@ -11,7 +11,10 @@ import torch
 class ClickLog(torch.utils.data.Dataset):
     """One split of the click log that `examples.ctr.data` wrote: (ids, dense, label) per
     record. Each field's ids are offset into one id space, so one embedding table serves all
-    categorical fields."""
+    categorical fields.
+
+    `read(start, end)` and `take(index)` read a range (a gather when shuffled) in one call:
+    ElasticDataset uses them instead of `__getitem__` (worker_sdk.readers, the fast path)."""
 
     def __init__(self, directory: str | Path, split: str = "train"):
         d = Path(directory)
@@ -27,6 +30,19 @@ class ClickLog(torch.utils.data.Dataset):
     def __getitem__(self, i: int):
         return (torch.from_numpy(self.cat[i] + self.offsets),
                 torch.from_numpy(np.array(self.dense[i])), torch.tensor(float(self.y[i])))
+
+    def read(self, start: int, end: int):
+        """Records [start, end) as (ids [n, F], dense [n, D], labels [n]) tensors."""
+        return self._batch(slice(start, end))
+
+    def take(self, index: np.ndarray):
+        """The records of an index array, in its order."""
+        return self._batch(np.asarray(index, dtype=np.int64))
+
+    def _batch(self, index):
+        return (torch.from_numpy(self.cat[index] + self.offsets),
+                torch.from_numpy(np.array(self.dense[index])),
+                torch.from_numpy(np.array(self.y[index])))
 
     def tensors(self):
         """The whole split as tensors (for evaluation)."""

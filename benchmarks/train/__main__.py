@@ -1,0 +1,3 @@
+from benchmarks.train.cli import main
+
+raise SystemExit(main())

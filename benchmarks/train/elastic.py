@@ -1,0 +1,65 @@
+"""elastic-ps runs of bench_train: a master, 2 PS and 1 or 2 worker processes on this machine.
+
+Each run starts its own master and PS (a fresh model), starts the workers, waits until each
+has loaded torch, the data and the model, starts them together, and measures records/s as all
+records over the span from the first worker's start to the last one's end. The step timeline
+is summed over the workers. The AUC is the held-out AUC of the model the PS hold at the end.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from cluster.launch import Launcher
+
+
+def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: int = 1,
+        num_ps: int = 2, max_inflight: int = 1, shard_size: int = 8192) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
+    go = workdir / "go"
+    with Launcher(workdir) as launcher:
+        master = launcher.master()
+        for i in range(num_ps):
+            launcher.ps(master.address, index=i, num_ps=num_ps, checkpoint_dir=f"ps{i}")
+        outs = [workdir / f"worker{w}.json" for w in range(workers)]
+        procs = [launcher.python(
+            "-m", "benchmarks.train.worker", "--master", master.address, "--data", data,
+            "--batch", str(batch), "--epochs", str(epochs), "--lr", str(lr),
+            "--shard-size", str(shard_size), "--max-inflight", str(max_inflight),
+            "--name", f"w{w}", "--start-when", str(go), "--out", str(out), name=f"w{w}")
+            for w, out in enumerate(outs)]
+        deadline = time.monotonic() + 300
+        while not all(Path(str(o) + ".ready").exists() for o in outs):
+            for proc in procs:
+                if not proc.alive:
+                    raise RuntimeError(f"a bench worker exited early:\n{proc.output(tail=3000)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("bench workers did not get ready within 300 s")
+            time.sleep(0.05)
+        go.touch()
+        for proc in procs:
+            if proc.wait(600) != 0:
+                raise RuntimeError(f"a bench worker failed:\n{proc.output(tail=3000)}")
+        results = [json.loads(o.read_text()) for o in outs]
+        auc = _auc(master.address, data)
+    records = sum(r["records"] for r in results)
+    span = max(r["end"] for r in results) - min(r["start"] for r in results)
+    wall = sum(r["wall_s"] for r in results)
+    timeline = {k: sum(r[f"{k}_s"] for r in results) / wall
+                for k in ("read", "pull", "compute", "push")}
+    return {"records_per_s": records / span, "wall_s": span, "auc": auc, "records": records,
+            "timeline": timeline, "stale": sum(r["stale"] for r in results)}
+
+
+def _auc(master: str, data: str) -> float:
+    from examples.ctr.dataset import ClickLog
+    from examples.ctr.evaluate import evaluate
+    from examples.ctr.model import build_model
+    from worker_sdk.ps_client import PSClient
+
+    test = ClickLog(data, "test")
+    model = build_model(test.meta)
+    with PSClient(master=master) as client:
+        client.attach(model)
+        return evaluate(client, model, test)

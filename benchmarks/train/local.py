@@ -1,0 +1,80 @@
+"""The local baselines: the CTR model of examples/ctr with its embedding table in the process,
+trained by a plain torch loop over tensor batches, or record by record (`__getitem__` and
+`default_collate`, as a DataLoader over a map-style dataset does)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import default_collate
+
+from examples.ctr.dataset import ClickLog
+from examples.ctr.evaluate import auc
+
+
+class LocalCTR(nn.Module):
+    """examples.ctr.model.CTRModel with nn.Embedding in place of ElasticEmbedding."""
+
+    def __init__(self, num_ids: int, fields: int, dense: int, dim: int = 8, hidden: int = 64):
+        super().__init__()
+        self.embedding = nn.Embedding(num_ids, dim)
+        nn.init.normal_(self.embedding.weight, 0.0, 0.01)  # as the PS's rows (normal, 0.01)
+        self.mlp = nn.Sequential(
+            nn.Linear(fields * dim + dense, hidden), nn.ReLU(),
+            nn.Linear(hidden, hidden // 2), nn.ReLU(),
+            nn.Linear(hidden // 2, 1),
+        )
+
+    def forward(self, ids: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        emb = self.embedding(ids).flatten(1)
+        return self.mlp(torch.cat([emb, dense], dim=1)).squeeze(1)
+
+
+def _model(meta: dict) -> LocalCTR:
+    torch.manual_seed(0)
+    return LocalCTR(sum(meta["vocab"]), len(meta["vocab"]), meta["dense"])
+
+
+def _order(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).permutation(n)
+
+
+def train(data: str, batch: int, epochs: int, lr: float, records: bool, seed: int = 1) -> dict:
+    """One local run: records/s over the training loop (data loading included), test AUC.
+
+    One torch thread, as the elastic worker and the PS use: on this 2-core machine shared with
+    other processes, torch's default of two threads spins and runs 10-20x slower."""
+    torch.set_num_threads(1)
+    log = ClickLog(data, "train")
+    model = _model(log.meta)
+    opt = torch.optim.Adagrad(model.parameters(), lr=lr)
+    loss_fn = nn.BCEWithLogitsLoss()
+    n = len(log)
+    if not records:
+        cat, dense, y = log.tensors()
+    started = time.perf_counter()
+    for epoch in range(epochs):
+        order = _order(n, seed + epoch)
+        for i in range(0, n, batch):
+            index = order[i:i + batch]
+            if records:
+                b = default_collate([log[int(j)] for j in index])
+            else:
+                t = torch.from_numpy(index)
+                b = (cat[t], dense[t], y[t])
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(b[0], b[1]), b[2]).backward()
+            opt.step()
+    wall = time.perf_counter() - started
+    return {"records_per_s": n * epochs / wall, "wall_s": wall, "auc": evaluate(model, data)}
+
+
+def evaluate(model: nn.Module, data: str) -> float:
+    test = ClickLog(data, "test")
+    cat, dense, y = test.tensors()
+    with torch.no_grad():
+        scores = torch.cat([model(cat[i:i + 8192], dense[i:i + 8192])
+                            for i in range(0, len(y), 8192)])
+    return auc(scores.numpy(), y.numpy())

@@ -1,0 +1,92 @@
+"""One elastic-ps worker of bench_train: the CTR job on the fast path, timed step by step.
+
+    python -m benchmarks.train.worker --master HOST:PORT --data DIR --batch 1024 --out F.json
+
+It loads everything, waits for `--start-when` (so that several workers start together), then
+trains like examples/ctr/train.py (range reads, the next batch's rows prefetched, pushes in the
+background) and writes its records, wall time and step timeline to `--out`: seconds reading
+(waiting for the next batch, leasing included), waiting on pulls (dense and rows not yet
+there), waiting on pushes (room for the next one, the last ones answered), computing (the rest).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from examples.ctr.dataset import ClickLog
+from examples.ctr.model import build_model
+from worker_sdk import ElasticDataset, PSClient
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--master", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--dataset", default="bench")
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--shard-size", type=int, default=8192)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-inflight", type=int, default=1)
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (ds.loader)")
+    p.add_argument("--name", default="bench-worker")
+    p.add_argument("--start-when")
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)  # as the local loop (benchmarks/train/local.py) and the PS
+    train = ClickLog(a.data, "train")
+    model = build_model(train.meta)
+    client = PSClient(master=a.master, max_inflight=a.max_inflight)
+    client.init_parameters(model, optimizer="adagrad", lr=a.lr)
+    ds = ElasticDataset(train, master=a.master, name=a.dataset, shard_size=a.shard_size,
+                        num_epochs=a.epochs, shuffle=True, seed=a.seed, worker_name=a.name)
+    if a.start_when:
+        Path(a.out + ".ready").touch()
+        while not Path(a.start_when).exists():
+            time.sleep(0.01)
+    loss_fn = nn.BCEWithLogitsLoss()
+
+    def prefetch(batch):
+        client.prefetch(batch[0])
+
+    batches = (ds.loader(a.batch, num_workers=a.num_workers, prefetch=prefetch)
+               if a.num_workers else ds.batches(a.batch, prefetch=prefetch))
+    it = iter(batches)
+    records = steps = 0
+    read_s = 0.0
+    started = time.perf_counter()
+    start_unix = time.time()
+    while True:
+        t0 = time.perf_counter()
+        batch = next(it, None)
+        read_s += time.perf_counter() - t0
+        if batch is None:
+            break
+        ids, dense, y = batch
+        client.pull(model)
+        loss_fn(model(ids, dense), y).backward()
+        client.push(model, wait=False)
+        records += len(y)
+        steps += 1
+    client.flush()
+    wall = time.perf_counter() - started
+    end_unix = time.time()
+    ds.close()
+    waits = client.timeline()
+    client.close()
+    compute = wall - read_s - waits["wait_pull_s"] - waits["wait_push_s"]
+    Path(a.out).write_text(json.dumps(dict(
+        name=a.name, records=records, steps=steps, wall_s=wall, start=start_unix,
+        end=end_unix, read_s=read_s, pull_s=waits["wait_pull_s"],
+        push_s=waits["wait_push_s"], compute_s=compute, stale=client.stale_refusals)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
