@@ -12,29 +12,15 @@ from torch.utils.data import default_collate
 
 from examples.ctr.dataset import ClickLog
 from examples.ctr.evaluate import auc
+from examples.ctr.model import CTRModel
 
 
-class LocalCTR(nn.Module):
-    """examples.ctr.model.CTRModel with nn.Embedding in place of ElasticEmbedding."""
-
-    def __init__(self, num_ids: int, fields: int, dense: int, dim: int = 8, hidden: int = 64):
-        super().__init__()
-        self.embedding = nn.Embedding(num_ids, dim)
-        nn.init.normal_(self.embedding.weight, 0.0, 0.01)  # as the PS's rows (normal, 0.01)
-        self.mlp = nn.Sequential(
-            nn.Linear(fields * dim + dense, hidden), nn.ReLU(),
-            nn.Linear(hidden, hidden // 2), nn.ReLU(),
-            nn.Linear(hidden // 2, 1),
-        )
-
-    def forward(self, ids: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-        emb = self.embedding(ids).flatten(1)
-        return self.mlp(torch.cat([emb, dense], dim=1)).squeeze(1)
-
-
-def _model(meta: dict) -> LocalCTR:
+def _model(meta: dict) -> CTRModel:
+    """examples.ctr's CTRModel with nn.Embedding in place of ElasticEmbedding."""
     torch.manual_seed(0)
-    return LocalCTR(sum(meta["vocab"]), len(meta["vocab"]), meta["dense"])
+    embedding = nn.Embedding(sum(meta["vocab"]), 8)
+    nn.init.normal_(embedding.weight, 0.0, 0.01)  # as the PS's rows (normal, 0.01)
+    return CTRModel(sum(meta["vocab"]), len(meta["vocab"]), meta["dense"], embedding=embedding)
 
 
 def _order(n: int, seed: int) -> np.ndarray:

@@ -9,9 +9,14 @@ from worker_sdk.ps_client import ElasticEmbedding
 
 
 class CTRModel(nn.Module):
-    def __init__(self, num_ids: int, fields: int, dense: int, dim: int = 8, hidden: int = 64):
+    """`embedding` maps ids to `dim`-vectors: the PS table "ids" unless another module is given
+    (a local `nn.Embedding` for a baseline without PS)."""
+
+    def __init__(self, num_ids: int, fields: int, dense: int, dim: int = 8, hidden: int = 64,
+                 embedding: nn.Module | None = None):
         super().__init__()
-        self.embedding = ElasticEmbedding(num_ids, dim, table="ids", seed=7)
+        self.embedding = embedding if embedding is not None else \
+            ElasticEmbedding(num_ids, dim, table="ids", seed=7)
         self.mlp = nn.Sequential(
             nn.Linear(fields * dim + dense, hidden), nn.ReLU(),
             nn.Linear(hidden, hidden // 2), nn.ReLU(),
