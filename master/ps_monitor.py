@@ -17,6 +17,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rpckit import auth
+from rpckit.channels import CHANNEL_OPTIONS
 
 from .committer import Committer
 from .core import MasterCore
@@ -44,7 +45,10 @@ class PSMonitor:
     def _check(self, address: str) -> str:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = auth.channel(address, tls_ca=self.tls_ca)
+            # short reconnect backoff: a PS restarted at the address of a dead one (a deposed
+            # primary coming back as a backup) is seen serving within a fraction of a second
+            channel = self._channels[address] = auth.channel(address, tls_ca=self.tls_ca,
+                                                             options=CHANNEL_OPTIONS)
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=""),

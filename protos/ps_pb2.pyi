@@ -126,18 +126,22 @@ class DataRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., generation: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ..., follow: _Optional[_Union[Follow, _Mapping]] = ..., replicate: _Optional[_Union[Replicate, _Mapping]] = ...) -> None: ...
 
 class Follow(_message.Message):
-    __slots__ = ("generation", "attach_id", "instance", "data_address", "data_public_key")
+    __slots__ = ("generation", "attach_id", "instance", "data_address", "data_public_key", "applied", "loaded")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     ATTACH_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DATA_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    LOADED_FIELD_NUMBER: _ClassVar[int]
     generation: int
     attach_id: int
     instance: str
     data_address: str
     data_public_key: str
-    def __init__(self, generation: _Optional[int] = ..., attach_id: _Optional[int] = ..., instance: _Optional[str] = ..., data_address: _Optional[str] = ..., data_public_key: _Optional[str] = ...) -> None: ...
+    applied: int
+    loaded: bool
+    def __init__(self, generation: _Optional[int] = ..., attach_id: _Optional[int] = ..., instance: _Optional[str] = ..., data_address: _Optional[str] = ..., data_public_key: _Optional[str] = ..., applied: _Optional[int] = ..., loaded: _Optional[bool] = ...) -> None: ...
 
 class Replicate(_message.Message):
     __slots__ = ("generation", "attach_id", "seq", "request")

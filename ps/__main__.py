@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import uuid
 
 from rpckit import auth
 from rpckit.server import run_main
@@ -73,6 +74,7 @@ def run(settings: PSSettings) -> int:
     from .registrar import Registrar, connect
     from .server import Identity, PortInUse, PSServicer, build_server, now_ms
     from .params import ParamStore
+    from .replica import ReplicaNode
 
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
@@ -97,9 +99,15 @@ def run(settings: PSSettings) -> int:
     # Under TLS the data plane is encrypted too (CURVE): a fresh key pair per start, whose
     # public half clients learn from the master's ListPS (or GetPSStatus).
     curve = zmq.curve_keypair() if credentials is not None else None
+    # With a master, this PS serves only in the role the master gives it (ps.replica):
+    # primary, or a backup of its index's primary (--ps-replicas on the master).
+    node = None if settings.standalone else ReplicaNode(
+        store, zmq.Context.instance(), token, uuid.uuid4().hex,
+        data_public_key=curve[0].decode() if curve else "", data_address="",
+        ack_timeout=settings.replica_ack_timeout)
     data = DataPlane(store, settings.host, settings.data_port, settings.threads,
                      settings.max_frame_mb * 1024 * 1024, ipc_path, ipc_optional=auto,
-                     token=token, curve_keypair=curve)
+                     token=token, curve_keypair=curve, replica=node)
     try:
         data_port = data.bind()
     except BindError as exc:
@@ -110,8 +118,11 @@ def run(settings: PSSettings) -> int:
     host_part = f"[{public}]" if ":" in public else public
     me = Identity(settings.index, settings.num_ps, data_address=f"tcp://{host_part}:{data_port}",
                   started_ms=now_ms(), data_public_key=curve[0].decode() if curve else "")
+    if node is not None:
+        node.data_address = me.data_address  # where the primary sends this backup mutations
     try:
-        server, port, health = build_server(PSServicer(store, checkpointer, me), settings.host,
+        server, port, health = build_server(PSServicer(store, checkpointer, me, node),
+                                            settings.host,
                                             settings.port, settings.grpc_threads, credentials,
                                             auth.server_interceptors(token))
     except PortInUse as exc:
@@ -132,7 +143,7 @@ def run(settings: PSSettings) -> int:
         stub, channel = connect(settings.master, settings.tls_ca, token)
         registrar = Registrar(stub, me.address, me.data_address, settings.index,
                               settings.num_ps, settings.register_interval,
-                              data_public_key=me.data_public_key,
+                              data_public_key=me.data_public_key, node=node,
                               restored=restored_message(restored, me.started_ms))
         background.append(threading.Thread(target=registrar.run, args=(stop,),
                                            name="registrar", daemon=True))
@@ -156,6 +167,8 @@ def run(settings: PSSettings) -> int:
         print(f"elastic-ps: the final checkpoint failed: {exc}", file=sys.stderr)
         code = 1
     server.stop(grace=1).wait()
+    if node is not None:
+        node.close()
     data.stop()
     if channel is not None:
         channel.close()

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 # Below this size a tensor is copied into the reply (cheaper than a tracked zero-copy frame).
 ZERO_COPY_MIN_BYTES = 64 * 1024
 POLL_MS = 100
+CLIENT_KINDS = frozenset({"init_parameters", "pull", "push", "pull_rows", "push_rows"})
 
 
 class BindError(Exception):
@@ -95,11 +96,16 @@ def _export(t: torch.Tensor):
 class DataPlane:
     def __init__(self, store: ParamStore, host: str = "0.0.0.0", port: int = 0, threads: int = 4,
                  max_frame_bytes: int = 2**31, ipc_path: str = "", ipc_optional: bool = False,
-                 token: str = "", curve_keypair: tuple[bytes, bytes] | None = None):
+                 token: str = "", curve_keypair: tuple[bytes, bytes] | None = None,
+                 replica=None):
         """token: when set, every request must carry it (DataRequest.token); curve_keypair:
         (public, secret) Z85 keys to encrypt every connection with CURVE (zmq.curve_keypair())."""
         self.token = token
         self.curve_keypair = curve_keypair
+        # ps.replica.ReplicaNode: decides by this PS's role what is served (None: standalone)
+        self.replica = replica
+        if replica is not None:
+            replica.bind(self.dispatch)
         self.ipc_path = ipc_path
         self.ipc_optional = ipc_optional
         self.local_endpoint = ""
@@ -248,7 +254,9 @@ class DataPlane:
             if kind is None:
                 raise invalid("the request has no body: set one of init_parameters, pull, "
                               "push, pull_rows, push_rows")
-            return getattr(self, "_" + kind)(req, parts[1:])
+            if self.replica is not None:
+                return self.replica.handle(kind, req, parts)
+            return self.dispatch(kind, req, parts[1:])
         except ServiceError as exc:
             return [self._error(exc, req.seq)]
         except Exception:  # noqa: BLE001 - a bug; the PS keeps serving
@@ -256,6 +264,12 @@ class DataPlane:
             return [self._response(code=code_number("INTERNAL"), seq=req.seq,
                                    reason=Reason.INTERNAL.value,
                                    message=f"internal error handling {kind}").SerializeToString()]
+
+    def dispatch(self, kind: str, req, frames: list) -> list:
+        """Serve one decoded client request (no replication: see ps.replica)."""
+        if kind not in CLIENT_KINDS:
+            raise invalid(f"{kind} is for PS replicas; this PS serves no replication")
+        return getattr(self, "_" + kind)(req, frames)
 
     def _response(self, **fields) -> ps_pb2.DataResponse:
         return ps_pb2.DataResponse(local_endpoint=self.local_endpoint, **fields)

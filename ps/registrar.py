@@ -5,6 +5,11 @@ register (RegisterPS) while not registered, retrying with a bounded exponential 
 the master is unreachable; once registered, check every `interval` seconds with ListPS that
 the master still lists this PS with these addresses, and register again when it does not
 (the master lost its database, or another process registered this index).
+
+With a `node` (ps.replica.ReplicaNode) it also carries the master's word on this PS's role:
+each registration answer and each listing hands the role and generation to the node, a PS
+listed neither as its index's primary nor as one of its backups registers again, and while
+the node is `urgent` (its primary went quiet) the listing is checked every `URGENT_S`.
 """
 from __future__ import annotations
 
@@ -15,17 +20,19 @@ import grpc
 
 from protos import master_pb2, master_pb2_grpc
 from rpckit.channels import LeaderStub
+from rpckit.errors import Reason, reason_of
 from rpckit.retry import RETRYABLE
 
 log = logging.getLogger(__name__)
 
 RPC_TIMEOUT_S = 5.0
+URGENT_S = 0.1
 
 
 class Registrar:
     def __init__(self, stub, address: str, data_address: str, index: int, num_ps: int,
                  interval: float = 2.0, first_backoff: float = 0.1, data_public_key: str = "",
-                 restored: master_pb2.RestoredCheckpoint | None = None):
+                 restored: master_pb2.RestoredCheckpoint | None = None, node=None):
         self.stub = stub
         # what this PS restored from: told to the master (which counts the lost updates)
         # until one registration succeeded
@@ -42,6 +49,29 @@ class Registrar:
         self.incarnation = 0
         self.registrations = 0
         self._last_error = ""
+        self.node = node
+        self._wake = threading.Event()
+        if node is not None:
+            node.wake = self._wake.set
+            node.report = self._report_replicas
+
+    def _report_replicas(self, generation: int, in_sync: list[str]) -> None:
+        """ReportReplicas for the node's primary; raises Fenced when the master says so."""
+        from .replication import Fenced
+
+        try:
+            self.stub.ReportReplicas(master_pb2.ReportReplicasRequest(
+                index=self.index, generation=generation, instance=self.node.instance,
+                in_sync=in_sync), timeout=RPC_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            if reason_of(exc) == Reason.FENCED:
+                self.registered = False
+                raise Fenced(str(exc)) from exc
+            raise
+
+    @property
+    def _period(self) -> float:
+        return URGENT_S if self.node is not None and self.node.urgent.is_set() else self.interval
 
     def step(self) -> float:
         """One registration or check; returns seconds until the next step."""
@@ -61,14 +91,15 @@ class Registrar:
             self._note(f"the master refused this PS ({code.name if code else '?'}): {detail}",
                        logging.ERROR)
             self.backoff = self.first_backoff
-            return self.interval
+            return self._period
 
     def _register(self) -> float:
         resp = self.stub.RegisterPS(
             master_pb2.RegisterPSRequest(address=self.address, data_address=self.data_address,
                                          index=self.index, num_ps=self.num_ps,
                                          data_public_key=self.data_public_key,
-                                         restored=self.restored),
+                                         restored=self.restored,
+                                         instance=self.node.instance if self.node else ""),
             timeout=RPC_TIMEOUT_S)
         self.restored = None
         self.registered = True
@@ -78,13 +109,20 @@ class Registrar:
         self._last_error = ""
         log.info("registered with the master as PS %d/%d (incarnation %d): grpc %s data %s",
                  self.index, self.num_ps, resp.incarnation, self.address, self.data_address)
-        return self.interval
+        if self.node is not None:
+            self.node.on_role(resp.role, resp.generation, resp.primary, resp.replicas)
+        return self._period
 
     def _check(self) -> float:
         resp = self.stub.ListPS(master_pb2.ListPSRequest(), timeout=RPC_TIMEOUT_S)
         self.backoff = self.first_backoff
         mine = [p for p in resp.ps if p.index == self.index]
-        if (len(mine) == 1 and mine[0].address == self.address
+        if self.node is not None and len(mine) == 1:
+            role = self._role_in(mine[0])
+            if role:
+                self.node.on_role(role, mine[0].generation, mine[0], resp.replicas)
+                return self._period
+        elif (len(mine) == 1 and mine[0].address == self.address
                 and mine[0].data_address == self.data_address and mine[0].num_ps == self.num_ps
                 and mine[0].data_public_key == self.data_public_key):
             return self.interval
@@ -94,6 +132,15 @@ class Registrar:
         self.registered = False
         return 0.0
 
+    def _role_in(self, entry) -> str:
+        """primary / backup when the listing names this process so, else ''."""
+        if (entry.instance == self.node.instance and entry.address == self.address
+                and entry.data_address == self.data_address):
+            return "primary"
+        if any(b.instance == self.node.instance for b in entry.backups):
+            return "backup"
+        return ""
+
     def _note(self, message: str, level: int) -> None:
         if message.split(";")[0] != self._last_error.split(";")[0]:
             log.log(level, message)
@@ -102,8 +149,9 @@ class Registrar:
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             delay = self.step()
-            if delay and stop.wait(delay):
-                return
+            if delay:
+                self._wake.wait(delay)
+                self._wake.clear()
 
 
 def connect(master: str, tls_ca: str = "", token: str = ""):

@@ -33,7 +33,7 @@ class Identity:
 
 
 def status_view(store: ParamStore, checkpointer: Checkpointer | None,
-                me: Identity) -> ps_pb2.GetPSStatusResponse:
+                me: Identity, node=None) -> ps_pb2.GetPSStatusResponse:
     s = store.stats
     resp = ps_pb2.GetPSStatusResponse(
         index=me.index, num_ps=me.num_ps, address=me.address, data_address=me.data_address,
@@ -43,6 +43,11 @@ def status_view(store: ParamStore, checkpointer: Checkpointer | None,
         max_staleness_allowed=store.max_staleness, waited_for_send=s.waited_for_send,
         copies_on_write=s.copies_on_write, data_public_key=me.data_public_key,
     )
+    if node is not None:  # ps.replica.ReplicaNode
+        for key, value in node.status().items():
+            setattr(resp, key, value)
+    else:
+        resp.role = "primary"
     if store.optimizer_cfg:
         resp.optimizer.CopyFrom(config_to_pb(store.optimizer_cfg))
     for name in sorted(store.dense):
@@ -67,7 +72,8 @@ def status_view(store: ParamStore, checkpointer: Checkpointer | None,
 
 
 class PSServicer(ps_pb2_grpc.ParameterServerServicer):
-    def __init__(self, store: ParamStore, checkpointer: Checkpointer, me: Identity):
+    def __init__(self, store: ParamStore, checkpointer: Checkpointer, me: Identity, node=None):
+        self.node = node
         self.store = store
         self.checkpointer = checkpointer
         self.me = me
@@ -86,7 +92,7 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
                                          seconds=info.seconds, number=info.number)
 
     def GetPSStatus(self, request, context):
-        return status_view(self.store, self.checkpointer, self.me)
+        return status_view(self.store, self.checkpointer, self.me, self.node)
 
 
 def build_server(servicer: PSServicer, host: str, port: int, threads: int,

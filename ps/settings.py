@@ -37,6 +37,7 @@ class PSSettings:
     max_frame_mb: int = 2048
     applied_capacity: int = 100_000
     torch_threads: int = 1
+    replica_ack_timeout: float = 2.0
     log_level: str = "INFO"
     tls_cert: str = ""
     tls_key: str = ""
@@ -102,6 +103,9 @@ def parse(argv: list[str] | None = None) -> PSSettings:
            "torch intra-op threads (0: torch's default). 1 by default: the PS's updates are "
            "memory-bound, and OpenMP teams spin-waiting in several handler threads starve the "
            "handlers and ZeroMQ's I/O thread of cores")
+    p.flag("--replica-ack-timeout", d.replica_ack_timeout,
+           "seconds a primary waits for an in-sync backup to acknowledge a mutation before it "
+           "drops that backup (which then copies the primary again)")
     p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
     auth.add_flags(p, server=True, client=True)  # --tls-ca: towards the master
     return p.settings(PSSettings, argv, check)
@@ -137,6 +141,8 @@ def check(s: PSSettings) -> list[str]:
         problems.append("--max-frame-mb must be >= 1")
     if s.applied_capacity < 1:
         problems.append("--applied-capacity must be >= 1")
+    if not s.replica_ack_timeout > 0:
+        problems.append("--replica-ack-timeout must be > 0")
     if s.torch_threads < 0:
         problems.append("--torch-threads must be >= 0")
     directory = Path(s.checkpoint_dir)

@@ -10,6 +10,15 @@ one), up to `max_attempts` tries; then `PSUnavailable`. A PS that answers UNAVAI
 shutting down) is retried the same way. Any other refusal raises `PSError` with the PS's code
 and message; FAILED_PRECONDITION from a push is `StaleGradient` (pull again, recompute).
 
+With PS replicas (`--ps-replicas` on the master) each index has a primary and a generation
+(ListPS). Requests carry the generation they were routed by; a request that has waited
+`REROUTE_AFTER_S` without an answer makes the client ask the master (at most every
+`REROUTE_AFTER_S`) whether that index's generation changed, and if so it goes to the new
+primary at once with the same (client_id, seq): a push the old primary applied and forwarded
+is answered as a duplicate there, one it never forwarded is applied there, so either way once.
+A PS that is not the primary answers UNAVAILABLE with reason FENCED, which is retried the same
+way.
+
 A PS on the same machine is reached over its Unix socket (ZeroMQ ipc://) once it has announced
 one that this machine can see (`prefer_local`, on by default): about twice TCP's throughput on
 127.0.0.1. If that socket ever fails to answer, the client goes back to TCP.
@@ -26,7 +35,7 @@ import stat
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import torch
 import zmq
@@ -44,6 +53,7 @@ from ps.wire import as_buffer, check_meta, code_name, from_frame, meta_of
 
 PSError = ServiceError  # a refusal from a PS: `code`, `reason` (rpckit.errors.Reason), `message`
 _RETRY_CODES = frozenset(code.name for code in RETRYABLE)
+REROUTE_AFTER_S = 0.3  # an unanswered request this old asks the master for a new primary
 
 
 class PSUnavailable(ServiceError):
@@ -79,6 +89,22 @@ def master_endpoints(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, 
 def master_data_plane(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
                       tls_ca: str = "", token: str = "") -> list[tuple[str, str]]:
     """(data address, CURVE public key or '') of each PS, by index, as `master_endpoints`."""
+    return [(r.data_address, r.data_public_key)
+            for r in master_routes(master, timeout_s, poll_s, tls_ca=tls_ca, token=token)]
+
+
+class Route(NamedTuple):
+    """Where a PS index's primary takes requests, and its generation (0: not replicated)."""
+
+    data_address: str
+    data_public_key: str = ""
+    generation: int = 0
+
+
+def master_routes(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
+                  tls_ca: str = "", token: str = "", stub=None) -> list[Route]:
+    """The primary of each PS index, by index, as `master_endpoints`; `stub`: a Master stub
+    to reuse (else one is made and closed)."""
     import grpc
 
     from protos import master_pb2, master_pb2_grpc
@@ -87,13 +113,15 @@ def master_data_plane(master: str, timeout_s: float = 30.0, poll_s: float = 0.2,
     deadline = time.monotonic() + timeout_s
     last = "no answer"
     # host:port[,host:port...]: follows the leader
-    stub = LeaderStub(master, master_pb2_grpc.MasterStub, tls_ca=tls_ca, token=token)
+    own = stub is None
+    if own:
+        stub = LeaderStub(master, master_pb2_grpc.MasterStub, tls_ca=tls_ca, token=token)
     try:
         while True:
             try:
                 resp = stub.ListPS(master_pb2.ListPSRequest(), timeout=max(0.5, poll_s * 5))
                 if resp.complete:
-                    return [(p.data_address, p.data_public_key)
+                    return [Route(p.data_address, p.data_public_key, p.generation)
                             for p in sorted(resp.ps, key=lambda p: p.index)]
                 last = f"{len(resp.ps)} of {resp.num_ps} PS registered"
             except grpc.RpcError as exc:
@@ -103,7 +131,8 @@ def master_data_plane(master: str, timeout_s: float = 30.0, poll_s: float = 0.2,
                                     f"within {timeout_s:.0f}s ({last})")
             time.sleep(poll_s)
     finally:
-        stub.close()
+        if own:
+            stub.close()
 
 
 class _Connection:
@@ -121,6 +150,7 @@ class _Connection:
         self.server_key = server_key    # the PS's CURVE public key: encrypt, else plaintext
         self.client_keys = client_keys  # this client's (public, secret) CURVE keys
         self.prefer_local = prefer_local
+        self.generation = 0  # the PS generation this connection's endpoint serves
         self.local = ""
         self._refused: set[str] = set()
         self.socket: zmq.Socket | None = None
@@ -192,9 +222,11 @@ class DataClient:
         keys = list(server_keys) if server_keys is not None else [""] * len(endpoints or ())
         if endpoints is not None and len(keys) != len(endpoints):
             raise ValueError("give one server key per endpoint")
-        self._resolve: Callable[[], list[tuple[str, str]]] = (
-            (lambda: list(zip(endpoints, keys))) if endpoints is not None
-            else (lambda: master_data_plane(master, discovery_timeout_s, **self._lookup)))
+        self._stub = None  # a Master stub kept for re-routing (made on first use)
+        self._resolve: Callable[[], list[Route]] = (
+            (lambda: [Route(e, k) for e, k in zip(endpoints, keys)]) if endpoints is not None
+            else (lambda: master_routes(master, discovery_timeout_s, stub=self._master_stub(),
+                                        **self._lookup)))
         self.client_id = client_id or uuid.uuid4().hex
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
@@ -204,9 +236,12 @@ class DataClient:
         self.ctx = context or zmq.Context()
         found = self._resolve()
         # ephemeral: a CURVE client needs a key pair, but the PS trusts the token, not the key
-        client_keys = zmq.curve_keypair() if any(key for _, key in found) else None
-        self._conns = [_Connection(self.ctx, e, prefer_local, key, client_keys)
-                       for e, key in found]
+        client_keys = zmq.curve_keypair() if any(r.data_public_key for r in found) else None
+        self._conns = [_Connection(self.ctx, r.data_address, prefer_local, r.data_public_key,
+                                   client_keys) for r in found]
+        for conn, route in zip(self._conns, found):
+            conn.generation = route.generation
+        self._rerouted_at = 0.0
         if not self._conns:
             raise ValueError("no PS endpoints")
         self._seq = 0
@@ -231,7 +266,22 @@ class DataClient:
         """The endpoint each PS is reached at now (its same-host socket, or TCP)."""
         return [c.current for c in self._conns]
 
+    def _master_stub(self):
+        if self._stub is None:
+            from protos import master_pb2_grpc
+            from rpckit.channels import LeaderStub
+
+            self._stub = LeaderStub(self.master, master_pb2_grpc.MasterStub, **self._lookup)
+        return self._stub
+
+    @property
+    def generations(self) -> list[int]:
+        """The PS generation each index's requests go to (0: not replicated)."""
+        return [c.generation for c in self._conns]
+
     def close(self) -> None:
+        if self._stub is not None:
+            self._stub.close()
         for c in self._conns:
             c.reset()
         if self._own_ctx:
@@ -379,27 +429,37 @@ class DataClient:
         answered (or answered with a retryable code). Raises PSError for a refusal whose
         reason is not in `allow`."""
         seq = self.next_seq()
-        wire = {}
-        for index, (req, frames) in requests.items():
+        for req, _ in requests.values():
             req.client_id, req.seq, req.token = self.client_id, seq, self._token
-            wire[index] = [req.SerializeToString(), *frames]
+        wire = {}
         results: dict[int, tuple] = {}
         offers: dict[int, str] = {}
-        pending = set(wire)
+        pending = set(requests)
         backoff = self.backoff_s
         why = ""
         for attempt in range(1, self.max_attempts + 1):
             waiting = {}
             for index in pending:
+                req, frames = requests[index]
+                if req.generation != self._conns[index].generation or index not in wire:
+                    req.generation = self._conns[index].generation
+                    wire[index] = [req.SerializeToString(), *frames]
                 waiting[self._conns[index].send(wire[index])] = index
             poller = zmq.Poller()
             for sock in waiting:
                 poller.register(sock, zmq.POLLIN)
-            deadline = time.monotonic() + self.timeout_s
+            started = time.monotonic()
+            deadline = started + self.timeout_s
             while waiting:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
                     break
+                if self.master is not None:
+                    if (time.monotonic() - started >= REROUTE_AFTER_S
+                            and self._primary_moved(set(waiting.values()))):
+                        why = "a new PS primary was promoted"
+                        break
+                    left_ms = min(left_ms, int(REROUTE_AFTER_S * 1000))
                 for sock, _ in poller.poll(left_ms):
                     frames = sock.recv_multipart(copy=False)
                     resp = ps_pb2.DataResponse()
@@ -437,23 +497,38 @@ class DataClient:
             self._refresh(pending)
         raise PSUnavailable(f"no answer after {self.max_attempts} tries ({why})")
 
-    def _refresh(self, indexes: Iterable[int]) -> None:
-        """Look the PS up again (a restarted PS may listen elsewhere)."""
+    def _primary_moved(self, indexes: set[int]) -> bool:
+        """Whether the master names another primary for one of `indexes` (asked at most every
+        REROUTE_AFTER_S; the connections are moved when so)."""
+        now = time.monotonic()
+        if now - self._rerouted_at < REROUTE_AFTER_S:
+            return False
+        self._rerouted_at = now
+        before = [(c.endpoint, c.generation) for c in self._conns]
+        self._refresh(indexes, timeout_s=REROUTE_AFTER_S)
+        return any((self._conns[i].endpoint, self._conns[i].generation) != before[i]
+                   for i in indexes)
+
+    def _refresh(self, indexes: Iterable[int], timeout_s: float | None = None) -> None:
+        """Look the PS up again (a restarted PS may listen elsewhere, a backup may have been
+        promoted)."""
         if self.master is None:
             return
         try:
-            found = master_data_plane(self.master, timeout_s=self.timeout_s, **self._lookup)
+            found = master_routes(self.master, timeout_s=timeout_s or self.timeout_s,
+                                  stub=self._master_stub(), **self._lookup)
         except PSUnavailable:
             return
         if len(found) != self.num_ps:
             return
         for i in indexes:
-            endpoint, key = found[i]
+            endpoint, key, generation = found[i]
             conn = self._conns[i]
             if (conn.endpoint, conn.server_key) != (endpoint, key):
                 if key and conn.client_keys is None:
                     conn.client_keys = zmq.curve_keypair()
                 conn.moved(endpoint, key)
+            conn.generation = generation
 
 
 def _rows(resp: ps_pb2.DataResponse, frames: list, n: int) -> torch.Tensor:

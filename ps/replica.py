@@ -1,0 +1,186 @@
+"""This PS's place in its index's replica set, and the data plane's gate that follows from it.
+
+The master decides the role (master/ps_replicas.py); the registrar hands each answer to
+`on_role`. What the gate lets through, by role:
+
+- pending (not registered yet) and fenced (deposed, registering again): nothing; clients get
+  UNAVAILABLE with reason FENCED and look the primary up again.
+- backup: only `Replicate` from its primary (ps/follower.py); clients are FENCED.
+- primary: clients' requests, unless they name a newer generation than this PS's (then it
+  was deposed and does not know yet: FENCED); with `--ps-replicas` > 0 every mutation goes
+  through the replication order (ps/replication.py), and backups may attach (`Follow`).
+
+A primary the master answers FENCED (ReportReplicas) stops serving at once and registers
+again, which makes it a backup of the new primary: a deposed primary never serves as a second
+primary.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from typing import Callable
+
+import zmq
+
+from protos import ps_pb2
+
+from rpckit.errors import Reason, ServiceError
+from .follower import Backup, Upstream
+from .params import ParamStore
+from .replication import Fenced, Primary
+
+log = logging.getLogger(__name__)
+
+MUTATIONS = frozenset({"init_parameters", "push", "push_rows"})
+
+
+class Role(str, enum.Enum):
+    PENDING = "pending"
+    PRIMARY = "primary"
+    BACKUP = "backup"
+    FENCED = "fenced"
+
+
+def fenced(message: str) -> ServiceError:
+    return ServiceError("UNAVAILABLE", Reason.FENCED, message)
+
+
+class ReplicaNode:
+    def __init__(self, store: ParamStore, ctx: zmq.Context, token: str, instance: str,
+                 data_address: str, data_public_key: str = "", ack_timeout: float = 2.0):
+        self.store = store
+        self.ctx = ctx
+        self.token = token
+        self.instance = instance
+        self.data_address = data_address
+        self.data_public_key = data_public_key
+        self.ack_timeout = ack_timeout
+        self.role = Role.PENDING
+        self.generation = 0
+        self.replicas = 0
+        self.primary: Primary | None = None
+        self.backup: Backup | None = None
+        self.urgent = threading.Event()  # ask the master soon (the primary went quiet)
+        self.wake: Callable[[], None] = lambda: None        # the registrar's, when it runs
+        self.report: Callable[[int, list[str]], None] | None = None  # (generation, in_sync)
+        self._dispatch: Callable[[str, ps_pb2.DataRequest, list], list] | None = None
+        self._lock = threading.Lock()
+
+    def bind(self, dispatch: Callable[[str, ps_pb2.DataRequest, list], list]) -> None:
+        """The data plane's own handler of a decoded request (kind, request, frames)."""
+        self._dispatch = dispatch
+
+    # -- the gate ------------------------------------------------------------------------------
+
+    def handle(self, kind: str, req: ps_pb2.DataRequest, parts: list) -> list:
+        role, primary = self.role, self.primary
+        if kind == "replicate":
+            backup = self.backup
+            if role != Role.BACKUP or backup is None:
+                raise fenced(f"PS {self.store.index} is {role.value}, not a backup")
+            return backup.on_replicate(req, parts[1:])
+        if role != Role.PRIMARY or primary is None:
+            raise fenced(f"PS {self.store.index} is {role.value} (generation "
+                         f"{self.generation}), not the primary: ask the master (ListPS)")
+        if req.generation > self.generation:
+            raise fenced(f"PS {self.store.index} is at generation {self.generation}, the "
+                         f"request names {req.generation}: this PS was deposed")
+        if kind == "follow":
+            return self._follow(primary, req)
+        if kind in MUTATIONS and self.replicas > 0:
+            header = parts[0].bytes if hasattr(parts[0], "bytes") else bytes(parts[0])
+            return primary.mutate(req, header, parts[1:],
+                                  lambda: self._dispatch(kind, req, parts[1:]))
+        return self._dispatch(kind, req, parts[1:])
+
+    def _follow(self, primary: Primary, req: ps_pb2.DataRequest) -> list:
+        if self.replicas == 0:
+            raise ServiceError("FAILED_PRECONDITION", Reason.FENCED,
+                               "the master asks for no backups (--ps-replicas 0)")
+        if req.follow.generation != self.generation:
+            raise fenced(f"generation {req.follow.generation} asked, this primary is at "
+                         f"{self.generation}")
+        if req.follow.attach_id == 0:
+            result, snapshot = primary.attach(req.follow)
+            return [ps_pb2.DataResponse(code=0, seq=req.seq, follow=result).SerializeToString(),
+                    snapshot]
+        return [ps_pb2.DataResponse(code=0, seq=req.seq, follow=primary.status(req.follow))
+                .SerializeToString()]
+
+    # -- what the master says ------------------------------------------------------------------
+
+    def on_role(self, role: str, generation: int, primary: ps_pb2.PSInfo, replicas: int) -> None:
+        with self._lock:
+            self.replicas = replicas
+            if role == Role.PRIMARY:
+                if self.role == Role.PRIMARY and self.generation == generation:
+                    return
+                self._stop_backup()
+                if self.primary is not None:
+                    self.primary.close()
+                was = self.role
+                self.generation, self.role = generation, Role.PRIMARY
+                self.primary = Primary(self.store, self.ctx, self.token, generation,
+                                       self._report, self.ack_timeout)
+                self.urgent.clear()
+                log.warning("PS %d is the primary of generation %d (was %s)", self.store.index,
+                            generation, was.value)
+            elif role == Role.BACKUP:
+                if self.primary is not None:
+                    self.primary.fence()
+                    self.primary.close()
+                    self.primary = None
+                if self.role != Role.BACKUP or self.generation != generation:
+                    log.warning("PS %d is a backup of %s (generation %d)", self.store.index,
+                                primary.data_address, generation)
+                    self.urgent.clear()
+                self.generation, self.role = generation, Role.BACKUP
+                if self.backup is None:
+                    self.backup = Backup(self.store, self.ctx, self.token, self.instance,
+                                         self.data_address, self.data_public_key,
+                                         self._apply_replicated, self._primary_silent)
+                self.backup.follow(Upstream(generation, primary.data_address,
+                                            primary.data_public_key))
+
+    def _report(self, in_sync: list[str]) -> None:
+        if self.report is None:
+            raise RuntimeError("no master to report to")
+        try:
+            self.report(self.generation, in_sync)
+        except Fenced:
+            self.role = Role.FENCED  # not under _lock: on_role may be closing this primary
+            log.warning("PS %d was deposed (generation %d): registering again",
+                        self.store.index, self.generation)
+            self.urgent.set()
+            self.wake()
+            raise
+
+    def _apply_replicated(self, inner: ps_pb2.DataRequest, frames: list) -> list:
+        return self._dispatch(inner.WhichOneof("body"), inner, frames)
+
+    def _primary_silent(self) -> None:
+        self.urgent.set()
+        self.wake()
+
+    def _stop_backup(self) -> None:
+        if self.backup is not None:
+            self.backup.stop()
+            self.backup = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop_backup()
+            if self.primary is not None:
+                self.primary.close()
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        backup, primary = self.backup, self.primary
+        return dict(
+            role=self.role.value, generation=self.generation,
+            replica_state=("in_sync" if backup.in_sync else "syncing") if backup else "",
+            backups_in_sync=primary.in_sync_count() if primary else 0,
+            replication_seq=primary.seq if primary else (backup.applied_seq if backup else 0),
+        )

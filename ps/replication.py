@@ -1,0 +1,328 @@
+"""The primary's side of PS replication: number every mutation, forward it, answer once copied.
+
+A backup attaches with a `Follow` request (ps/follower.py): under the order lock the primary
+takes a consistent snapshot of its ParamStore (model, optimizer state and the at-most-once
+table) at mutation number S and answers it; every mutation after S goes to the backup as a
+`Replicate` request numbered S+1, S+2, ... to the backup's own data plane, which applies them
+in that order and acknowledges each.
+
+What it promises:
+
+- One order. Mutations (InitParameters, Push, PushRows) are applied and numbered under one
+  lock, so the backups apply exactly the primary's sequence. A retried request that the
+  at-most-once table answers as a duplicate is not forwarded (its first try was).
+- A push is answered only when every in-sync backup acknowledged every mutation numbered so
+  far (the retry of a duplicate waits too, so its first try is copied before it is answered).
+- A backup counts as in sync once it acknowledged everything up to the moment the primary
+  started waiting for it, and the master recorded it (ReportReplicas). A backup that does not
+  acknowledge within `ack_timeout` is dropped: the primary answers nothing until the master
+  recorded the drop (so the master never promotes a backup that lacks an acknowledged push),
+  then detaches it (it copies the primary again). A master that answers FENCED means this PS
+  was deposed: the pending push is refused with FENCED, the caller re-routes.
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import logging
+import threading
+import time
+import uuid
+from typing import Callable
+
+import torch
+import zmq
+
+from protos import ps_pb2
+
+from rpckit.errors import Reason, ServiceError, unavailable
+from .params import ParamStore
+
+log = logging.getLogger(__name__)
+
+QUEUE_LIMIT = 100_000   # mutations queued towards one backup before it is given up
+IDLE_DETACH_S = 10.0    # a backup that stopped asking (Follow) is detached after this
+REPORT_EVERY_S = 2.0    # the in-sync set is told to the master again this often
+
+
+class Fenced(Exception):
+    """The master says this PS is no longer the primary of its generation."""
+
+
+class Follower:
+    """One attached backup: mutations go out through an I/O thread that owns the socket."""
+
+    def __init__(self, ctx: zmq.Context, attach_id: int, instance: str, endpoint: str,
+                 server_key: str, acked: int, on_ack: Callable[[], None]):
+        self.attach_id = attach_id
+        self.instance = instance
+        self.endpoint = endpoint
+        self.acked = acked          # backups apply in order: an ack of n covers 1..n
+        self.in_sync = False        # the primary waits for it
+        self.join_seq = 0           # in sync once acked >= this (set when waiting began)
+        self.confirmed = False      # the master recorded it in sync
+        self.failed = ""            # why it was given up
+        self.last_follow = time.monotonic()
+        self._on_ack = on_ack
+        self._inbox = f"inproc://replicate-{uuid.uuid4().hex}"
+        self._push = ctx.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.SNDHWM, QUEUE_LIMIT)
+        self._push.setsockopt(zmq.LINGER, 0)
+        self._push.bind(self._inbox)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._io, args=(ctx, server_key),
+                                        name=f"replicate-{attach_id}", daemon=True)
+        self._thread.start()
+
+    def send(self, parts: list) -> None:
+        """Under the primary's order lock (one sender at a time)."""
+        if self.failed:
+            return
+        try:
+            self._push.send_multipart(parts, copy=False, flags=zmq.NOBLOCK)
+        except zmq.Again:
+            self.fail(f"more than {QUEUE_LIMIT} mutations queued")
+
+    def fail(self, why: str) -> None:
+        if not self.failed:
+            self.failed = why
+            log.warning("backup %s (%s) given up: %s", self.instance[:16], self.endpoint, why)
+        self._on_ack()
+
+    def _io(self, ctx: zmq.Context, server_key: str) -> None:
+        pull = ctx.socket(zmq.PULL)
+        pull.setsockopt(zmq.LINGER, 0)
+        pull.connect(self._inbox)
+        out = ctx.socket(zmq.DEALER)
+        out.setsockopt(zmq.LINGER, 0)
+        out.setsockopt(zmq.SNDHWM, QUEUE_LIMIT)
+        if server_key:
+            out.curve_serverkey = server_key.encode()
+            out.curve_publickey, out.curve_secretkey = zmq.curve_keypair()
+        out.connect(self.endpoint)
+        poller = zmq.Poller()
+        poller.register(pull, zmq.POLLIN)
+        poller.register(out, zmq.POLLIN)
+        try:
+            while not self._stop.is_set():
+                for sock, _ in poller.poll(100):
+                    if sock is pull:
+                        out.send_multipart(pull.recv_multipart(copy=False), copy=False)
+                        continue
+                    frames = out.recv_multipart()
+                    resp = ps_pb2.DataResponse.FromString(frames[0])
+                    if resp.code != 0:
+                        self.fail(f"it refused mutation {resp.seq}: {resp.message}")
+                    elif resp.replicate.seq > self.acked:
+                        self.acked = resp.replicate.seq
+                        self._on_ack()
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.ETERM:
+                log.exception("replication to %s failed", self.endpoint)
+        finally:
+            pull.close(0)
+            out.close(0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self._push.close(0)
+
+
+class Primary:
+    def __init__(self, store: ParamStore, ctx: zmq.Context, token: str, generation: int,
+                 report: Callable[[list[str]], None], ack_timeout: float = 2.0):
+        """report(in_sync_instances): tell the master; raises Fenced, or anything on failure."""
+        self.store = store
+        self.ctx = ctx
+        self.token = token
+        self.generation = generation
+        self.report = report
+        self.ack_timeout = ack_timeout
+        self.order = threading.Lock()
+        self.seq = 0
+        self.followers: dict[int, Follower] = {}
+        self._ids = itertools.count(1)
+        self._cond = threading.Condition()
+        self._report_lock = threading.Lock()
+        self.fenced = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="replication", daemon=True)
+        self._thread.start()
+
+    # -- the data path --------------------------------------------------------------------------
+
+    def mutate(self, req: ps_pb2.DataRequest, header: bytes, frames: list,
+               dispatch: Callable[[], list]) -> list:
+        """Apply (dispatch) in the one order, forward, and answer once the backups have it."""
+        with self.order:
+            self._refuse_if_fenced()
+            reply = dispatch()
+            if self.followers and _changed(req, reply):
+                self.seq += 1
+                for f in list(self.followers.values()):
+                    msg = ps_pb2.DataRequest(token=self.token, replicate=ps_pb2.Replicate(
+                        generation=self.generation, attach_id=f.attach_id, seq=self.seq,
+                        request=header))
+                    f.send([msg.SerializeToString(), *frames])
+            target = self.seq
+        self._wait(target)
+        return reply
+
+    def _wait(self, target: int) -> None:
+        deadline = time.monotonic() + self.ack_timeout
+        with self._cond:
+            while True:
+                lagging = [f for f in self.followers.values() if f.in_sync and f.acked < target]
+                if not lagging:
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0 or any(f.failed for f in lagging):
+                    break
+                self._cond.wait(left)
+        for f in lagging:
+            f.fail(f.failed or f"no acknowledgement of mutation {target} within "
+                   f"{self.ack_timeout:.1f}s")
+        self._drop(lagging)
+
+    def _drop(self, lagging: list[Follower]) -> None:
+        """Stop waiting for `lagging`, once the master recorded it. Raises ServiceError when
+        that cannot be done (the push stays unanswered: the client retries)."""
+        with self._report_lock:
+            keep = [f for f in self.followers.values() if f.confirmed and f not in lagging]
+            try:
+                self.report([f.instance for f in keep])
+            except Fenced:
+                self.fence()
+                self._refuse_if_fenced()
+            except Exception as exc:  # noqa: BLE001 - the master is unreachable: no answer
+                raise unavailable(Reason.UNAVAILABLE, f"PS replication: a backup stopped "
+                                  f"answering and the master could not be told ({exc}); "
+                                  "retry") from exc
+            for f in lagging:
+                self._detach(f)
+
+    # -- backups attaching ----------------------------------------------------------------------
+
+    def attach(self, follow: ps_pb2.Follow) -> tuple[ps_pb2.FollowResult, bytes]:
+        """A backup asks for a snapshot: it gets the state at mutation S and S+1.. after."""
+        for f in list(self.followers.values()):
+            if f.instance == follow.instance:
+                self._detach(f)
+        with self.order:
+            self._refuse_if_fenced()
+            state = self.store.snapshot()
+            # acked -1: nothing counts until the backup says it loaded the snapshot
+            f = Follower(self.ctx, next(self._ids), follow.instance, follow.data_address,
+                         follow.data_public_key, -1, self._notify)
+            self.followers[f.attach_id] = f
+            seq = self.seq
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        log.info("backup %s at %s attached at mutation %d (%d bytes)", follow.instance[:16],
+                 follow.data_address, seq, buf.tell())
+        return ps_pb2.FollowResult(attach_id=f.attach_id, seq=seq, attached=True), buf.getvalue()
+
+    def status(self, follow: ps_pb2.Follow) -> ps_pb2.FollowResult:
+        f = self.followers.get(follow.attach_id)
+        if f is None or f.failed or f.instance != follow.instance:
+            return ps_pb2.FollowResult(attach_id=follow.attach_id, attached=False)
+        f.last_follow = time.monotonic()
+        if follow.loaded and follow.applied > f.acked:
+            f.acked = follow.applied  # the snapshot is loaded (acked was -1 until now)
+            self._notify()
+        return ps_pb2.FollowResult(attach_id=f.attach_id, seq=f.acked, attached=True,
+                                   in_sync=f.in_sync and f.confirmed)
+
+    def in_sync_count(self) -> int:
+        return sum(1 for f in self.followers.values() if f.in_sync and f.confirmed)
+
+    # -- background: backups that caught up, backups gone quiet -------------------------------
+
+    def _notify(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _watch(self) -> None:
+        reported = time.monotonic()
+        while not self._stop.wait(0.05):
+            if time.monotonic() - reported >= REPORT_EVERY_S:
+                # say it again now and then: the master may have dropped and re-added a
+                # backup (a health check failed) or lost the report with a failover
+                reported = time.monotonic()
+                self._confirm(None)
+            for f in list(self.followers.values()):
+                if f.failed and not f.in_sync:
+                    self._detach(f)
+                elif not f.in_sync and f.acked >= self.seq:
+                    with self.order:  # from the next mutation on, pushes wait for it
+                        f.in_sync, f.join_seq = True, self.seq
+                elif f.in_sync and not f.confirmed and f.acked >= f.join_seq:
+                    self._confirm(f)
+                elif time.monotonic() - f.last_follow > IDLE_DETACH_S and not f.in_sync:
+                    f.fail("it stopped asking (Follow)")
+
+    def _confirm(self, f: Follower | None) -> None:
+        """Report the in-sync set to the master (with `f` newly in it, or just again)."""
+        with self._report_lock:
+            if f is not None and (f.failed or self.followers.get(f.attach_id) is not f):
+                return
+            if f is None and not any(x.confirmed for x in self.followers.values()):
+                return
+            try:
+                # only backups known to hold everything acknowledged: confirmed ones, and `f`
+                # (it acknowledged every mutation since the primary began to wait for it)
+                self.report([x.instance for x in self.followers.values()
+                             if x.confirmed or x is f])
+            except Fenced:
+                self.fence()
+                return
+            except Exception as exc:  # noqa: BLE001 - try again on the next round
+                log.warning("cannot tell the master which backups are in sync: %s", exc)
+                return
+            if f is None:
+                return
+            f.confirmed = True
+            log.info("backup %s at %s is in sync (mutation %d)", f.instance[:16], f.endpoint,
+                     f.acked)
+
+    def _detach(self, f: Follower) -> None:
+        if self.followers.pop(f.attach_id, None) is not None:
+            f.close()
+        self._notify()
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def fence(self) -> None:
+        self.fenced = True
+        self._notify()
+
+    def _refuse_if_fenced(self) -> None:
+        if self.fenced:
+            raise ServiceError("UNAVAILABLE", Reason.FENCED,
+                               f"PS {self.store.index} was deposed (generation "
+                               f"{self.generation} is over): ask the master for the primary")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        for f in list(self.followers.values()):
+            self._detach(f)
+
+
+def _changed(req: ps_pb2.DataRequest, reply: list) -> bool:
+    """Whether a mutation's answer says it took effect now (not a duplicate's stored answer,
+    not a refusal that changed nothing)."""
+    resp = ps_pb2.DataResponse.FromString(_bytes(reply[0]))
+    kind = resp.WhichOneof("body")
+    if kind == "push":
+        return not resp.push.duplicate and resp.code in (0, 9)  # OK, or refused stale (kept)
+    if kind == "push_rows":
+        return not resp.push_rows.duplicate and resp.code == 0
+    if kind == "init_parameters":
+        return resp.init_parameters.initialized
+    return False
+
+
+def _bytes(part) -> bytes:
+    return part.bytes if hasattr(part, "bytes") else bytes(part)
