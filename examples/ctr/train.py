@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", default=f"{socket.gethostname()}-{os.getpid()}")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="worker label, e.g. market=spot (repeatable)")
+    p.add_argument("--num-workers", type=int, default=0,
+                   help="DataLoader worker processes reading batches (ds.loader); 0: read in "
+                        "the training process (ds.batches)")
+    p.add_argument("--max-inflight", type=int, default=1,
+                   help="pushes sent in the background and not yet answered")
     p.add_argument("--eval", action="store_true", help="only evaluate the current model")
     p.add_argument("--log-every", type=float, default=5.0, help="seconds between progress lines")
     p.add_argument("--start-when", metavar="PATH",
@@ -65,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                 p.error(f"--start-when {args.start_when}: it never appeared")
             time.sleep(0.05)
     model = build_model(train.meta)
-    client = PSClient(master=args.master)
+    client = PSClient(master=args.master, max_inflight=args.max_inflight)
     client.init_parameters(model, optimizer="adagrad", lr=args.lr)
     if args.eval:
         print(f"test AUC {evaluate(client, model, ClickLog(args.data, 'test')):.4f} "
@@ -79,7 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     steps = records = 0
     started = last_log = time.monotonic()
     failures_in_a_row = 0
-    for ids, dense, y in ds.batches(args.batch_size):
+    # the fast path: ClickLog reads a leased range in one call (read/take), the next batch's
+    # embedding rows and dense parameters are fetched while this one computes, and pushes go
+    # out in the background (a batch counts as trained once its push is answered)
+    prefetch = lambda batch: client.prefetch(batch[0])  # noqa: E731
+    batches = (ds.loader(args.batch_size, num_workers=args.num_workers, prefetch=prefetch)
+               if args.num_workers else ds.batches(args.batch_size, prefetch=prefetch))
+    for ids, dense, y in batches:
         client.pull(model)
         try:
             loss = loss_fn(model(ids, dense), y)
@@ -90,13 +101,14 @@ def main(argv: list[str] | None = None) -> int:
             # bad data, not a bad worker: report the batch FAILED; a shard that fails
             # --max-shard-failures times is quarantined by the master, the rest goes on
             model.zero_grad(set_to_none=True)
+            client.flush()  # earlier steps' pushes answered: only this batch is failed
             ds.mark_failed(f"{type(exc).__name__}: {exc}")
             failures_in_a_row += 1
             if failures_in_a_row > 20:
                 raise  # not a poison record: something is wrong with this worker
             continue
         failures_in_a_row = 0
-        client.push(model)  # the batch's records count as trained from here on
+        client.push(model, wait=False)  # the batch counts as trained once this is answered
         steps += 1
         records += len(y)
         now = time.monotonic()
