@@ -24,7 +24,8 @@ import numpy as np
 from benchmarks import report
 from benchmarks.train import elastic, local
 
-RUNS = ("local-tensor", "local-record", "elastic-1w", "elastic-2w")
+RUNS = ("local-tensor", "local-record", "elastic-1w", "elastic-2w", "elastic-1w-plain")
+DEFAULT_RUNS = RUNS[:4]
 FLOORS = {256: 0.35, 1024: 0.5}
 
 
@@ -41,7 +42,8 @@ def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float) -> 
     if kind == "local-record":
         return local.train(data, batch, epochs, lr, records=True)
     workers = int(kind.split("-")[1][0])
-    return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers)
+    return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers,
+                       plain=kind.endswith("plain"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,9 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, nargs="+", default=[256, 1024])
     p.add_argument("--records", type=int, default=200_000)
     p.add_argument("--test-records", type=int, default=50_000)
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS)
+    p.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS), choices=RUNS,
+                   help="elastic-1w-plain: one worker without prefetch, synchronous pushes")
     p.add_argument("--json", help="write every measurement here")
     a = p.parse_args(argv)
     print(f"bench_train on {report.machine()}, commit {report.git_commit('worker_sdk')}")

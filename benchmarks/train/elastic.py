@@ -15,7 +15,8 @@ from cluster.launch import Launcher
 
 
 def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: int = 1,
-        num_ps: int = 2, max_inflight: int = 1, shard_size: int = 8192) -> dict:
+        num_ps: int = 2, max_inflight: int = 1, shard_size: int = 8192,
+        plain: bool = False) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
     go = workdir / "go"
     with Launcher(workdir) as launcher:
@@ -27,7 +28,8 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
             "-m", "benchmarks.train.worker", "--master", master.address, "--data", data,
             "--batch", str(batch), "--epochs", str(epochs), "--lr", str(lr),
             "--shard-size", str(shard_size), "--max-inflight", str(max_inflight),
-            "--name", f"w{w}", "--start-when", str(go), "--out", str(out), name=f"w{w}")
+            "--name", f"w{w}", "--start-when", str(go), "--out", str(out),
+            *(["--plain"] if plain else []), name=f"w{w}")
             for w, out in enumerate(outs)]
         deadline = time.monotonic() + 300
         while not all(Path(str(o) + ".ready").exists() for o in outs):

@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-inflight", type=int, default=1)
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (ds.loader)")
+    p.add_argument("--plain", action="store_true",
+                   help="no prefetch, synchronous pushes (the plain path, for comparison)")
     p.add_argument("--name", default="bench-worker")
     p.add_argument("--start-when")
     p.add_argument("--out", required=True)
@@ -55,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     def prefetch(batch):
         client.prefetch(batch[0])
 
+    if a.plain:
+        prefetch = None
     batches = (ds.loader(a.batch, num_workers=a.num_workers, prefetch=prefetch)
                if a.num_workers else ds.batches(a.batch, prefetch=prefetch))
     it = iter(batches)
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         ids, dense, y = batch
         client.pull(model)
         loss_fn(model(ids, dense), y).backward()
-        client.push(model, wait=False)
+        client.push(model, wait=a.plain)
         records += len(y)
         steps += 1
     client.flush()
