@@ -4,6 +4,10 @@ Used by the demo and the end-to-end tests: start the master on an SQLite file, N
 servers, and training workers (`python -m examples.ctr.train`), scale them, kill them with any
 signal, follow the master's status and the model's held-out AUC, and stop everything (always:
 also on errors and Ctrl-C, through `close()` / the context manager).
+
+High availability (issue 17): `standbys=S` starts S more masters on the same database (every
+client is given the comma-separated list and follows the leader), `ps_replicas=R` asks the
+master for R backups per PS index and starts them once the primaries registered.
 """
 from __future__ import annotations
 
@@ -14,11 +18,16 @@ import grpc
 
 from cluster.launch import Launcher, MasterProc, Proc, PSProc
 from protos import master_pb2 as pb
+from protos import master_pb2_grpc as pb_grpc
+from protos import ps_pb2, ps_pb2_grpc
+from rpckit import auth
+from rpckit.channels import LeaderStub
 
 
 class LocalCluster:
     def __init__(self, workdir: Path, data: Path, num_ps: int = 2, dataset: str = "ctr-train",
-                 train_args: tuple[str, ...] = (), master_flags: tuple[str, ...] = ()):
+                 train_args: tuple[str, ...] = (), master_flags: tuple[str, ...] = (),
+                 standbys: int = 0, ps_replicas: int = 0):
         self.launcher = Launcher(workdir)
         self.workdir = self.launcher.workdir
         self.data = Path(data)
@@ -26,9 +35,15 @@ class LocalCluster:
         self.dataset = dataset
         self.train_args = list(train_args)
         self.db = f"sqlite:///{self.workdir / 'master.db'}"
-        self.master_flags = master_flags
-        self.master: MasterProc | None = None
-        self.ps: list[PSProc] = []
+        self.master_flags = tuple(master_flags) + (
+            ("--ps-replicas", str(ps_replicas)) if ps_replicas else ())
+        self.standbys = standbys
+        self.ps_replicas = ps_replicas
+        self.master: MasterProc | None = None  # the first one started (the first leader)
+        self.masters: list[MasterProc] = []    # all of them, the standbys after it
+        self.ps: list[PSProc] = []             # the first process of each index
+        self.backups: list[PSProc] = []        # started as backups (ps_replicas per index)
+        self._stub: LeaderStub | None = None
         self.workers: dict[str, Proc] = {}
         self._evaluator = None
 
@@ -36,10 +51,39 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         self.master = self.launcher.master(*self.master_flags, db=self.db)
+        self.masters = [self.master] + [
+            self.launcher.master(*self.master_flags, db=self.db, name=f"master-standby{n}")
+            for n in range(1, self.standbys + 1)]
         for i in range(self.num_ps):
-            self.ps.append(self.launcher.ps(self.master.address, index=i, num_ps=self.num_ps,
+            self.ps.append(self.launcher.ps(self.master_address, index=i, num_ps=self.num_ps,
                                             checkpoint_dir=f"ps{i}"))
+        if self.ps_replicas:
+            # a PS joins as a backup only when its index's primary is registered and alive
+            self._wait(lambda: self.ps_list().complete, 60, "the PS primaries to register")
+            for i in range(self.num_ps):
+                for r in range(1, self.ps_replicas + 1):
+                    self.backups.append(self.launcher.ps(
+                        self.master_address, index=i, num_ps=self.num_ps,
+                        checkpoint_dir=f"ps{i}-backup{r}"))
+            self._wait(lambda: all(len(info.backups) >= self.ps_replicas
+                                   for info in self.ps_list().ps), 60, "the PS backups to join")
         return self
+
+    @property
+    def master_address(self) -> str:
+        """What clients are given: every master's address, comma-separated."""
+        return ",".join(m.address for m in self.masters) if self.masters else self.master.address
+
+    def leader(self) -> MasterProc | None:
+        """The master that serves now (None while none does: a standby is taking over)."""
+        for proc in self.masters:
+            if proc.alive:
+                try:
+                    proc.status(timeout=2)
+                    return proc
+                except grpc.RpcError:
+                    continue  # a standby (UNAVAILABLE, NOT_LEADER) or not up yet
+        return None
 
     def restart_master(self) -> None:
         """SIGKILL the master and start it again on the same database and port."""
@@ -54,7 +98,7 @@ class LocalCluster:
     def add_worker(self, *extra: str) -> str:
         name = f"worker-{len(self.workers) + 1}"
         self.workers[name] = self.launcher.python(
-            "-m", "examples.ctr.train", "--master", self.master.address, "--data",
+            "-m", "examples.ctr.train", "--master", self.master_address, "--data",
             str(self.data), "--dataset", self.dataset, "--name", name, *self.train_args,
             *extra, name=name)
         return name
@@ -74,7 +118,23 @@ class LocalCluster:
         if self._evaluator is not None:
             self._evaluator[0].close()
             self._evaluator = None
+        if self._stub is not None:
+            self._stub.close()
+            self._stub = None
         self.launcher.close()
+
+    @staticmethod
+    def _wait(predicate, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if predicate():
+                    return
+            except grpc.RpcError:
+                pass  # a master taking over, a PS starting: ask again
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+            time.sleep(0.1)
 
     def __enter__(self) -> "LocalCluster":
         try:
@@ -88,11 +148,17 @@ class LocalCluster:
 
     # ---- what the master says ---------------------------------------------------------------
 
+    def stub(self) -> LeaderStub:
+        """A Master stub that follows the leader over every master's address."""
+        if self._stub is None:
+            self._stub = LeaderStub(self.master_address, pb_grpc.MasterStub)
+        return self._stub
+
     def status(self, timeout: float = 5.0) -> pb.GetStatusResponse | None:
         try:
-            return self.master.status(timeout)
+            return self.stub().GetStatus(pb.GetStatusRequest(), timeout=timeout)
         except grpc.RpcError:
-            return None  # restarting
+            return None  # restarting, or a standby taking over
 
     def dataset_status(self) -> pb.DatasetStatus | None:
         status = self.status()
@@ -106,11 +172,28 @@ class LocalCluster:
         return bool(status) and any(w.name == name and w.leases for w in status.workers)
 
     def ledger(self) -> pb.GetLedgerResponse:
-        return self.master.stub().GetLedger(pb.GetLedgerRequest(dataset=self.dataset),
-                                            timeout=10)
+        return self.stub().GetLedger(pb.GetLedgerRequest(dataset=self.dataset), timeout=10)
 
-    def events(self) -> list[pb.Event]:
-        return self.master.events()
+    def events(self, since: int = 0) -> list[pb.Event]:
+        return list(self.stub().GetEvents(pb.GetEventsRequest(since=since, limit=10000),
+                                          timeout=10).events)
+
+    def ps_list(self, timeout: float = 5.0) -> pb.ListPSResponse:
+        """The PS set as the master lists it: per index the primary, its backups (state
+        syncing or in_sync) and the generation."""
+        return self.stub().ListPS(pb.ListPSRequest(), timeout=timeout)
+
+    def ps_proc(self, data_address: str) -> PSProc | None:
+        """The PS process (primary or backup) serving `data_address`."""
+        return next((p for p in self.ps + self.backups
+                     if p.match and p.data_address == data_address), None)
+
+    @staticmethod
+    def ps_status(proc: PSProc, timeout: float = 2.0) -> ps_pb2.GetPSStatusResponse:
+        """GetPSStatus of one PS process (its role, generation, pushes applied)."""
+        with auth.channel(proc.grpc_address) as channel:
+            return ps_pb2_grpc.ParameterServerStub(channel).GetPSStatus(
+                ps_pb2.GetPSStatusRequest(), timeout=timeout)
 
     def evaluate(self) -> float:
         """The held-out AUC of the model as the PS hold it now (call once training started:
@@ -123,7 +206,7 @@ class LocalCluster:
         if self._evaluator is None:
             test = ClickLog(self.data, "test")
             model = build_model(test.meta)
-            client = PSClient(master=self.master.address)
+            client = PSClient(master=self.master_address)
             client.attach(model)
             self._evaluator = (client, model, test)
         client, model, test = self._evaluator

@@ -1,14 +1,23 @@
 """The main job: a CTR model trained by workers that come and go, against one that is not.
 
 1. Generates a click log from a planted model (the best reachable AUC is known).
-2. Starts a master on an SQLite file and 2 parameter servers, then trains with worker
-   processes scaled 1 -> 4 -> 2 while training: one worker is killed with SIGKILL (its shards
-   come back after the worker timeout), one is stopped with SIGTERM (a spot reclaim notice: it
-   hands its leases back with their progress and exits). Live progress: epoch, shards,
+2. Starts two masters on one SQLite file (a leader and a standby; every client is given both
+   addresses), 2 parameter servers and a backup of each (`--ps-replicas 1`), then trains with
+   worker processes scaled 1 -> 4 -> 2 while training: one worker is killed with SIGKILL (its
+   shards come back after the worker timeout), one is stopped with SIGTERM (a spot reclaim
+   notice: it hands its leases back with their progress and exits). Every role dies once: the
+   master leader is SIGKILLed (the standby takes over within the leader lease) and so is a PS
+   primary whose backup is in sync (the backup is promoted). Live progress: epoch, shards,
    samples/s, workers, AUC.
-3. Trains the same model with a single worker and no churn, for comparison.
-4. Prints the summary: AUC against the planted optimum and the no-churn run, time to the
-   target AUC, hand-outs against shards per epoch, duplicates, records redone, goodput.
+3. Trains the same model on the same set of processes with a single worker and nothing killed,
+   for comparison.
+4. Prints the summary: every record of every epoch counted done exactly once (the master's
+   lease history tiles each epoch), no update lost (`updates_lost` of the ledger), the killed
+   PS index's generation up by one and the leader changed, the time from each kill to training
+   flowing again (first shard handed out after the master kill, first push answered after the
+   PS kill), AUC against the planted optimum and the no-churn run, time to the target AUC,
+   hand-outs against shards per epoch, duplicates, records redone, goodput. `--json PATH` also
+   writes it as JSON (the test reads it); the exit status is 0 only when every claim held.
 
 Nothing is left running when it ends or is interrupted (Ctrl-C).
 """
@@ -23,10 +32,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 from tqdm import tqdm
 
 from cluster.local import LocalCluster, records_done
 from examples.ctr import data as ctr_data
+from examples.ctr import failover
+from examples.ctr.audit import exactly_once
+from master.store import Store
 
 
 @dataclass
@@ -40,6 +53,12 @@ class Run:
     events: list = field(default_factory=list)
     exit_codes: dict = field(default_factory=dict)
     exactly_once: bool = False
+    audit: dict = field(default_factory=dict)     # epoch -> what the lease history says is wrong
+    kills: list = field(default_factory=list)     # failover.Kill, in order
+    skipped: list = field(default_factory=list)   # HA steps that could not be taken, and why
+    generations: dict = field(default_factory=dict)        # PS index -> generation, at start
+    generations_after: dict = field(default_factory=dict)  # ... and at the end
+    leaders: list = field(default_factory=list)   # the leading master's address, at start / end
 
     def time_to(self, target: float) -> float | None:
         return next((t for t, a in self.curve if a >= target), None)
@@ -60,10 +79,15 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
     for _ in range(workers):
         cluster.add_worker()
     active = workers
+    ha = cluster.standbys or cluster.ps_replicas
+    if ha:
+        run.generations = failover.generations(cluster.ps_list())
+        run.leaders.append(leader_address(cluster))
     try:
         while time.monotonic() - started < timeout:
             ds = cluster.dataset_status()
-            done = records_done(ds)
+            # no answer while a standby takes over: the records done are what they were
+            done = records_done(ds) if ds is not None else done_before
             bar.update(done - done_before)
             done_before = done
             now = time.monotonic() - started
@@ -92,6 +116,17 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
                                + (": its shards come back after the 3 s worker timeout"
                                   if action == "SIGKILL" else
                                   ": it hands its leases back with their progress and exits"))
+                elif action == "master":
+                    kill = failover.kill_leader(cluster)
+                    if kill is None:
+                        run.skipped.append("master leader: no standby alive to take over")
+                        continue
+                    run.kills.append(kill)
+                    tqdm.write(f"[{now:5.1f}s] SIGKILL the master leader {kill.victim}: the "
+                               "standby takes over within the leader lease (+1 s)")
+                elif action == "ps":
+                    if not ps_kill(cluster, run, plan, now):
+                        break  # not yet: no backup in sync; asked again at the next poll
             if done and now - last_eval >= eval_every:
                 run.curve.append((now, cluster.evaluate()))
                 last_eval = now
@@ -104,15 +139,70 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
         run.wall_s = time.monotonic() - started
         run.auc = cluster.evaluate()
         run.curve.append((run.wall_s, run.auc))
-        ds = cluster.dataset_status()
+        ds = final_status(cluster)
         run.epochs = list(ds.epochs)
-        run.exactly_once = ds.finished and all(e.records_done == e.records_total
-                                               for e in ds.epochs)
         run.ledger = cluster.ledger()
         run.events = cluster.events()
+        # the proof, from the durable lease history (not from the master's counters)
+        store = Store(cluster.db)
+        try:
+            leases = store.leases_of(cluster.dataset)
+        finally:
+            store.close()
+        run.audit = exactly_once(leases, ds.spec.num_records, ds.spec.num_epochs)
+        run.exactly_once = ds.finished and not run.audit and all(
+            e.records_done == e.records_total for e in ds.epochs)
+        if ha:
+            listing = cluster.ps_list()
+            run.generations_after = failover.generations(listing)
+            run.leaders.append(leader_address(cluster))
+            failover.settle(run.kills, run.events, leases, listing, run.leaders[-1])
     finally:
+        for kill in run.kills:
+            if kill.watch is not None:
+                kill.watch.stop()
         bar.close()
     return run
+
+
+def final_status(cluster: LocalCluster, timeout: float = 60.0):
+    """The dataset's status once a master answers (a standby may still be taking over)."""
+    deadline = time.monotonic() + timeout
+    while (ds := cluster.dataset_status()) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no master answered GetStatus within {timeout:g} s")
+        time.sleep(0.2)
+    return ds
+
+
+def leader_address(cluster: LocalCluster, timeout: float = 30.0) -> str:
+    """The leading master's address ('' when none leads within `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while (leader := cluster.leader()) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return leader.address if leader else ""
+
+
+def ps_kill(cluster: LocalCluster, run: Run, plan: list, now: float) -> bool:
+    """The plan's PS step: SIGKILL a primary whose backup is in sync. False (the step goes
+    back to the plan) while the master asks for backups but none is in sync yet."""
+    try:
+        listing = cluster.ps_list()
+    except grpc.RpcError:
+        plan.insert(0, (0.0, "ps", 1))
+        return False  # a standby taking over: ask again
+    if listing.replicas == 0:
+        run.skipped.append("PS primary: the master asks for no backups (--ps-replicas 0)")
+        return True
+    info = failover.promotable(listing)
+    kill = failover.kill_ps_primary(cluster, info) if info is not None else None
+    if kill is None:
+        plan.insert(0, (0.0, "ps", 1))
+        return False
+    run.kills.append(kill)
+    tqdm.write(f"[{now:5.1f}s] SIGKILL the primary of PS {kill.index} {kill.victim}: its "
+               "backup is in sync and is promoted")
+    return True
 
 
 def describe(run: Run) -> list[str]:
@@ -124,11 +214,70 @@ def describe(run: Run) -> list[str]:
                      f"{e.records_done}/{e.records_total} records, {e.records_rehanded} handed "
                      f"out again of which {e.records_redone} possibly trained twice, "
                      f"{e.duplicates} duplicates; requeues: {requeues}")
+    for epoch, errors in sorted(run.audit.items()):
+        lines.append(f"    epoch {epoch}, lease history: " + "; ".join(errors))
     if run.ledger is not None:
         lines.append(f"    goodput {run.ledger.goodput:.1%} ({run.ledger.records_done} records "
                      f"done of {run.ledger.records_handed} handed out), "
                      f"{run.ledger.worker_seconds_total:.0f} worker-seconds")
     return lines
+
+
+def ha_claims(run: Run, planned: list[str]) -> dict:
+    """What the HA part of the summary claims, each as a checkable value."""
+    killed_ps = [k.index for k in run.kills if k.role == "ps"]
+    expected = {i: g + (1 if i in killed_ps else 0) for i, g in run.generations.items()}
+    return {
+        "kills": [k.to_json() for k in run.kills],
+        "skipped": run.skipped,
+        "every_planned_kill_done": sorted(k.role for k in run.kills) == sorted(planned),
+        "updates_lost": run.ledger.updates_lost if run.ledger is not None else None,
+        "generations_before": run.generations,
+        "generations_after": run.generations_after,
+        "generation_up_by_one_for_the_killed_index": bool(killed_ps)
+        and run.generations_after == expected,
+        "leaders": run.leaders,
+        "leader_changed": len(run.leaders) == 2 and run.leaders[0] != run.leaders[1],
+        "flowing_again_after_every_kill": all(k.flowing_s is not None for k in run.kills),
+    }
+
+
+def describe_ha(claims: dict) -> list[str]:
+    lines = []
+    for k in claims["kills"]:
+        took = f"{k['takeover_s']:.2f} s" if k["takeover_s"] is not None else "never"
+        flow = f"{k['flowing_s']:.2f} s" if k["flowing_s"] is not None else "never"
+        if k["role"] == "master":
+            lines.append(f"  master leader {k['victim']} SIGKILLed: {k['successor']} took over "
+                         f"{took} after the kill (master_started), first shard handed out "
+                         f"{flow} after it")
+        else:
+            lines.append(f"  PS {k['index']} primary {k['victim']} SIGKILLed with a backup in "
+                         f"sync: promoted {took} after the kill (ps_promoted, generation "
+                         f"{k['generation']} -> {k['generation'] + 1}), first push answered "
+                         f"{flow} after it")
+    lines += [f"  HA step skipped: {why}" for why in claims["skipped"]]
+    lines.append(f"  PS generations {claims['generations_before']} -> "
+                 f"{claims['generations_after']}: up by one for the killed index only: "
+                 f"{claims['generation_up_by_one_for_the_killed_index']}")
+    lines.append(f"  leader {' -> '.join(claims['leaders'])}: changed: "
+                 f"{claims['leader_changed']}")
+    lines.append(f"  updates lost (the ledger's updates_lost): {claims['updates_lost']}")
+    return lines
+
+
+def run_json(run: Run) -> dict:
+    return {
+        "name": run.name, "wall_s": round(run.wall_s, 2), "auc": run.auc,
+        "exactly_once": run.exactly_once,
+        "audit": {str(e): errs for e, errs in run.audit.items()},
+        "exit_codes": run.exit_codes,
+        "epochs": [{"epoch": e.epoch, "records_done": e.records_done,
+                    "records_total": e.records_total, "handouts": e.handouts,
+                    "shards": e.done, "duplicates": e.duplicates,
+                    "records_redone": e.records_redone} for e in run.epochs],
+        "goodput": run.ledger.goodput if run.ledger is not None else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--cold-start", action="store_true",
                    help="start scaled-up workers from scratch instead of warm standbys")
+    p.add_argument("--no-ha", action="store_true",
+                   help="one master and no PS backups; only workers churn")
+    p.add_argument("--no-worker-churn", action="store_true",
+                   help="one worker throughout; only the master leader and a PS primary die")
+    p.add_argument("--leader-lease-s", type=float, default=5.0,
+                   help="the masters' leader lease: a standby takes over within it plus a "
+                   "second (default 5, as elastic-master's)")
+    p.add_argument("--json", metavar="PATH", help="also write the summary as JSON to PATH")
     args = p.parse_args(argv)
 
     work = Path(args.workdir).resolve()
@@ -159,17 +316,26 @@ def main(argv: list[str] | None = None) -> int:
     train_args = ("--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
                   "--shard-size", str(args.shard_size), "--log-every", "30")
     total = args.records * args.epochs
-    churn_plan = [(0.10, "add", 3), (0.35, "SIGKILL", 1), (0.55, "SIGTERM", 1)]
+    churn_plan = [] if args.no_worker_churn else \
+        [(0.10, "add", 3), (0.35, "SIGKILL", 1), (0.55, "SIGTERM", 1)]
+    ha_plan = [] if args.no_ha else [(0.25, "master", 1), (0.45, "ps", 1)]
+    # the run without churn has the same processes (standby, backups), so the comparison
+    # measures what the kills and the churn cost, not what a backup costs
+    ha = {} if args.no_ha else {"standbys": 1, "ps_replicas": 1}
+    lease = ("--leader-lease-s", f"{args.leader_lease_s:g}")
     runs = []
     try:
         calm = f"{args.baseline_workers} worker{'s' if args.baseline_workers > 1 else ''}, " \
             "no churn"
-        for name, plan, workers in [("with churn", churn_plan, 1)] + \
+        for name, plan, workers in [("with churn", sorted(churn_plan + ha_plan), 1)] + \
                 ([] if args.no_baseline else [(calm, [], args.baseline_workers)]):
             directory = work / ("churn" if plan else "calm")
             shutil.rmtree(directory, ignore_errors=True)
-            with LocalCluster(directory, data, num_ps=2, train_args=train_args) as cluster:
-                print(f"\n{name}: master on {cluster.db}, 2 PS, logs in {directory}")
+            with LocalCluster(directory, data, num_ps=2, train_args=train_args,
+                              master_flags=lease, **ha) as cluster:
+                print(f"\n{name}: {len(cluster.masters)} master(s) on {cluster.db}, 2 PS"
+                      + (" with a backup each" if cluster.backups else "")
+                      + f", logs in {directory}")
                 runs.append(train(cluster, name, total, list(plan), args.eval_every,
                                   args.timeout, workers, warm=not args.cold_start))
     except KeyboardInterrupt:
@@ -196,8 +362,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"  time to AUC {target:.4f}: with churn {t_churn}, without {t_base} "
                   "(None: not reached)")
-    ok = all(run.exactly_once for run in runs)
-    return 0 if ok else 1
+    summary = {"optimum": optimum, "runs": [run_json(run) for run in runs],
+               "exactly_once": all(run.exactly_once for run in runs)}
+    if ha_plan:
+        claims = ha_claims(churn, [action for _, action, _ in ha_plan])
+        print("\n".join(describe_ha(claims)))
+        summary["ha"] = claims
+        summary["ha_ok"] = bool(claims["every_planned_kill_done"] and claims["updates_lost"] == 0
+                                and claims["generation_up_by_one_for_the_killed_index"]
+                                and claims["leader_changed"]
+                                and claims["flowing_again_after_every_kill"])
+    summary["ok"] = summary["exactly_once"] and summary.get("ha_ok", True)
+    print(f"  every claim above held: {summary['ok']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return 0 if summary["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,52 @@
+"""The demo's high-availability path, small: the master leader and a PS primary SIGKILLed
+during training (real processes), and the summary's exactness claims read from its --json."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cluster.launch import CODE_ROOT, child_env
+
+pytestmark = pytest.mark.slow
+
+RECORDS, EPOCHS = 4000, 2
+
+
+def test_the_demo_kills_the_leader_and_a_primary_and_nothing_is_lost(tmp_path):
+    summary_path = tmp_path / "summary.json"
+    # batches of 16 keep the few records training long enough for both kills to land
+    # mid-training; a 2 s leader lease keeps the master's takeover short
+    proc = subprocess.run(
+        [sys.executable, "-m", "examples.ctr.demo", "--records", str(RECORDS),
+         "--epochs", str(EPOCHS), "--shard-size", "200", "--batch-size", "16",
+         "--no-baseline", "--no-worker-churn", "--leader-lease-s", "2", "--eval-every", "5",
+         "--workdir", str(tmp_path / "run"), "--json", str(summary_path), "--timeout", "200"],
+        cwd=CODE_ROOT, env=child_env(), capture_output=True, text=True, timeout=280)
+    assert summary_path.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(summary_path.read_text())
+    run = summary["runs"][0]
+    # every record of every epoch counted done exactly once, from the lease history
+    assert run["audit"] == {}
+    assert [(e["records_done"], e["records_total"]) for e in run["epochs"]] == \
+        [(RECORDS, RECORDS)] * EPOCHS
+    assert run["exactly_once"] and run["exit_codes"] == {"worker-1": 0}
+
+    ha = summary["ha"]
+    assert [k["role"] for k in ha["kills"]] == ["master", "ps"] and ha["skipped"] == []
+    assert ha["updates_lost"] == 0
+    master, primary = ha["kills"]
+    # the leader changed, to the standby
+    assert ha["leaders"][0] == master["victim"] != ha["leaders"][1] == master["successor"]
+    # the killed index's generation went up by one, the other's did not move
+    before = {int(i): g for i, g in ha["generations_before"].items()}
+    after = {int(i): g for i, g in ha["generations_after"].items()}
+    assert after == {i: g + (i == primary["index"]) for i, g in before.items()}
+    assert primary["generation"] == before[primary["index"]]
+    # training flowed again after each kill, after the takeover the master recorded
+    for kill in ha["kills"]:
+        assert kill["takeover_s"] is not None and kill["flowing_s"] is not None, kill
+        assert 0 < kill["takeover_s"] <= kill["flowing_s"], kill
+    assert summary["ok"] and proc.returncode == 0, proc.stdout[-3000:]
