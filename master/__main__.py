@@ -23,8 +23,10 @@ from grpc_health.v1 import health_pb2
 
 from rpckit import auth
 from rpckit import server as rpc_server
+from rpckit.metrics import Metrics, MetricsPortInUse, RpcLatency
 from rpckit.server import PortInUse, run_main
 
+from . import metrics as master_metrics
 from .committer import Committer
 from .core import MasterCore, Settings
 from .election import Deposed, Election
@@ -95,20 +97,11 @@ class Leading:
 
 
 def run(settings: MasterSettings) -> int:
-    try:
-        store = Store(settings.db)
-        store.upgrade()
-    except StoreError as exc:
-        print(f"elastic-master: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - a broken schema or a database that went away
-        print(f"elastic-master: cannot prepare the database: {exc}", file=sys.stderr)
-        return 1
     stop = threading.Event()
     exit_code = [0]
     leading: list[Leading] = []
     ready = threading.Event()  # the core is loaded and serving
-    servicer = MasterServicer(None, None, store)  # core and committer come with the lease
+    servicer = MasterServicer(None, None, None)  # core and committer come with the lease
     election: Election | None = None
 
     def leader() -> str:
@@ -116,18 +109,37 @@ def run(settings: MasterSettings) -> int:
 
     gate = LeaderGate(SERVICE, leading=lambda: ready.is_set() and election.serving,
                       leader=leader)
+    # Ports first, the database after: a start that cannot listen leaves no database behind.
+    metrics = Metrics() if settings.metrics_port >= 0 else None
     try:
+        metrics_port = metrics.serve(settings.host, settings.metrics_port) if metrics else 0
         server, port, health = rpc_server.build_server(
             settings.host, settings.port, settings.threads,
             [(register, servicer)], [SERVICE],
             credentials=auth.server_credentials(settings.tls_cert, settings.tls_key),
-            # the token first: an unauthenticated caller learns nothing, not even the leader
-            interceptors=[*auth.server_interceptors(
-                auth.read_token(settings.auth_token, settings.auth_token_file)), gate],
+            # latency first (refused calls are timed too); then the token: an
+            # unauthenticated caller learns nothing, not even the leader
+            interceptors=[*([RpcLatency(metrics)] if metrics else []),
+                          *auth.server_interceptors(
+                              auth.read_token(settings.auth_token, settings.auth_token_file)),
+                          gate],
         )
-    except (PortInUse, auth.SecurityConfigError) as exc:
+    except (PortInUse, MetricsPortInUse, auth.SecurityConfigError) as exc:
         print(f"elastic-master: {exc}", file=sys.stderr)
+        if metrics:
+            metrics.close()
         return 1
+    try:
+        store = Store(settings.db)
+        store.upgrade()
+    except Exception as exc:  # noqa: BLE001 - unreachable, a broken schema, gone away
+        why = exc if isinstance(exc, StoreError) else f"cannot prepare the database: {exc}"
+        print(f"elastic-master: {why}", file=sys.stderr)
+        server.stop(None)
+        if metrics:
+            metrics.close()
+        return 1
+    servicer.store = store
     for name in ("", SERVICE):
         health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     address = _advertised(settings, port)
@@ -158,6 +170,12 @@ def run(settings: MasterSettings) -> int:
 
     lease = LeaderLease(f"{address}/{os.getpid()}/{uuid.uuid4().hex[:8]}", address,
                         settings.leader_lease_s)
+    if metrics:
+        master_metrics.install(
+            metrics, store,
+            serving=lambda: ((servicer.core, servicer.committer) if ready.is_set()
+                             else (None, None)),
+            leader=lambda: (lease.role.value == "leader" and ready.is_set(), lease.term))
     election = Election(store.engine, lease,
                         on_elected, lambda why: fail(EXIT_DEPOSED, f"{why}; restart as standby"))
     server.start()
@@ -169,8 +187,9 @@ def run(settings: MasterSettings) -> int:
         ready.wait(START_LEADING_S)
     log.info("settings: %s", settings.describe())
     role = "leader" if ready.is_set() else f"standby (leader: {leader() or 'none yet'})"
-    print(f"elastic-master listening on {settings.host}:{port} (pid {os.getpid()}) as {role}",
-          flush=True)
+    shown = f", metrics on http://{settings.host}:{metrics_port}/metrics" if metrics else ""
+    print(f"elastic-master listening on {settings.host}:{port} (pid {os.getpid()}) as {role}"
+          f"{shown}", flush=True)
     threading.Thread(target=election.run, args=(stop,), name="election", daemon=True).start()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -187,6 +206,8 @@ def run(settings: MasterSettings) -> int:
         except Exception as exc:  # noqa: BLE001 - a standby takes over after the lease instead
             log.warning("could not free the leader lease: %s", exc)
     store.close()
+    if metrics:
+        metrics.close()
     return exit_code[0]
 
 

@@ -22,6 +22,7 @@ class MasterSettings:
     advertise: str = ""
     ps_replicas: int = 0
     ps_failover_timeout: float = 1.0
+    metrics_port: int = -1
     log_level: str = "INFO"
     tls_cert: str = ""
     tls_key: str = ""
@@ -64,6 +65,9 @@ def parse(argv: list[str] | None = None) -> MasterSettings:
     p.flag("--ps-failover-timeout", d.ps_failover_timeout,
            "seconds a PS primary with an in-sync backup may fail its health check before "
            "the backup is promoted")
+    p.flag("--metrics-port", d.metrics_port,
+           "serve Prometheus metrics on http://--host:PORT/metrics (0: a free port, printed; "
+           "-1: off; see docs/operations.md)")
     p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
     auth.add_flags(p, server=True, client=True)  # --tls-ca: the PS health checks
     return p.settings(MasterSettings, argv, check)  # bad flags: exit 2 with the reasons
@@ -73,6 +77,10 @@ def check(s: MasterSettings) -> list[str]:
     problems = auth.flag_problems(s)
     if not 0 <= s.port <= 65535:
         problems.append(f"--port {s.port} is not in 0..65535")
+    if not -1 <= s.metrics_port <= 65535:
+        problems.append(f"--metrics-port {s.metrics_port} is not in -1..65535 (-1: off)")
+    if s.metrics_port > 0 and s.metrics_port == s.port:
+        problems.append("--metrics-port and --port must differ")
     if not s.heartbeat_interval > 0:
         problems.append("--heartbeat-interval must be > 0")
     if not s.worker_timeout > s.heartbeat_interval:

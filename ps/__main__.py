@@ -17,8 +17,10 @@ import threading
 import uuid
 
 from rpckit import auth
+from rpckit.metrics import Metrics, MetricsPortInUse, RpcLatency
 from rpckit.server import run_main
 
+from . import metrics as ps_metrics
 from .checkpoint import CheckpointDir, Checkpointer
 from .settings import PSSettings, parse
 
@@ -120,22 +122,29 @@ def run(settings: PSSettings) -> int:
                   started_ms=now_ms(), data_public_key=curve[0].decode() if curve else "")
     if node is not None:
         node.data_address = me.data_address  # where the primary sends this backup mutations
+    metrics = Metrics() if settings.metrics_port >= 0 else None
     try:
-        server, port, health = build_server(PSServicer(store, checkpointer, me, node),
-                                            settings.host,
-                                            settings.port, settings.grpc_threads, credentials,
-                                            auth.server_interceptors(token))
-    except PortInUse as exc:
+        metrics_port = metrics.serve(settings.host, settings.metrics_port) if metrics else 0
+        server, port, health = build_server(
+            PSServicer(store, checkpointer, me, node), settings.host, settings.port,
+            settings.grpc_threads, credentials,
+            [*([RpcLatency(metrics)] if metrics else []), *auth.server_interceptors(token)])
+    except (PortInUse, MetricsPortInUse) as exc:
         print(f"elastic-ps: {exc}", file=sys.stderr)
         data.stop()
+        if metrics:
+            metrics.close()
         return 1
+    if metrics:
+        ps_metrics.install(metrics, store, checkpointer, data, node)
     me.address = f"{host_part}:{port}"
     data.start()
     server.start()
     log.info("settings: %s", settings.describe())
     local = f" local {data.local_endpoint}" if data.local_endpoint else ""
+    shown = f" metrics http://{settings.host}:{metrics_port}/metrics" if metrics else ""
     print(f"elastic-ps {settings.index}/{settings.num_ps} listening on grpc {me.address} "
-          f"data {me.data_address}{local} (pid {os.getpid()})", flush=True)
+          f"data {me.data_address}{local}{shown} (pid {os.getpid()})", flush=True)
 
     background = []
     channel = None
@@ -172,6 +181,8 @@ def run(settings: PSSettings) -> int:
     data.stop()
     if channel is not None:
         channel.close()
+    if metrics:
+        metrics.close()
     return code
 
 

@@ -38,6 +38,7 @@ class PSSettings:
     applied_capacity: int = 100_000
     torch_threads: int = 1
     replica_ack_timeout: float = 2.0
+    metrics_port: int = -1
     log_level: str = "INFO"
     tls_cert: str = ""
     tls_key: str = ""
@@ -106,6 +107,9 @@ def parse(argv: list[str] | None = None) -> PSSettings:
     p.flag("--replica-ack-timeout", d.replica_ack_timeout,
            "seconds a primary waits for an in-sync backup to acknowledge a mutation before it "
            "drops that backup (which then copies the primary again)")
+    p.flag("--metrics-port", d.metrics_port,
+           "serve Prometheus metrics on http://--host:PORT/metrics (0: a free port, printed; "
+           "-1: off; see docs/operations.md)")
     p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
     auth.add_flags(p, server=True, client=True)  # --tls-ca: towards the master
     return p.settings(PSSettings, argv, check)
@@ -121,6 +125,10 @@ def check(s: PSSettings) -> list[str]:
     for flag, port in (("--port", s.port), ("--data-port", s.data_port)):
         if not 0 <= port <= 65535:
             problems.append(f"{flag} {port} is not in 0..65535")
+    if not -1 <= s.metrics_port <= 65535:
+        problems.append(f"--metrics-port {s.metrics_port} is not in -1..65535 (-1: off)")
+    elif s.metrics_port > 0 and s.metrics_port in (s.port, s.data_port):
+        problems.append("--metrics-port must differ from --port and --data-port")
     if s.port and s.port == s.data_port:
         problems.append("--port and --data-port must differ")
     if s.num_ps < 1:
