@@ -59,6 +59,8 @@ class Run:
     generations: dict = field(default_factory=dict)        # PS index -> generation, at start
     generations_after: dict = field(default_factory=dict)  # ... and at the end
     leaders: list = field(default_factory=list)   # the leading master's address, at start / end
+    backups_compared: int = 0                     # in-sync backups compared with their primary
+    backups_differ: list = field(default_factory=list)  # ... and what differed
 
     def time_to(self, target: float) -> float | None:
         return next((t for t, a in self.curve if a >= target), None)
@@ -155,6 +157,7 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
         if ha:
             listing = cluster.ps_list()
             run.generations_after = failover.generations(listing)
+            run.backups_compared, run.backups_differ = failover.backups_agree(cluster, listing)
             run.leaders.append(leader_address(cluster))
             failover.settle(run.kills, run.events, leases, listing, run.leaders[-1])
     finally:
@@ -239,30 +242,36 @@ def ha_claims(run: Run, planned: list[str]) -> dict:
         "leaders": run.leaders,
         "leader_changed": len(run.leaders) == 2 and run.leaders[0] != run.leaders[1],
         "flowing_again_after_every_kill": all(k.flowing_s is not None for k in run.kills),
+        "backups_compared": run.backups_compared,
+        "backups_differ": run.backups_differ,
     }
 
 
 def describe_ha(claims: dict) -> list[str]:
-    lines = []
+    lines = ["  high availability (a master standby, a backup per PS index):"]
     for k in claims["kills"]:
         took = f"{k['takeover_s']:.2f} s" if k["takeover_s"] is not None else "never"
         flow = f"{k['flowing_s']:.2f} s" if k["flowing_s"] is not None else "never"
         if k["role"] == "master":
-            lines.append(f"  master leader {k['victim']} SIGKILLed: {k['successor']} took over "
+            lines.append(f"    master leader {k['victim']} SIGKILLed: {k['successor']} took over "
                          f"{took} after the kill (master_started), first shard handed out "
                          f"{flow} after it")
         else:
-            lines.append(f"  PS {k['index']} primary {k['victim']} SIGKILLed with a backup in "
+            lines.append(f"    PS {k['index']} primary {k['victim']} SIGKILLed with a backup in "
                          f"sync: promoted {took} after the kill (ps_promoted, generation "
                          f"{k['generation']} -> {k['generation'] + 1}), first push answered "
                          f"{flow} after it")
-    lines += [f"  HA step skipped: {why}" for why in claims["skipped"]]
-    lines.append(f"  PS generations {claims['generations_before']} -> "
+    lines += [f"    HA step skipped: {why}" for why in claims["skipped"]]
+    lines.append(f"    PS generations {claims['generations_before']} -> "
                  f"{claims['generations_after']}: up by one for the killed index only: "
                  f"{claims['generation_up_by_one_for_the_killed_index']}")
-    lines.append(f"  leader {' -> '.join(claims['leaders'])}: changed: "
+    lines.append(f"    leader {' -> '.join(claims['leaders'])}: changed: "
                  f"{claims['leader_changed']}")
-    lines.append(f"  updates lost (the ledger's updates_lost): {claims['updates_lost']}")
+    lines.append(f"    updates lost (the ledger's updates_lost): {claims['updates_lost']}")
+    lines.append(f"    in-sync backups holding their primary's state at the end: "
+                 f"{claims['backups_compared'] - len(claims['backups_differ'])} of "
+                 f"{claims['backups_compared']}")
+    lines += [f"      {why}" for why in claims["backups_differ"]]
     return lines
 
 
@@ -371,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["ha_ok"] = bool(claims["every_planned_kill_done"] and claims["updates_lost"] == 0
                                 and claims["generation_up_by_one_for_the_killed_index"]
                                 and claims["leader_changed"]
-                                and claims["flowing_again_after_every_kill"])
+                                and claims["flowing_again_after_every_kill"]
+                                and not claims["backups_differ"])
     summary["ok"] = summary["exactly_once"] and summary.get("ha_ok", True)
     print(f"  every claim above held: {summary['ok']}")
     if args.json:

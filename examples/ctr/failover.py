@@ -84,6 +84,16 @@ def answered(status) -> int:
     return status.pushes + sum(t.pushes for t in status.tables) + status.duplicates
 
 
+def held(status) -> tuple:
+    """What a PS holds, in counts an in-sync backup matches once pushes stop: every dense
+    tensor's version (pushes applied to it) and every table's row pushes. Not the tables'
+    row counts: a pull creates the rows it asks for (deterministically, from the table's seed
+    and the id) and pulls are not replicated, so a primary that served pulls (an evaluation)
+    lists rows its backup would create the same way when asked."""
+    return (sorted((t.meta.name, t.version) for t in status.tensors),
+            sorted((t.spec.name, t.pushes) for t in status.tables))
+
+
 def first_handout_after(leases: list[dict], at_ms: int) -> int:
     """Unix ms of the first lease handed out at or after `at_ms` (0: none)."""
     return min((row["handed_ms"] for row in leases if row["handed_ms"] >= at_ms), default=0)
@@ -154,6 +164,28 @@ def kill_ps_primary(cluster, info: pb.PSInfo) -> Kill | None:
     kill.watch = PushWatch(cluster, kill, backups)  # stopped by `settle`
     kill.watch.start()
     return kill
+
+
+def backups_agree(cluster, listing: pb.ListPSResponse) -> tuple[int, list[str]]:
+    """Once training is over: does every in-sync backup hold what its primary holds? Returns
+    how many backups were compared and what differed ([] when nothing did)."""
+    compared, problems = 0, []
+    for info in listing.ps:
+        primary = cluster.ps_proc(info.data_address)
+        for backup in info.backups:
+            proc = cluster.ps_proc(backup.data_address)
+            if backup.state != IN_SYNC or primary is None or proc is None:
+                continue
+            try:
+                want, got = held(cluster.ps_status(primary)), held(cluster.ps_status(proc))
+            except grpc.RpcError as exc:
+                problems.append(f"PS {info.index}: GetPSStatus failed ({exc.code().name})")
+                continue
+            compared += 1
+            if got != want:
+                problems.append(f"PS {info.index}: backup {backup.address} holds {got}, its "
+                                f"primary {want}")
+    return compared, problems
 
 
 def settle(kills: list[Kill], events: list[pb.Event], leases: list[dict],

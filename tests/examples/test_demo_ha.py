@@ -49,4 +49,6 @@ def test_the_demo_kills_the_leader_and_a_primary_and_nothing_is_lost(tmp_path):
     for kill in ha["kills"]:
         assert kill["takeover_s"] is not None and kill["flowing_s"] is not None, kill
         assert 0 < kill["takeover_s"] <= kill["flowing_s"], kill
+    # the backup of the index not killed holds exactly what its primary holds
+    assert ha["backups_compared"] == 1 and ha["backups_differ"] == []
     assert summary["ok"] and proc.returncode == 0, proc.stdout[-3000:]

@@ -53,3 +53,15 @@ def test_settle_reads_the_takeover_and_the_first_hand_out_from_the_records():
     failover.settle(kills, events, [{"handed_ms": 4500}], after, leader="d:1")
     assert (kills[0].takeover_s, kills[0].flowing_s, kills[0].successor) == (3.0, 3.5, "d:1")
     assert (kills[1].takeover_s, kills[1].flowing_s, kills[1].successor) == (1.2, None, "c:1")
+
+
+def test_a_backup_matches_its_primary_on_versions_and_row_pushes_not_on_rows_pulled():
+    def status(version, rows, pushes):
+        return ps_pb2.GetPSStatusResponse(
+            tensors=[ps_pb2.TensorStatus(meta=ps_pb2.TensorMeta(name="w"), version=version)],
+            tables=[ps_pb2.TableStatus(spec=ps_pb2.TableSpec(name="ids"), rows=rows,
+                                       pushes=pushes)])
+
+    assert failover.held(status(5, 100, 7)) == failover.held(status(5, 40, 7))
+    assert failover.held(status(5, 100, 7)) != failover.held(status(4, 100, 7))
+    assert failover.held(status(5, 100, 7)) != failover.held(status(5, 100, 6))
