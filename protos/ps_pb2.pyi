@@ -46,7 +46,7 @@ class OptimizerConfig(_message.Message):
     def __init__(self, name: _Optional[str] = ..., lr: _Optional[float] = ..., momentum: _Optional[float] = ..., dampening: _Optional[float] = ..., weight_decay: _Optional[float] = ..., nesterov: _Optional[bool] = ..., betas: _Optional[_Iterable[float]] = ..., eps: _Optional[float] = ..., amsgrad: _Optional[bool] = ..., lr_decay: _Optional[float] = ..., initial_accumulator_value: _Optional[float] = ..., maximize: _Optional[bool] = ...) -> None: ...
 
 class TableSpec(_message.Message):
-    __slots__ = ("name", "dim", "initializer", "init_a", "init_b", "seed", "optimizer")
+    __slots__ = ("name", "dim", "initializer", "init_a", "init_b", "seed", "optimizer", "num_embeddings")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     INITIALIZER_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,7 @@ class TableSpec(_message.Message):
     INIT_B_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    NUM_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     dim: int
     initializer: str
@@ -61,7 +62,8 @@ class TableSpec(_message.Message):
     init_b: float
     seed: int
     optimizer: OptimizerConfig
-    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., initializer: _Optional[str] = ..., init_a: _Optional[float] = ..., init_b: _Optional[float] = ..., seed: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ...) -> None: ...
+    num_embeddings: int
+    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., initializer: _Optional[str] = ..., init_a: _Optional[float] = ..., init_b: _Optional[float] = ..., seed: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., num_embeddings: _Optional[int] = ...) -> None: ...
 
 class InitParameters(_message.Message):
     __slots__ = ("tensors", "optimizer", "tables")
@@ -80,12 +82,16 @@ class Pull(_message.Message):
     def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Push(_message.Message):
-    __slots__ = ("tensors", "versions")
+    __slots__ = ("tensors", "versions", "check_only", "checked")
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    CHECK_ONLY_FIELD_NUMBER: _ClassVar[int]
+    CHECKED_FIELD_NUMBER: _ClassVar[int]
     tensors: _containers.RepeatedCompositeFieldContainer[TensorMeta]
     versions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., versions: _Optional[_Iterable[int]] = ...) -> None: ...
+    check_only: bool
+    checked: bool
+    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., versions: _Optional[_Iterable[int]] = ..., check_only: _Optional[bool] = ..., checked: _Optional[bool] = ...) -> None: ...
 
 class PullRows(_message.Message):
     __slots__ = ("table",)
@@ -174,7 +180,7 @@ class ReplicateResult(_message.Message):
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class InitParametersResult(_message.Message):
-    __slots__ = ("initialized", "versions")
+    __slots__ = ("initialized", "versions", "staleness_checked")
     class VersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -184,17 +190,21 @@ class InitParametersResult(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_CHECKED_FIELD_NUMBER: _ClassVar[int]
     initialized: bool
     versions: _containers.ScalarMap[str, int]
-    def __init__(self, initialized: _Optional[bool] = ..., versions: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    staleness_checked: bool
+    def __init__(self, initialized: _Optional[bool] = ..., versions: _Optional[_Mapping[str, int]] = ..., staleness_checked: _Optional[bool] = ...) -> None: ...
 
 class PullResult(_message.Message):
-    __slots__ = ("tensors", "versions")
+    __slots__ = ("tensors", "versions", "staleness_checked")
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    STALENESS_CHECKED_FIELD_NUMBER: _ClassVar[int]
     tensors: _containers.RepeatedCompositeFieldContainer[TensorMeta]
     versions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., versions: _Optional[_Iterable[int]] = ...) -> None: ...
+    staleness_checked: bool
+    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., versions: _Optional[_Iterable[int]] = ..., staleness_checked: _Optional[bool] = ...) -> None: ...
 
 class PushResult(_message.Message):
     __slots__ = ("versions", "max_staleness", "duplicate")

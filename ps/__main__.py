@@ -74,14 +74,15 @@ def run(settings: PSSettings) -> int:
 
     from .dataplane import BindError, DataPlane, auto_ipc_path
     from .registrar import Registrar, connect
-    from .server import Identity, PortInUse, PSServicer, build_server, now_ms
+    from .server import (Identity, PortInUse, PSServicer, build_server, not_serving_on_failure,
+                         now_ms)
     from .params import ParamStore
     from .replica import ReplicaNode
 
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
     store = ParamStore(settings.index, settings.num_ps, settings.max_staleness,
-                  settings.applied_capacity)
+                       settings.applied_capacity, settings.limits)
     checkpointer = Checkpointer(store, CheckpointDir(settings.checkpoint_dir, settings.index,
                                                      settings.num_ps, settings.keep_checkpoints))
     try:
@@ -138,6 +139,7 @@ def run(settings: PSSettings) -> int:
     if metrics:
         ps_metrics.install(metrics, store, checkpointer, data, node)
     me.address = f"{host_part}:{port}"
+    data.on_failure = not_serving_on_failure(health)
     data.start()
     server.start()
     log.info("settings: %s", settings.describe())

@@ -13,7 +13,11 @@ CURVE server (ZeroMQ's encryption): clients connect with the public key the PS r
 
 Bad input never takes the PS down: a header that does not parse is answered INVALID_ARGUMENT,
 a message without a body frame is dropped, frames larger than `max_frame_bytes` make ZeroMQ
-drop the peer, and any unexpected error is answered INTERNAL and logged.
+drop the peer, a message of more than `limits.max_frames` frames is refused (TOO_LARGE) after
+its first frames, its other frames discarded one by one without being kept, a request that
+runs out of memory is answered RESOURCE_EXHAUSTED (OUT_OF_MEMORY) and any other unexpected
+error INTERNAL (logged); the handler thread keeps serving either way. Should a handler thread
+still end (a ZeroMQ failure), `on_failure` is called once, and the PS reports NOT_SERVING.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import os
 import tempfile
 import threading
 import uuid
+from typing import Callable
 
 import torch
 import zmq
@@ -32,6 +37,7 @@ from protos import ps_pb2
 from .embedding import TableSpec
 from rpckit import auth
 from rpckit.errors import Reason, ServiceError, invalid
+from .limits import Limits, too_large
 from .optim import config_from_pb
 from .params import ParamStore
 from .wire import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number, error_response,
@@ -43,6 +49,9 @@ log = logging.getLogger(__name__)
 ZERO_COPY_MIN_BYTES = 64 * 1024
 POLL_MS = 100
 CLIENT_KINDS = frozenset({"init_parameters", "pull", "push", "pull_rows", "push_rows"})
+# `recv_into` needs a buffer: the frames of a refused over-long message are read into this
+# one byte (and so truncated and dropped) instead of each becoming an object.
+_SCRATCH_BYTES = 1
 
 
 class BindError(Exception):
@@ -97,10 +106,14 @@ class DataPlane:
     def __init__(self, store: ParamStore, host: str = "0.0.0.0", port: int = 0, threads: int = 4,
                  max_frame_bytes: int = 2**31, ipc_path: str = "", ipc_optional: bool = False,
                  token: str = "", curve_keypair: tuple[bytes, bytes] | None = None,
-                 replica=None):
+                 replica=None, on_failure: Callable[[str], None] | None = None):
         """token: when set, every request must carry it (DataRequest.token); curve_keypair:
-        (public, secret) Z85 keys to encrypt every connection with CURVE (zmq.curve_keypair())."""
+        (public, secret) Z85 keys to encrypt every connection with CURVE (zmq.curve_keypair());
+        on_failure(why): called once if a serving thread ends before `stop` (the PS turns its
+        health NOT_SERVING). The frame bound is the store's `limits.max_frames`."""
         self.token = token
+        self.on_failure = on_failure
+        self.failed = ""  # why a serving thread ended early; "" while all serve
         self.curve_keypair = curve_keypair
         # ps.replica.ReplicaNode: decides by this PS's role what is served (None: standalone)
         self.replica = replica
@@ -181,9 +194,12 @@ class DataPlane:
             except zmq.ZMQError as exc:  # ETERM: the context is being terminated by stop()
                 if exc.errno != zmq.ETERM:
                     log.exception("data plane proxy failed")
+            except BaseException:  # noqa: BLE001 - reported below; nothing is served now
+                log.exception("data plane proxy failed")
             finally:
                 frontend.close(0)
                 backend.close(0)
+                self._ended("the data plane proxy")
 
         self._threads.append(threading.Thread(target=proxy, name="ps-data-proxy", daemon=True))
         for i in range(self.threads):
@@ -218,22 +234,61 @@ class DataPlane:
             sock.setsockopt(zmq.RCVHWM, 10_000)
             sock.setsockopt(zmq.SNDHWM, 10_000)
             sock.connect(self._backend_addr)
+        scratch = bytearray(_SCRATCH_BYTES)
         try:
             while not self._stop.is_set():
-                if not sock.poll(POLL_MS):
-                    continue
-                frames = sock.recv_multipart(copy=False)
-                if len(frames) < 2:  # an identity and nothing else: nothing to answer
-                    continue
-                reply = self.handle(frames[1:])
-                sock.send_multipart([frames[0], *reply], copy=False)
-                # Drop our references now: a pulled tensor stays pinned while any exist.
-                del frames, reply
+                if sock.poll(POLL_MS):
+                    self._serve_one(sock, scratch)
         except zmq.ZMQError as exc:
             if exc.errno != zmq.ETERM:
                 log.exception("data plane handler failed")
+        except BaseException:  # noqa: BLE001 - reported below: the PS is no longer healthy
+            log.exception("data plane handler failed")
         finally:
             sock.close(0)
+            self._ended(f"data plane handler {threading.current_thread().name}")
+
+    def _ended(self, what: str) -> None:
+        """A serving thread is done: fine while stopping, else the PS serves no longer."""
+        if self._stop.is_set() or self.failed:
+            return
+        self.failed = f"{what} stopped"
+        log.error("%s: the PS reports NOT_SERVING", self.failed)
+        if self.on_failure is not None:
+            self.on_failure(self.failed)
+
+    def _serve_one(self, sock: zmq.Socket, scratch: bytearray) -> None:
+        """Receive one message [identity, header, buffer, ...] and answer it.
+
+        Frames are taken one at a time so that a message longer than the bound is refused
+        before its frames become objects (2 M empty frames cost 680 MB as a list of them).
+        Any failure in here answers the request if it can and leaves the thread serving.
+        """
+        limit = self.store.limits.max_frames + 1  # + the identity frame
+        frames = [sock.recv(copy=False)]
+        while frames[-1].more and len(frames) <= limit:
+            frames.append(sock.recv(copy=False))
+        if frames[-1].more:
+            self._send(sock, frames[0], [self._error(too_large(
+                f"the message has more than {limit - 1} frames (--max-request-frames); send "
+                "at most that many, or split the request"), 0)])
+            del frames[1:]
+            while sock.rcvmore:  # drop the rest in place, one frame at a time
+                sock.recv_into(scratch)
+            return
+        if len(frames) < 2:  # an identity and nothing else: nothing to answer
+            return
+        try:
+            reply = self.handle(frames[1:])
+        except MemoryError:
+            reply = [self._out_of_memory(0)]
+        self._send(sock, frames[0], reply)
+        # Drop our references now: a pulled tensor stays pinned while any exist.
+        del frames, reply
+
+    @staticmethod
+    def _send(sock: zmq.Socket, identity, reply: list) -> None:
+        sock.send_multipart([identity, *reply], copy=False)
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -259,6 +314,9 @@ class DataPlane:
             return self.dispatch(kind, req, parts[1:])
         except ServiceError as exc:
             return [self._error(exc, req.seq)]
+        except MemoryError:
+            log.warning("out of memory handling %s from client %r", kind, req.client_id[:64])
+            return [self._out_of_memory(req.seq)]
         except Exception:  # noqa: BLE001 - a bug; the PS keeps serving
             log.exception("internal error handling %s", kind)
             return [self._response(code=code_number("INTERNAL"), seq=req.seq,
@@ -270,6 +328,12 @@ class DataPlane:
         if kind not in CLIENT_KINDS:
             raise invalid(f"{kind} is for PS replicas; this PS serves no replication")
         return getattr(self, "_" + kind)(req, frames)
+
+    def _out_of_memory(self, seq: int) -> bytes:
+        return self._error(ServiceError(
+            "RESOURCE_EXHAUSTED", Reason.OUT_OF_MEMORY,
+            "the PS ran out of memory handling this request; retry later or send less at once"),
+            seq)
 
     def _response(self, **fields) -> ps_pb2.DataResponse:
         return ps_pb2.DataResponse(local_endpoint=self.local_endpoint, **fields)
@@ -298,7 +362,8 @@ class DataPlane:
             cfg = config_from_pb(spec.optimizer) if spec.optimizer.name else None
             tables.append((TableSpec(name=spec.name, dim=spec.dim,
                                      initializer=spec.initializer or "normal",
-                                     init_a=spec.init_a, init_b=spec.init_b, seed=spec.seed), cfg))
+                                     init_a=spec.init_a, init_b=spec.init_b, seed=spec.seed,
+                                     num_embeddings=spec.num_embeddings), cfg))
         initialized, versions, message = self.store.init_parameters(
             tensors, config_from_pb(body.optimizer), tables)
         resp = self._response(code=0, message=message, seq=req.seq)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from rpckit.errors import invalid
+from .limits import too_large
 from .optim import RowOptimizer
 
 INITIALIZERS = ("normal", "uniform", "zeros")
@@ -46,10 +47,14 @@ class TableSpec:
     init_a: float = 0.0
     init_b: float = 0.01
     seed: int = 0
+    num_embeddings: int = 0  # ids must be below it; 0: unbounded
 
     def check(self) -> None:
         if not self.name:
             raise invalid("a table needs a name")
+        if self.num_embeddings < 0:
+            raise invalid(f"table {self.name!r}: num_embeddings must be >= 0 (0: unbounded), "
+                          f"got {self.num_embeddings}")
         if not 0 < self.dim <= MAX_DIM:
             raise invalid(f"table {self.name!r}: dim must be in 1..{MAX_DIM}, got {self.dim}")
         if self.initializer not in INITIALIZERS:
@@ -111,31 +116,41 @@ class Table:
 
     # -- reading and writing rows -------------------------------------------------------------
 
-    def pull(self, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """Rows of `ids` (a copy, [n, dim]) and how many rows this call created."""
+    def pull(self, ids: torch.Tensor, max_new: int | None = None) -> tuple[torch.Tensor, int]:
+        """Rows of `ids` (a copy, [n, dim]) and how many rows this call created; more than
+        `max_new` new rows are refused (TOO_LARGE) before any is made."""
         with self.lock:
-            slots, created = self._slots(ids)
+            slots, created = self._slots(ids, max_new)
             return self.weights.index_select(0, slots), created
 
-    def push(self, ids: torch.Tensor, grads: torch.Tensor) -> int:
-        """Apply summed gradients of `ids`; returns the number of distinct rows updated."""
+    def push(self, ids: torch.Tensor, grads: torch.Tensor, max_new: int | None = None) -> int:
+        """Apply summed gradients of `ids`; returns the number of distinct rows updated.
+        More than `max_new` rows to create are refused (TOO_LARGE), changing nothing."""
         unique, inverse = torch.unique(ids, return_inverse=True)
         summed = torch.zeros(unique.numel(), self.spec.dim, dtype=grads.dtype)
         summed.index_add_(0, inverse, grads)
         with self.lock:
-            slots, _ = self._slots(unique)
+            slots, _ = self._slots(unique, max_new)
             self.step += 1
             self.pushes += 1
             self.optimizer.apply(self.weights, self.accum, slots, summed, self.step)
         return unique.numel()
 
-    def _slots(self, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    def _slots(self, ids: torch.Tensor, max_new: int | None = None) -> tuple[torch.Tensor, int]:
         """Slots of `ids`, creating the missing rows (in first-seen order)."""
         keys = ids.numpy()
         slots = self.index.lookup(keys)
         missing_at = np.flatnonzero(slots < 0)
         if not missing_at.size:
             return torch.from_numpy(slots), 0
+        if max_new is not None and missing_at.size > max_new:
+            # counted with repeats first: cheap, and only a request near the bound pays the
+            # exact count (np.unique) before being refused
+            distinct = np.unique(keys[missing_at]).size
+            if distinct > max_new:
+                raise too_large(f"table {self.spec.name!r}: this request would create "
+                                f"{distinct} rows; at most {max_new} new rows per request "
+                                "(--max-new-rows): split the ids over several requests")
         missing, first = np.unique(keys[missing_at], return_index=True)
         missing = missing[np.argsort(first, kind="stable")]  # first-seen order
         created = missing.size

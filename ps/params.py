@@ -3,7 +3,10 @@
 Plain Python and torch, no sockets: the data plane and the gRPC servicer only translate
 messages into these calls. What it promises:
 
-- The first `init_parameters` wins; later calls change nothing and answer the versions.
+- The first `init_parameters` wins; a later call declaring the same model (tensors, shapes,
+  dtypes, tables, optimizers) changes nothing and answers the versions; one declaring another
+  model or optimizer is refused (FAILED_PRECONDITION, MODEL_MISMATCH, naming the first
+  difference), so a worker never trains a model the PS does not hold.
 - A dense tensor has a version (pushes applied to it). A push applies the gradient with the
   tensor's own `torch.optim` optimizer under the tensor's lock and bumps the version. The push
   carries the versions the worker pulled; staleness (current - pulled) is recorded, and with
@@ -31,8 +34,10 @@ import torch
 
 from .applied import AppliedTable, Duplicate
 from .embedding import Table, TableSpec
-from rpckit.errors import Reason, ServiceError, invalid, not_found, precondition, unavailable
+from rpckit.errors import (Reason, ServiceError, invalid, not_found, precondition, quote,
+                           unavailable)
 from .gate import Gate
+from .limits import Limits, check_names
 from .optim import RowOptimizer, make_dense, row_config, step_dense, validate_dense
 from .partition import MAX_ROW_ID
 from .wire import DTYPE_NAMES, FLOAT_DTYPES
@@ -78,8 +83,9 @@ class Stats:
 
 class ParamStore:
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
-                 applied_capacity: int = 100_000):
+                 applied_capacity: int = 100_000, limits: Limits | None = None):
         self.index = index
+        self.limits = limits or Limits()
         self.num_ps = num_ps
         self.max_staleness = max_staleness
         self.gate = Gate()
@@ -102,6 +108,7 @@ class ParamStore:
         """Declare the tensors, optimizer and tables. Returns (initialized_now, versions,
         message); only the first call changes anything."""
         names = [name for name, _ in tensors]
+        check_names(names, self.limits, "InitParameters")
         for name, t in tensors:
             if not name:
                 raise invalid("every tensor needs a name")
@@ -121,7 +128,13 @@ class ParamStore:
         with self.gate.shared(), self._init_lock:
             self._refuse_if_stopping()
             if self.initialized:
-                return False, self.versions(), self._difference(tensors, optimizer, checked)
+                mismatch = self._mismatch(tensors, optimizer, checked)
+                if mismatch:
+                    raise precondition(Reason.MODEL_MISMATCH, f"PS {self.index} holds another "
+                                       f"model: {mismatch}. The first InitParameters won; "
+                                       "declare the same model and optimizer, or start the job "
+                                       "with a fresh --checkpoint-dir for a new model")
+                return False, self.versions(), "already initialized with this model"
             dense = {}
             for name, t in tensors:
                 value = t.detach().clone().contiguous()
@@ -134,18 +147,33 @@ class ParamStore:
             self.initialized = True
             return True, self.versions(), "initialized"
 
-    def _difference(self, tensors, optimizer, tables) -> str:
-        ours = {n: (tuple(d.value.shape), d.value.dtype) for n, d in self.dense.items()}
-        theirs = {n: (tuple(t.shape), t.dtype) for n, t in tensors}
-        notes = []
-        if ours != theirs:
-            notes.append(f"tensors differ (here {len(ours)}, asked {len(theirs)})")
+    def _mismatch(self, tensors, optimizer, tables) -> str:
+        """The first difference between the model held here and the one declared ('' if
+        none), quoting at most a short prefix of the client's names."""
+        theirs = dict(tensors)
+        for name in sorted(set(self.dense) | set(theirs)):
+            d, t = self.dense.get(name), theirs.get(name)
+            if d is None:
+                return f"tensor {quote(name)} is not held here"
+            if t is None:
+                return f"tensor {quote(name)} {_shape(d.value)} held here was not declared"
+            if t.shape != d.value.shape or t.dtype != d.value.dtype:
+                return f"tensor {quote(name)} is {_shape(d.value)} here, declared {_shape(t)}"
         if optimizer != self.optimizer_cfg:
-            notes.append(f"optimizer differs (here {self.optimizer_cfg}, asked {optimizer})")
-        if {s.name: s for s, _ in tables} != {n: t.spec for n, t in self.tables.items()}:
-            notes.append("tables differ")
-        tail = "; ignored: " + "; ".join(notes) if notes else ""
-        return "already initialized: the first InitParameters won" + tail
+            return f"the optimizer is {self.optimizer_cfg} here, declared {optimizer}"
+        declared = {spec.name: (spec, cfg) for spec, cfg in tables}
+        for name in sorted(set(self.tables) | set(declared)):
+            if name not in declared:
+                return f"table {quote(name)} held here was not declared"
+            spec, cfg = declared[name]
+            if name not in self.tables:
+                return f"table {quote(name)} is not held here"
+            if spec != self.tables[name].spec:
+                return f"table {quote(name)} is {self.tables[name].spec} here, declared {spec}"
+            if cfg != self.table_cfgs[name]:
+                return (f"table {quote(name)} has optimizer {self.table_cfgs[name]} here, "
+                        f"declared {cfg}")
+        return ""
 
     # -- dense --------------------------------------------------------------------------------
 
@@ -157,6 +185,7 @@ class ParamStore:
         """[(name, payload, version, tensor)] for `names` (all when empty). `export` runs under
         the tensor's lock; its tracker pins the tensor's memory until the bytes are sent."""
         self._require_init()
+        check_names(names, self.limits, "a Pull")
         names = list(names) or sorted(self.dense)
         missing = [n for n in names if n not in self.dense]
         if missing:
@@ -184,8 +213,7 @@ class ParamStore:
         if len(versions) != len(grads):
             raise invalid(f"push has {len(grads)} tensors but {len(versions)} versions")
         names = [n for n, _ in grads]
-        if len(set(names)) != len(names):
-            raise invalid("push names a tensor twice")
+        check_names(names, self.limits, "a Push")
         for name, g in grads:
             d = self.dense.get(name)
             if d is None:
@@ -315,6 +343,10 @@ class ParamStore:
         if low < 0 or high > MAX_ROW_ID:
             raise invalid(f"table {table!r}: ids must be in 0..{MAX_ROW_ID} (2**53 - 1), got "
                           f"{low if low < 0 else high}")
+        bound = self.tables[table].spec.num_embeddings
+        if bound and high >= bound:
+            raise invalid(f"table {table!r}: id {high} is outside the table (num_embeddings "
+                          f"{bound}: ids 0..{bound - 1})")
         if self.num_ps > 1:
             wrong = ids[ids % self.num_ps != self.index]
             if wrong.numel():
@@ -326,7 +358,7 @@ class ParamStore:
     def pull_rows(self, table: str, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
         t = self.table(table)
         self._check_ids(ids, table)
-        rows, created = t.pull(ids)
+        rows, created = t.pull(ids, self.limits.max_new_rows)
         self.stats.row_pulls += 1
         return rows, created
 
@@ -338,7 +370,8 @@ class ParamStore:
             raise invalid(f"table {table!r}: gradients must be float32 [{ids.numel()}, "
                           f"{t.spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}{list(grads.shape)}")
         def apply() -> dict:
-            answer = {"code": "OK", "message": "", "rows": t.push(ids, grads)}
+            answer = {"code": "OK", "message": "",
+                      "rows": t.push(ids, grads, self.limits.max_new_rows)}
             with self._stats_lock:
                 self.stats.row_pushes += 1
             return answer
@@ -415,6 +448,10 @@ class ParamStore:
         self.applied.restore(state["applied"])
         self.stats.pushes = int(state.get("stats", {}).get("pushes", 0))
         self.stats.row_pushes = int(state.get("stats", {}).get("row_pushes", 0))
+
+
+def _shape(t: torch.Tensor) -> str:
+    return f"{DTYPE_NAMES.get(t.dtype, t.dtype)}{list(t.shape)}"
 
 
 def table_specs(tables: Iterable) -> list[tuple[TableSpec, dict | None]]:

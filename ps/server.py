@@ -59,6 +59,7 @@ def status_view(store: ParamStore, checkpointer: Checkpointer | None,
         row.spec.name, row.spec.dim, row.spec.seed = t.spec.name, t.spec.dim, t.spec.seed
         row.spec.initializer, row.spec.init_a, row.spec.init_b = (
             t.spec.initializer, t.spec.init_a, t.spec.init_b)
+        row.spec.num_embeddings = t.spec.num_embeddings
         row.spec.optimizer.CopyFrom(config_to_pb(store.table_cfgs[name]))
     resp.staleness.update({int(k): int(v) for k, v in dict(s.staleness).items()})
     if checkpointer is not None:
@@ -106,6 +107,18 @@ def build_server(servicer: PSServicer, host: str, port: int, threads: int,
         [(ps_pb2_grpc.add_ParameterServerServicer_to_server, servicer)], [SERVICE],
         thread_name_prefix="ps-grpc", interceptors=interceptors, credentials=credentials,
     )
+
+
+def not_serving_on_failure(health_servicer: health.HealthServicer):
+    """A DataPlane `on_failure` callback: a PS whose data plane stopped serving must not look
+    healthy to the master's health checks or to a prober."""
+    from grpc_health.v1 import health_pb2
+
+    def failed(why: str) -> None:
+        for service in ("", SERVICE):
+            health_servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    return failed
 
 
 def now_ms() -> int:

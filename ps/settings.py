@@ -13,6 +13,9 @@ from pathlib import Path
 
 from rpckit import auth
 from rpckit.settings import ENV_PREFIX, LOG_LEVELS, FlagParser, describe
+
+from .limits import Limits
+
 WILDCARDS = ("", "0.0.0.0", "::", "[::]")
 
 
@@ -36,6 +39,9 @@ class PSSettings:
     register_interval: float = 2.0
     max_frame_mb: int = 2048
     applied_capacity: int = 100_000
+    max_request_names: int = Limits.max_names
+    max_request_frames: int = Limits.max_frames
+    max_new_rows: int = Limits.max_new_rows
     torch_threads: int = 1
     replica_ack_timeout: float = 2.0
     metrics_port: int = -1
@@ -45,6 +51,10 @@ class PSSettings:
     tls_ca: str = ""  # verifies the master
     auth_token: str = ""
     auth_token_file: str = ""
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.max_request_names, self.max_request_frames, self.max_new_rows)
 
     def describe(self) -> str:
         return describe(self, redact=auth.SECRET_FIELDS)
@@ -100,6 +110,15 @@ def parse(argv: list[str] | None = None) -> PSSettings:
            "largest data frame accepted, in MiB (a bigger one drops the peer)")
     p.flag("--applied-capacity", d.applied_capacity,
            "clients remembered for at-most-once pushes")
+    p.flag("--max-request-names", d.max_request_names,
+           "tensors one Pull may name (and one Push or InitParameters carry); more is refused "
+           "(RESOURCE_EXHAUSTED, reason TOO_LARGE)")
+    p.flag("--max-request-frames", d.max_request_frames,
+           "frames one data-plane message may have, header included; a longer one is refused "
+           "before its frames are kept")
+    p.flag("--max-new-rows", d.max_new_rows,
+           "embedding rows one PullRows or PushRows may create; more is refused (TOO_LARGE) "
+           "before any is made (each new row costs memory and time under the table's lock)")
     p.flag("--torch-threads", d.torch_threads,
            "torch intra-op threads (0: torch's default). 1 by default: the PS's updates are "
            "memory-bound, and OpenMP teams spin-waiting in several handler threads starve the "
@@ -151,6 +170,7 @@ def check(s: PSSettings) -> list[str]:
         problems.append("--applied-capacity must be >= 1")
     if not s.replica_ack_timeout > 0:
         problems.append("--replica-ack-timeout must be > 0")
+    problems += s.limits.check()
     if s.torch_threads < 0:
         problems.append("--torch-threads must be >= 0")
     directory = Path(s.checkpoint_dir)

@@ -44,6 +44,7 @@ class Reason(str, enum.Enum):
     STALE_GRADIENT = "STALE_GRADIENT"          # pull again and recompute (--max-staleness)
     MODEL_MISMATCH = "MODEL_MISMATCH"          # the PS holds another model or optimizer
     TOO_LARGE = "TOO_LARGE"                    # a request over the PS's per-request bounds
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"            # the PS could not allocate for this request
     FENCED = "FENCED"                          # a deposed PS primary: re-route
     UNAVAILABLE = "UNAVAILABLE"                # not reached / no answer in time
 

@@ -51,7 +51,7 @@ class ElasticEmbedding(nn.Module):
         self.num_embeddings = num_embeddings
         self.dim = dim
         self.spec = TableSpec(name=table, dim=dim, initializer=initializer, init_a=init_a,
-                              init_b=init_b, seed=seed)
+                              init_b=init_b, seed=seed, num_embeddings=num_embeddings or 0)
         self.spec.check()
         self.optimizer = optimizer  # row-wise sgd/adagrad config; None: the dense optimizer's
         self.client: PSClient | None = None

@@ -27,16 +27,33 @@ def _code(fn, *args) -> str:
     return err.value.code
 
 
-def test_first_init_wins_and_later_ones_answer_versions():
+def test_first_init_wins_and_the_same_model_again_answers_versions():
     s = _store()
     s.push("c", 1, [("w", torch.ones(4))], [0])
     initialized, versions, message = s.init_parameters(
-        [("w", torch.full((4,), 9.0))], make_config("adam", lr=0.1))
+        [("w", torch.full((4,), 9.0)), ("b", torch.zeros(2))], SGD1)
     assert not initialized
     assert versions == {"w": 1, "b": 0}
-    assert "already initialized" in message and "optimizer differs" in message
+    assert "already initialized" in message
     assert s.dense["w"].value.tolist() == [-1.0] * 4
-    assert s.optimizer_cfg["name"] == "sgd"
+
+
+@pytest.mark.parametrize("tensors, optimizer, tables, named", [
+    ([("w", torch.zeros(4))], SGD1, [], "'b'"),                                   # one missing
+    ([("w", torch.zeros(5)), ("b", torch.zeros(2))], SGD1, [], "float32[5]"),     # a shape
+    ([("w", torch.zeros(4, dtype=torch.float64)), ("b", torch.zeros(2))], SGD1, [], "float64"),
+    ([("w", torch.zeros(4)), ("b", torch.zeros(2)), ("x", torch.zeros(1))], SGD1, [], "'x'"),
+    ([("w", torch.zeros(4)), ("b", torch.zeros(2))], make_config("adam", lr=0.1), [], "adam"),
+    ([("w", torch.zeros(4)), ("b", torch.zeros(2))], SGD1, [(TableSpec("e", 4), None)], "'e'"),
+])
+def test_another_model_or_optimizer_is_refused_naming_the_difference(tensors, optimizer,
+                                                                      tables, named):
+    s = _store()
+    with pytest.raises(PSError) as err:
+        s.init_parameters(tensors, optimizer, tables)
+    assert err.value.code == "FAILED_PRECONDITION" and err.value.reason == "MODEL_MISMATCH"
+    assert named in err.value.message
+    assert s.optimizer_cfg["name"] == "sgd" and sorted(s.dense) == ["b", "w"] and not s.tables
 
 
 def test_requests_before_init_are_refused():
