@@ -368,6 +368,7 @@ class DataPlane:
             tensors, config_from_pb(body.optimizer), tables)
         resp = self._response(code=0, message=message, seq=req.seq)
         resp.init_parameters.initialized = initialized
+        resp.init_parameters.staleness_checked = self.store.max_staleness >= 0
         resp.init_parameters.versions.update(versions)
         return [resp.SerializeToString()]
 
@@ -377,6 +378,7 @@ class DataPlane:
         pulled = self.store.pull(list(req.pull.names), _export)
         resp = self._response(code=0, seq=req.seq)
         resp.pull.SetInParent()
+        resp.pull.staleness_checked = self.store.max_staleness >= 0
         out = [None]
         for name, payload, version, tensor in pulled:
             resp.pull.tensors.append(meta_of(name, tensor))
@@ -386,8 +388,18 @@ class DataPlane:
         return out
 
     def _push(self, req, frames) -> list:
-        grads = self._tensors(req.push.tensors, frames, FLOAT_DTYPES)
-        answer = self.store.push(req.client_id, req.seq, grads, list(req.push.versions))
+        if req.push.check_only:  # phase one of a push split over several PS: apply nothing
+            if frames:
+                raise invalid("a Push with check_only carries no buffer frames")
+            metas = []
+            for meta in req.push.tensors:
+                dtype, shape, _ = check_meta(meta, FLOAT_DTYPES)
+                metas.append((meta.name, shape, dtype))
+            answer = self.store.check_push(metas, list(req.push.versions))
+        else:
+            grads = self._tensors(req.push.tensors, frames, FLOAT_DTYPES)
+            answer = self.store.push(req.client_id, req.seq, grads, list(req.push.versions),
+                                     req.push.checked)
         resp = self._response(code=code_number(answer["code"]), message=answer["message"],
                               reason=answer.get("reason", ""),
                                    seq=req.seq)

@@ -206,26 +206,43 @@ class ParamStore:
         return out
 
     def push(self, client_id: str, seq: int, grads: Sequence[tuple[str, torch.Tensor]],
-             versions: Sequence[int]) -> dict:
+             versions: Sequence[int], checked: bool = False) -> dict:
         """Apply gradients; returns the answer {code, message, versions, max_staleness,
-        duplicate}. Bad input raises ServiceError and changes nothing."""
-        self._require_init()
-        if len(versions) != len(grads):
-            raise invalid(f"push has {len(grads)} tensors but {len(versions)} versions")
+        duplicate}. Bad input raises ServiceError and changes nothing. `checked`: every PS of
+        the step already passed `check_push`, so staleness no longer refuses it."""
+        self._validate_push([(n, g.shape, g.dtype) for n, g in grads], versions)
         names = [n for n, _ in grads]
-        check_names(names, self.limits, "a Push")
-        for name, g in grads:
+        return self._at_most_once(
+            client_id, seq, lambda: self._apply(grads, versions, checked),
+            lambda: {"versions": self.versions(names), "max_staleness": 0})
+
+    def check_push(self, metas: Sequence[tuple[str, tuple, torch.dtype]],
+                   versions: Sequence[int]) -> dict:
+        """Phase one of a push split over several PS (see docs/ps.md): validate it like `push`
+        and answer whether its staleness passes, applying nothing."""
+        self._validate_push(metas, versions)
+        names = [n for n, _, _ in metas]
+        worst = max((self._staleness(self.dense[n], v) for n, v in zip(names, versions)),
+                    default=0)
+        if 0 <= self.max_staleness < worst:
+            return self._stale(worst, names)
+        return {"code": "OK", "message": "", "versions": self.versions(names),
+                "max_staleness": worst, "duplicate": False}
+
+    def _validate_push(self, metas, versions) -> None:
+        self._require_init()
+        if len(versions) != len(metas):
+            raise invalid(f"push has {len(metas)} tensors but {len(versions)} versions")
+        check_names([n for n, _, _ in metas], self.limits, "a Push")
+        for name, shape, dtype in metas:
             d = self.dense.get(name)
             if d is None:
-                raise not_found(Reason.UNKNOWN_TENSOR, f"no tensor named {name!r} on PS {self.index}; push each "
-                                "gradient to the PS that holds its tensor (ps.partition)")
-            if g.shape != d.value.shape or g.dtype != d.value.dtype:
-                raise invalid(f"gradient of {name!r} is {DTYPE_NAMES.get(g.dtype)}"
-                              f"{list(g.shape)}, the tensor is "
-                              f"{DTYPE_NAMES[d.value.dtype]}{list(d.value.shape)}")
-        return self._at_most_once(
-            client_id, seq, lambda: self._apply(grads, versions),
-            lambda: {"versions": self.versions(names), "max_staleness": 0})
+                raise not_found(Reason.UNKNOWN_TENSOR, f"no tensor named {quote(name)} on PS "
+                                f"{self.index}; push each gradient to the PS that holds its "
+                                "tensor (ps.partition)")
+            if tuple(shape) != tuple(d.value.shape) or dtype != d.value.dtype:
+                raise invalid(f"gradient of {quote(name)} is {DTYPE_NAMES.get(dtype)}"
+                              f"{list(shape)}, the tensor is {_shape(d.value)}")
 
     def _at_most_once(self, client_id: str, seq: int, apply, defaults) -> dict:
         """Run `apply` once per (client_id, seq): a retry gets the first answer back, marked
@@ -244,9 +261,9 @@ class ParamStore:
             self.applied.finish(entry, answer)
             return dict(answer, duplicate=False)
 
-    def _apply(self, grads, versions) -> dict:
+    def _apply(self, grads, versions, checked: bool = False) -> dict:
         ordered = sorted(zip(grads, versions), key=lambda x: x[0][0])
-        if self.max_staleness < 0:
+        if self.max_staleness < 0 or checked:
             worst = 0
             for (name, g), pulled in ordered:
                 d = self.dense[name]
@@ -261,18 +278,21 @@ class ParamStore:
             worst = max((self._staleness(d, pulled) for d, (_, pulled) in zip(held, ordered)),
                         default=0)
             if worst > self.max_staleness:
-                with self._stats_lock:
-                    self.stats.refused_stale += 1
-                return {"code": "FAILED_PRECONDITION", "reason": Reason.STALE_GRADIENT.value,
-                        "message": f"gradient is {worst} versions stale (--max-staleness "
-                                   f"{self.max_staleness}); pull again and recompute",
-                        "versions": {d.name: d.version for d in held}, "max_staleness": worst}
+                return self._stale(worst, [d.name for d in held])
             for d, ((_, g), _) in zip(held, ordered):
                 self._step(d, g)
         finally:
             for d in held:
                 d.lock.release()
         return self._applied(worst, [d.name for d in held])
+
+    def _stale(self, worst: int, names: list[str]) -> dict:
+        with self._stats_lock:
+            self.stats.refused_stale += 1
+        return {"code": "FAILED_PRECONDITION", "reason": Reason.STALE_GRADIENT.value,
+                "message": f"gradient is {worst} versions stale (--max-staleness "
+                           f"{self.max_staleness}); pull again and recompute",
+                "versions": self.versions(names), "max_staleness": worst}
 
     def _applied(self, worst: int, names: list[str]) -> dict:
         s = self.stats
@@ -285,7 +305,8 @@ class ParamStore:
 
     def _staleness(self, d: Dense, pulled: int) -> int:
         if pulled > d.version:
-            self.stats.ahead += 1
+            with self._stats_lock:
+                self.stats.ahead += 1
             return 0
         return d.version - pulled
 

@@ -6,9 +6,19 @@ waits for the answers with a bounded poll. A PS that does not answer within `tim
 died, restarted, or the reply was lost) gets its socket closed and the same request again
 (same client_id and seq, so a push is applied at most once) after a bounded exponential
 backoff, to the PS's current address (asked from the master again when the client was given
-one), up to `max_attempts` tries; then `PSUnavailable`. A PS that answers UNAVAILABLE (it is
-shutting down) is retried the same way. Any other refusal raises `PSError` with the PS's code
-and message; FAILED_PRECONDITION from a push is `StaleGradient` (pull again, recompute).
+one), for at most `retry.total_s` seconds in all (and `max_attempts` tries); then
+`PSUnavailable`, whose message names the PS, its address and how long it was tried. A PS that
+answers UNAVAILABLE (it is shutting down) is retried the same way. A call that needed retries
+and then got its answer logs one line saying so. Any other refusal raises `PSError` with the
+PS's code, reason and message; a stale push raises `StaleGradient` (pull again, recompute).
+
+A push split over several PS is all-or-nothing under `--max-staleness`: when a PS it goes to
+checks staleness, every such PS first checks the push's versions without applying anything
+(`Push.check_only`); only when all passed is the push sent, marked `checked`, and applied
+without a second refusal. So a `StaleGradient` means no PS applied any part of the step.
+
+Sparse gradients (`nn.Embedding(sparse=True)`, `nn.EmbeddingBag(sparse=True)`) are coalesced
+and pushed as dense tensors of the parameter's shape (ElasticEmbedding pushes only rows).
 
 With PS replicas (`--ps-replicas` on the master) each index has a primary and a generation
 (ListPS). Requests carry the generation they were routed by; a request that has waited
@@ -30,6 +40,7 @@ A client is not thread-safe: give each thread its own (each gets its own client_
 """
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import time
@@ -46,10 +57,12 @@ from ps import partition
 from ps.embedding import TableSpec
 from rpckit import auth
 from rpckit.errors import Reason, ServiceError
-from rpckit.retry import RETRYABLE
+from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
 from ps.optim import config_to_pb, make_config
 from ps.wire import as_buffer, check_meta, code_name, from_frame, meta_of
 
+
+log = logging.getLogger(__name__)
 
 PSError = ServiceError  # a refusal from a PS: `code`, `reason` (rpckit.errors.Reason), `message`
 _RETRY_CODES = frozenset(code.name for code in RETRYABLE)
@@ -135,6 +148,9 @@ def master_routes(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
             stub.close()
 
 
+RETRY_BUDGET_S = 30.0  # how long one call keeps retrying a PS that does not answer
+
+
 class _Connection:
     """One DEALER socket to one PS, created lazily and thrown away on a timeout.
 
@@ -207,10 +223,13 @@ class DataClient:
     def __init__(self, endpoints: Sequence[str] | None = None, *, master: str | None = None,
                  client_id: str | None = None, timeout_s: float = 10.0, max_attempts: int = 8,
                  backoff_s: float = 0.05, max_backoff_s: float = 2.0,
+                 retry_budget_s: float = RETRY_BUDGET_S,
                  discovery_timeout_s: float = 30.0, context: zmq.Context | None = None,
                  prefer_local: bool = True, tls_ca: str | None = None,
                  auth_token: str | None = None, server_keys: Sequence[str] | None = None):
-        """tls_ca, auth_token: for the master's ListPS and (the token) every data request;
+        """timeout_s: how long one try waits for an answer; a call gives up (PSUnavailable)
+        after `retry_budget_s` seconds or `max_attempts` tries, whichever comes first.
+        tls_ca, auth_token: for the master's ListPS and (the token) every data request;
         None: ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN(_FILE). server_keys: with `endpoints`,
         each PS's CURVE public key when its data plane is encrypted (GetPSStatus tells it);
         with `master`, they come from ListPS."""
@@ -230,8 +249,8 @@ class DataClient:
         self.client_id = client_id or uuid.uuid4().hex
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
+        self.retry = RetryPolicy(initial_s=backoff_s, max_s=max_backoff_s,
+                                 total_s=retry_budget_s, call_timeout_s=timeout_s)
         self._own_ctx = context is None
         self.ctx = context or zmq.Context()
         found = self._resolve()
@@ -247,6 +266,9 @@ class DataClient:
         self._seq = 0
         self.owner: dict[str, int] = {}       # dense tensor name -> PS index
         self.versions: dict[str, int] = {}    # versions of the last pull, per tensor
+        # PS index -> whether it refuses stale pushes (learnt from init and pull answers);
+        # a PS not heard from yet is assumed to (a push then checks first: see `push`)
+        self.staleness_checked: dict[int, bool] = {}
 
     @property
     def _lookup(self) -> dict:
@@ -315,8 +337,9 @@ class DataClient:
                 frames.append(as_buffer(tensors[name]))
             requests[index] = (ps_pb2.DataRequest(init_parameters=body), frames)
         answers = self._call(requests)
-        for resp, _ in answers.values():
+        for index, (resp, _) in answers.items():
             self.versions.update(resp.init_parameters.versions)
+            self.staleness_checked[index] = resp.init_parameters.staleness_checked
         return any(resp.init_parameters.initialized for resp, _ in answers.values())
 
     def set_layout(self, sizes: Mapping[str, int]) -> None:
@@ -334,6 +357,7 @@ class DataClient:
                     for i, n in groups.items()}
         out: dict[str, torch.Tensor] = {}
         for index, (resp, frames) in self._call(requests).items():
+            self.staleness_checked[index] = resp.pull.staleness_checked
             metas = resp.pull.tensors
             if len(frames) != len(metas):
                 raise PSError("INTERNAL", Reason.INTERNAL, f"PS {index} answered {len(metas)} tensors with "
@@ -348,16 +372,31 @@ class DataClient:
     def push(self, grads: Mapping[str, torch.Tensor],
              versions: Mapping[str, int] | None = None) -> PushOutcome:
         """Apply gradients on their PS. `versions` default to those of the last pull. Raises
-        StaleGradient when a PS refused as too stale (the other PS applied theirs)."""
+        StaleGradient when a PS refused them as too stale; then no PS applied any of them."""
         versions = self.versions if versions is None else versions
+        grads = {name: _dense(g) for name, g in grads.items()}
+        groups = self._group(grads)
+        checked = False
+        if len(groups) > 1 and any(self.staleness_checked.get(i, True) for i in groups):
+            # phase one: every PS checks the versions, nothing is applied anywhere yet
+            self._answer_push(self._push_requests(grads, versions, groups, check_only=True))
+            checked = True
+        return self._answer_push(self._push_requests(grads, versions, groups, checked=checked))
+
+    def _push_requests(self, grads, versions, groups, check_only=False, checked=False) -> dict:
         requests = {}
-        for index, names in self._group(grads).items():
-            body = ps_pb2.Push(versions=[int(versions.get(n, 0)) for n in names])
+        for index, names in groups.items():
+            body = ps_pb2.Push(versions=[int(versions.get(n, 0)) for n in names],
+                               check_only=check_only, checked=checked)
             frames = []
             for name in names:
                 body.tensors.append(meta_of(name, grads[name]))
-                frames.append(as_buffer(grads[name]))
+                if not check_only:
+                    frames.append(as_buffer(grads[name]))
             requests[index] = (ps_pb2.DataRequest(push=body), frames)
+        return requests
+
+    def _answer_push(self, requests) -> PushOutcome:
         outcome = PushOutcome()
         stale = []
         for index, (resp, _) in self._call(requests, allow=(Reason.STALE_GRADIENT,)).items():
@@ -426,8 +465,8 @@ class DataClient:
     def _call(self, requests: dict[int, tuple[ps_pb2.DataRequest, list]],
               allow: tuple[Reason, ...] = ()) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
         """Send each PS its request (same seq) and collect the answers, retrying what is not
-        answered (or answered with a retryable code). Raises PSError for a refusal whose
-        reason is not in `allow`."""
+        answered (or answered with a retryable code) within the retry budget. Raises PSError
+        for a refusal whose reason is not in `allow`, PSUnavailable when the budget is spent."""
         seq = self.next_seq()
         for req, _ in requests.values():
             req.client_id, req.seq, req.token = self.client_id, seq, self._token
@@ -435,9 +474,11 @@ class DataClient:
         results: dict[int, tuple] = {}
         offers: dict[int, str] = {}
         pending = set(requests)
-        backoff = self.backoff_s
+        backoff = Backoff(self.retry)
         why = ""
-        for attempt in range(1, self.max_attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             waiting = {}
             for index in pending:
                 req, frames = requests[index]
@@ -449,7 +490,9 @@ class DataClient:
             for sock in waiting:
                 poller.register(sock, zmq.POLLIN)
             started = time.monotonic()
-            deadline = started + self.timeout_s
+            # one try waits timeout_s, but never past the call's retry budget
+            left = self.retry.total_s - backoff.elapsed
+            deadline = started + max(0.05, min(self.timeout_s, left))
             while waiting:
                 left_ms = int((deadline - time.monotonic()) * 1000)
                 if left_ms <= 0:
@@ -484,18 +527,27 @@ class DataClient:
             if not pending:
                 for index, local in offers.items():
                     self._conns[index].offer(local)
+                if attempt > 1:  # one line per recovery, not one per try
+                    log.warning("the PS answered again after %d tries (%.1fs): %s", attempt,
+                                backoff.elapsed, why)
                 return results
             for index in waiting.values():
                 why = f"PS {index} at {self._conns[index].current} did not answer within " \
                       f"{self.timeout_s:.1f}s"
-            if attempt == self.max_attempts:
+            delay = None if attempt >= self.max_attempts else backoff.next_delay()
+            if delay is None:
                 break
             for index in pending:
                 self._conns[index].failed()
-            time.sleep(backoff)
-            backoff = min(backoff * 2, self.max_backoff_s)
-            self._refresh(pending)
-        raise PSUnavailable(f"no answer after {self.max_attempts} tries ({why})")
+            time.sleep(delay)
+            left = self.retry.total_s - backoff.elapsed
+            if left > 0:
+                self._refresh(pending, timeout_s=min(self.timeout_s, left))
+        raise PSUnavailable(
+            f"PS {', '.join(str(i) for i in sorted(pending))} did not answer for "
+            f"{backoff.elapsed:.1f}s ({attempt} tries; retry budget {self.retry.total_s:.0f}s, "
+            f"{self.max_attempts} tries): {why}. Is the PS running? A PS restarted from its "
+            "checkpoint is found again through the master while the budget lasts")
 
     def _primary_moved(self, indexes: set[int]) -> bool:
         """Whether the master names another primary for one of `indexes` (asked at most every
@@ -529,6 +581,14 @@ class DataClient:
                     conn.client_keys = zmq.curve_keypair()
                 conn.moved(endpoint, key)
             conn.generation = generation
+
+
+def _dense(g: torch.Tensor) -> torch.Tensor:
+    """A gradient as the frame of a dense tensor: a sparse one (nn.Embedding(sparse=True))
+    is coalesced (repeated rows summed) and densified, to the parameter's shape."""
+    if g.layout != torch.strided:
+        g = g.coalesce().to_dense() if g.is_sparse else g.to_dense()
+    return g.detach()
 
 
 def _rows(resp: ps_pb2.DataResponse, frames: list, n: int) -> torch.Tensor:
