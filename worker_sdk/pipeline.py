@@ -206,6 +206,9 @@ class Pipeline:
                     except StaleGradient as exc:
                         self._stale += 1  # dropped by the PS; the next step pulls anyway
                         log.info("stale gradient refused in the background (%s)", exc)
+                        # no PS applied any of the step: no rows, no acknowledgement
+                        ack.abandon(f"the step's gradient was refused as stale: {exc.message}")
+                        return
                 for table, ids, grad in job.rows:
                     data.push_rows(table, ids, grad)
                 ack.trained(job.mark)

@@ -208,8 +208,11 @@ class PSClient:
         prefetch, flush), and the records in flight are then never acknowledged (their leases
         are reported FAILED with what was trained before).
 
-        A PS that refuses a gradient as too stale (`--max-staleness`) has dropped it; the
-        client re-pulls (synchronously, or at the next `pull`) and counts it.
+        A PS that refuses a gradient as too stale (`--max-staleness`) has dropped it, and
+        then no PS applied any of the step (worker_sdk.ps_data): its row gradients are not
+        pushed either, its records are never acknowledged (abandoned as after a failed push:
+        their leases go back FAILED with what was trained before), and the client re-pulls
+        (synchronously, or at the next `pull`) and counts it.
         """
         self.pipeline.raise_failure()
         job = PushJob(mark=ack.mark(), versions=dict(self.data.versions),
@@ -233,7 +236,9 @@ class PSClient:
             except StaleGradient as exc:
                 self.stale_refusals += 1
                 log.info("stale gradient refused (%s); pulling fresh parameters", exc)
+                ack.abandon(f"the step's gradient was refused as stale: {exc.message}")
                 self.pull(model)
+                return None
         for table, ids, grad in job.rows:
             self.data.push_rows(table, ids, grad)
         self.pipeline.wait_push_s += time.perf_counter() - started

@@ -133,3 +133,77 @@ def test_a_push_waits_for_a_ps_restarted_within_the_budget_and_logs_once(launche
         assert torch.equal(c.pull()["w"], -torch.ones(1000))
     recoveries = [r for r in caplog.records if "answered again" in r.getMessage()]
     assert len(recoveries) == 1
+
+
+class _Ledger:
+    """A lease table as worker_sdk.ack sees one: records what the SDK acknowledged."""
+
+    def __init__(self):
+        self.trained: list = []
+        self.failed: list[str] = []
+
+    def mark_trained(self, upto=None) -> int:
+        self.trained.append(upto)
+        return 0
+
+    def fail_in_flight(self, message: str) -> int:
+        self.failed.append(message)
+        return 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wait", [True, False])
+def test_a_stale_step_pushes_no_rows_and_acknowledges_nothing(launcher, inproc_ps, wait):
+    from protos import master_pb2, master_pb2_grpc
+    from worker_sdk import ack
+    from worker_sdk.ps_client import ElasticEmbedding, PSClient
+
+    master = launcher.master()
+    ps = _two_ps(inproc_ps, max_staleness=0)
+    with grpc.insecure_channel(master.address) as ch:
+        stub = master_pb2_grpc.MasterStub(ch)
+        for i, p in enumerate(ps):
+            stub.RegisterPS(master_pb2.RegisterPSRequest(
+                address=f"127.0.0.1:{1000 + i}", data_address=p.endpoint, index=i, num_ps=2),
+                timeout=10)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = ElasticEmbedding(dim=2, table="e", initializer="zeros")
+            self.out = nn.Linear(2, 1)
+
+        def forward(self, ids):
+            return self.out(self.emb(ids)).sum()
+
+    ledger = _Ledger()
+    ack.register(ledger)
+    model = Model()
+    client = PSClient(master.address, timeout_s=10)
+    other = DataClient(master=master.address, timeout_s=10)
+    try:
+        client.init_parameters(model, optimizer="sgd", lr=0.1)
+        assert {client.data.owner["out.weight"], client.data.owner["out.bias"]} == {0, 1}
+        other.pull()
+        model(torch.tensor([1, 2, 3])).backward()
+        other.push({"out.weight": torch.ones(1, 2)})  # the step's weight is now one stale
+        client.push(model, wait=wait)
+        if not wait:
+            client.flush(30)
+        assert client.stale_refusals == 1
+        weight_ps, bias_ps = ps[other.owner["out.weight"]], ps[other.owner["out.bias"]]
+        assert weight_ps.store.stats.pushes == 1  # the other client's only
+        assert bias_ps.store.stats.pushes == 0 and bias_ps.store.dense["out.bias"].version == 0
+        assert all(p.store.tables["e"].pushes == 0 for p in ps)  # no rows pushed
+        assert ledger.trained == [] and len(ledger.failed) == 1  # abandoned, not acknowledged
+        assert "stale" in ledger.failed[0]
+        # the next step, from fresh parameters, goes through and is acknowledged
+        client.pull(model)
+        model(torch.tensor([1, 2, 3])).backward()
+        client.push(model)
+        assert len(ledger.trained) == 1
+        assert sum(p.store.tables["e"].pushes for p in ps) == 2
+    finally:
+        ack.unregister(ledger)
+        other.close()
+        client.close()
