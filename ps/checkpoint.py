@@ -10,12 +10,24 @@ is fsynced: a reader sees a whole checkpoint or none. A file is
 so a truncated or damaged file is recognized. On start the newest file that verifies is
 restored; a newest file that does not is refused with a log line saying why, renamed to
 `*.corrupt` (kept for a person to look at), and the one before it is used.
+
+Since format 2 (`EPSCKPT2`) the payload keeps tensor bytes out of the pickle, so that neither
+writing nor restoring needs a second copy of the partition in memory:
+
+    EPSCKPT2 | skeleton length (8 bytes) | skeleton | tensor bytes ... | trailer (as above)
+
+The skeleton is a `torch.save` of the state with every tensor replaced by `{"__tensor__": i}`
+and the list of (dtype, shape) of the tensors, whose raw bytes follow in order. Writing sends
+each tensor's own memory to the file; restoring reads each tensor's bytes straight into the
+tensor it becomes, hashing as it goes, and refuses the whole file when the trailer does not
+match. Files of format 1 (`EPSCKPT1`, a plain `torch.save`) are still read.
 """
 from __future__ import annotations
 
 import hashlib
 import io
 import logging
+import math
 import os
 import re
 import struct
@@ -27,12 +39,19 @@ from pathlib import Path
 import torch
 
 from .params import ParamStore
+from .wire import as_buffer
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"EPSCKPT1"
+MAGIC = b"EPSCKPT1"   # format 1: MAGIC | torch.save payload | trailer (read only)
+MAGIC2 = b"EPSCKPT2"  # format 2: tensors' bytes outside the pickle (written)
 TRAILER_MAGIC = b"EPSEND01"
 TRAILER_LEN = len(TRAILER_MAGIC) + 8 + 32
+TENSOR_KEY = "__tensor__"
+_DTYPES = {str(d): d for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                               torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+                               torch.bool)}
+_READ_CHUNK = 16 << 20
 
 
 class CorruptCheckpoint(Exception):
@@ -71,23 +90,125 @@ class _HashingWriter:
 
 
 def encode(state: dict, f) -> int:
-    """Write a checkpoint file body to the open binary file `f`; returns its size."""
-    f.write(MAGIC)
+    """Write a checkpoint file body (format 2) to the open binary file `f`; returns its size.
+    Tensor bytes are written from the tensors' own memory, never copied."""
+    tensors: list[torch.Tensor] = []
+    skeleton = io.BytesIO()
+    torch.save({"state": _strip(state, tensors),
+                "tensors": [(str(t.dtype), list(t.shape)) for t in tensors]}, skeleton)
+    f.write(MAGIC2)
     w = _HashingWriter(f)
-    torch.save(state, w)
+    w.write(struct.pack("<Q", skeleton.tell()))
+    w.write(skeleton.getbuffer())
+    for t in tensors:
+        if t.numel():
+            w.write(as_buffer(t))
     f.write(TRAILER_MAGIC + struct.pack("<Q", w.n) + w.sha.digest())
-    return len(MAGIC) + w.n + TRAILER_LEN
+    return len(MAGIC2) + w.n + TRAILER_LEN
 
 
 def decode(data: bytes) -> dict:
     """The state in a checkpoint file's bytes; CorruptCheckpoint if it does not verify."""
-    if len(data) < len(MAGIC) + TRAILER_LEN or not data.startswith(MAGIC):
-        raise CorruptCheckpoint("not a checkpoint file (bad header or too short)")
+    return read(io.BytesIO(data), len(data))
+
+
+def read(f, size: int) -> dict:
+    """The state in an open checkpoint file of `size` bytes; CorruptCheckpoint if it does not
+    verify. Format 2 is read tensor by tensor into the tensors it becomes (peak memory: the
+    state once); format 1 is read whole."""
+    if size < len(MAGIC) + TRAILER_LEN:
+        raise CorruptCheckpoint("not a checkpoint file (too short)")
+    magic = f.read(len(MAGIC))
+    if magic == MAGIC:
+        return _decode_v1(magic + f.read())
+    if magic != MAGIC2:
+        raise CorruptCheckpoint("not a checkpoint file (bad header)")
+    sha = hashlib.sha256()
+    payload = size - len(MAGIC2) - TRAILER_LEN
+
+    def take(n: int) -> bytes:
+        data = f.read(n)
+        if len(data) != n:
+            raise CorruptCheckpoint("the file is truncated")
+        sha.update(data)
+        return data
+
+    (length,) = struct.unpack("<Q", take(8))
+    if length > payload - 8:
+        raise CorruptCheckpoint(f"the skeleton length {length} exceeds the file: it is damaged")
+    try:
+        skeleton = torch.load(io.BytesIO(take(length)), weights_only=True)
+        metas = [(_DTYPES[dtype], tuple(int(d) for d in shape))
+                 for dtype, shape in skeleton["tensors"]]
+    except CorruptCheckpoint:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure to read it means unusable
+        raise CorruptCheckpoint(f"the skeleton does not load: {exc}") from exc
+    left = payload - 8 - length
+    tensors = []
+    for dtype, shape in metas:
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > left:
+            raise CorruptCheckpoint("the tensors described exceed the file: it is damaged")
+        left -= nbytes
+        t = torch.empty(shape, dtype=dtype)
+        if nbytes:
+            _read_into(f, t.reshape(-1).view(torch.uint8).numpy(), sha)
+        tensors.append(t)
+    trailer = f.read(TRAILER_LEN)
+    if left or len(trailer) != TRAILER_LEN or not trailer.startswith(TRAILER_MAGIC):
+        raise CorruptCheckpoint("the file is truncated (no trailer where expected)")
+    (declared,) = struct.unpack("<Q", trailer[len(TRAILER_MAGIC):len(TRAILER_MAGIC) + 8])
+    if declared != payload:
+        raise CorruptCheckpoint(f"the payload is {payload} bytes, the trailer says {declared}")
+    if sha.digest() != trailer[-32:]:
+        raise CorruptCheckpoint("the sha256 checksum does not match: the file is damaged")
+    return _fill(skeleton["state"], tensors)
+
+
+def _read_into(f, out, sha) -> None:
+    view = memoryview(out).cast("B")
+    done = 0
+    while done < len(view):
+        n = f.readinto(view[done:done + _READ_CHUNK])
+        if not n:
+            raise CorruptCheckpoint("the file is truncated")
+        sha.update(view[done:done + n])
+        done += n
+
+
+def _strip(obj, tensors: list):
+    """`obj` with each tensor replaced by {TENSOR_KEY: its index in `tensors`}."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        tensors.append(t if t.is_contiguous() else t.contiguous())
+        return {TENSOR_KEY: len(tensors) - 1}
+    if isinstance(obj, dict):
+        return {k: _strip(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_strip(v, tensors) for v in obj)
+    return obj
+
+
+def _fill(obj, tensors: list):
+    if isinstance(obj, dict):
+        if len(obj) == 1 and TENSOR_KEY in obj:
+            try:
+                return tensors[obj[TENSOR_KEY]]
+            except (IndexError, TypeError):
+                raise CorruptCheckpoint("the skeleton names a tensor the file lacks") from None
+        return {k: _fill(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_fill(v, tensors) for v in obj)
+    return obj
+
+
+def _decode_v1(data: bytes) -> dict:
     trailer = data[-TRAILER_LEN:]
     if not trailer.startswith(TRAILER_MAGIC):
         raise CorruptCheckpoint("the file is truncated (no trailer)")
     (length,) = struct.unpack("<Q", trailer[len(TRAILER_MAGIC):len(TRAILER_MAGIC) + 8])
-    payload = data[len(MAGIC):-TRAILER_LEN]
+    payload = memoryview(data)[len(MAGIC):-TRAILER_LEN]
     if length != len(payload):
         raise CorruptCheckpoint(f"the payload is {len(payload)} bytes, the trailer says {length}")
     if hashlib.sha256(payload).digest() != trailer[-32:]:
@@ -159,7 +280,8 @@ class CheckpointDir:
         """The newest checkpoint that verifies (older ones are tried when it does not)."""
         for number, path in reversed(self.files()):
             try:
-                state = decode(path.read_bytes())
+                with open(path, "rb") as f:
+                    state = read(f, os.fstat(f.fileno()).st_size)
             except (CorruptCheckpoint, OSError) as exc:
                 log.error("refusing checkpoint %s: %s; it is renamed to %s.corrupt and the "
                           "previous checkpoint is tried", path.name, exc, path.name)
@@ -188,8 +310,9 @@ def _fsync_dir(directory: Path) -> None:
 class Checkpointer:
     """Takes checkpoints of a ParamStore into a CheckpointDir, one at a time, and restores one.
 
-    The snapshot is taken under the store's exclusive gate (pushes pause for the time it takes
-    to copy the state in memory); serializing and writing happen after, while pushes go on.
+    The snapshot is a pinned view taken under the store's exclusive gate (pushes pause only
+    while it takes references; pulls not at all); the file is written from that view while
+    pushes go on, each copying a pinned tensor before its first change (ParamStore).
     """
 
     def __init__(self, store: ParamStore, directory: CheckpointDir):
@@ -245,9 +368,9 @@ class Checkpointer:
             # taken before the snapshot: an update that lands in between is in it, yet its
             # loss would be counted (the count errs toward lost, never toward trained)
             taken_ms = int(time.time() * 1000)
-            state = self.store.snapshot()
-            state["taken_ms"] = taken_ms
-            info = self.dir.write(state, self._next_number)
+            with self.store.snapshot_view() as state:
+                state["taken_ms"] = taken_ms
+                info = self.dir.write(state, self._next_number)
             info.time_ms = taken_ms
             self._next_number += 1
             self.written += 1

@@ -110,6 +110,7 @@ class Table:
         self.accum = (torch.empty(capacity, spec.dim) if optimizer.has_accumulator else None)
         self.step = 0
         self.pushes = 0
+        self.snap = None  # a SnapshotPin while a snapshot view reads the rows
 
     def __len__(self) -> int:
         return len(self.index)
@@ -131,6 +132,12 @@ class Table:
         summed.index_add_(0, inverse, grads)
         with self.lock:
             slots, _ = self._slots(unique, max_new)
+            if self.snap is not None:
+                if not self.snap.done:  # a snapshot view reads these rows: change a copy
+                    self.weights = self.weights.clone()
+                    if self.accum is not None:
+                        self.accum = self.accum.clone()
+                self.snap = None
             self.step += 1
             self.pushes += 1
             self.optimizer.apply(self.weights, self.accum, slots, summed, self.step)
@@ -177,17 +184,20 @@ class Table:
 
     # -- checkpoints ----------------------------------------------------------------------------
 
-    def export(self) -> dict:
-        """A copy of the rows (call under the store's exclusive gate)."""
+    def export(self, pin=None) -> dict:
+        """The rows (call under the store's exclusive gate). With `pin` (a SnapshotPin) the
+        rows are views of the live ones, valid until the pin is released (a push copies them
+        first); without, a copy. Ids are copied either way (8 bytes a row). Rows created later
+        go past the views' end, so they never reach them."""
         with self.lock:
             n = len(self.index)
-            return {
-                "ids": torch.from_numpy(self.ids[:n].copy()),
-                "weights": self.weights[:n].clone(),
-                "accum": None if self.accum is None else self.accum[:n].clone(),
-                "step": self.step,
-                "pushes": self.pushes,
-            }
+            weights, accum = self.weights[:n], None if self.accum is None else self.accum[:n]
+            if pin is None:
+                weights, accum = weights.clone(), None if accum is None else accum.clone()
+            else:
+                self.snap = pin
+            return {"ids": torch.from_numpy(self.ids[:n].copy()), "weights": weights,
+                    "accum": accum, "step": self.step, "pushes": self.pushes}
 
     def restore(self, state: dict) -> None:
         ids = state["ids"]
@@ -195,14 +205,14 @@ class Table:
         if state["weights"].shape != (n, self.spec.dim):
             raise ValueError(f"table {self.spec.name!r}: checkpoint rows have shape "
                              f"{tuple(state['weights'].shape)}, expected ({n}, {self.spec.dim})")
-        self._reserve(n)
-        self.weights[:n] = state["weights"]
+        # adopt the loaded tensors (restore reads a checkpoint once, into these): growing
+        # past n later copies them into a larger buffer, as any growth does
+        self.weights = state["weights"].contiguous()
         if self.accum is not None:
-            if state.get("accum") is not None:
-                self.accum[:n] = state["accum"]
-            else:
-                self.accum[:n] = self.optimizer.initial_accumulator_value
-        self.ids[:n] = ids.numpy()
+            accum = state.get("accum")
+            self.accum = (accum.contiguous() if accum is not None else
+                          torch.full((n, self.spec.dim), self.optimizer.initial_accumulator_value))
+        self.ids = ids.numpy().astype(np.int64, copy=True)
         self.index = SortedIndex()
         self.index.insert(ids.numpy().astype(np.int64), np.arange(n, dtype=np.int64))
         self.step = int(state.get("step", 0))

@@ -87,6 +87,17 @@ def make_dense(cfg: dict, param: torch.Tensor) -> torch.optim.Optimizer:
     return DENSE[cfg["name"]]([param], foreach=False, **_hyper(cfg))
 
 
+def restore_dense(cfg: dict, param: torch.Tensor, state_dict: dict) -> torch.optim.Optimizer:
+    """`make_dense` with the state of a checkpoint loaded, without first allocating a fresh
+    state (Adagrad makes its `sum`, as large as the tensor, in its constructor): the optimizer
+    is built over an empty stand-in, then given `param` and the checkpoint's state."""
+    optimizer = make_dense(cfg, param.new_empty(0))
+    optimizer.param_groups[0]["params"] = [param]
+    optimizer.state.clear()
+    optimizer.load_state_dict(state_dict)
+    return optimizer
+
+
 def _undecorated_step(cls):
     """The class's own `step`, without torch.optim's hook/profiler wrappers (which cost about
     20 us a call and which these private optimizers never use: no hooks are registered)."""

@@ -18,15 +18,20 @@ messages into these calls. What it promises:
   bytes being sent untouched. So pulls never copy; a push copies only a tensor that is being
   sent at that very moment.
 - Each (client_id, seq) mutation is applied at most once (`AppliedTable`).
-- Every mutation holds the gate shared; `snapshot()` holds it exclusive, so a checkpoint has
-  each push either entirely or not at all, together with the applied-request table.
+- Every mutation holds the gate shared; a snapshot holds it exclusive, so a checkpoint has
+  each push either entirely or not at all, together with the applied-request table. The
+  snapshot copies nothing under the gate: `snapshot_view()` takes references to the tensors,
+  optimizer states and table rows and pins them; the first change to a pinned tensor or table
+  while the view is open copies it first (copy on write, like a pull's tracker). So a
+  checkpoint pauses pushes only for taking references, pulls not at all, and the bytes it
+  writes are the state at the snapshot.
 """
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -38,7 +43,8 @@ from rpckit.errors import (Reason, ServiceError, invalid, not_found, preconditio
                            unavailable)
 from .gate import Gate
 from .limits import Limits, check_names
-from .optim import RowOptimizer, make_dense, row_config, step_dense, validate_dense
+from .optim import (RowOptimizer, make_dense, restore_dense, row_config, step_dense,
+                    validate_dense)
 from .partition import MAX_ROW_ID
 from .wire import DTYPE_NAMES, FLOAT_DTYPES
 
@@ -56,6 +62,21 @@ def _copy_export(t: torch.Tensor):
     return t.clone(), None
 
 
+class SnapshotPin:
+    """Marks memory an open snapshot view still reads: until `release`, the next change to it
+    copies first."""
+
+    def __init__(self) -> None:
+        self._released = threading.Event()
+
+    @property
+    def done(self) -> bool:
+        return self._released.is_set()
+
+    def release(self) -> None:
+        self._released.set()
+
+
 @dataclass
 class Dense:
     name: str
@@ -65,6 +86,7 @@ class Dense:
     pushes: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     pins: list = field(default_factory=list)
+    snap: SnapshotPin | None = None  # an open snapshot view reads value and optimizer state
 
 
 @dataclass
@@ -75,6 +97,7 @@ class Stats:
     row_pushes: int = 0
     refused_stale: int = 0
     copies_on_write: int = 0
+    snapshot_copies: int = 0  # tensors and tables copied because a snapshot view read them
     waited_for_send: int = 0
     ahead: int = 0  # pushes that carried a version newer than the PS's (it restarted older)
     max_staleness_seen: int = 0
@@ -338,12 +361,30 @@ class ParamStore:
                 self.stats.waited_for_send += 1
 
     def _step(self, d: Dense, grad: torch.Tensor) -> None:
-        """Under d.lock: apply one gradient (after any pull still sending the tensor)."""
+        """Under d.lock: apply one gradient (after any pull still sending the tensor, and
+        on a copy when a snapshot view still reads it)."""
+        if d.snap is not None:
+            if not d.snap.done:
+                self._copy_for_snapshot(d)
+            d.snap = None
         if d.pins:
             self._unpin(d)
         step_dense(d.optimizer, d.value, grad)
         d.version += 1
         d.pushes += 1
+
+    def _copy_for_snapshot(self, d: Dense) -> None:
+        """Under d.lock: move the tensor and its optimizer state to fresh memory, leaving
+        what the snapshot view references untouched (the optimizer updates its state in
+        place: exp_avg, sum, even Adam's step counter)."""
+        d.value.data = d.value.data.clone()
+        d.pins = []  # sends in flight read the old memory, which nobody changes now
+        for state in d.optimizer.state.values():
+            for key, value in list(state.items()):
+                if isinstance(value, torch.Tensor):
+                    state[key] = value.clone()
+        with self._stats_lock:
+            self.stats.snapshot_copies += 1
 
     # -- embedding rows -----------------------------------------------------------------------
 
@@ -416,23 +457,41 @@ class ParamStore:
             self.stopping = True
 
     def snapshot(self) -> dict:
-        """A consistent copy of everything a restart needs (pushes entirely in or out)."""
-        with self.gate.exclusive():
-            return self._snapshot_locked()
+        """A consistent, self-contained copy of everything a restart needs (pushes entirely
+        in or out). The copy is made outside every lock, from a pinned view."""
+        with self.snapshot_view() as state:
+            return _cloned(state)
 
-    def _snapshot_locked(self) -> dict:
+    @contextmanager
+    def snapshot_view(self):
+        """A consistent view of everything a restart needs, valid inside the `with`: its
+        tensors are the live ones, pinned (a push copies a pinned tensor or table before
+        changing it). Taken under the exclusive gate, which it holds only for that."""
+        pin = SnapshotPin()
+        try:
+            with self.gate.exclusive():
+                state = self._view_locked(pin)
+            yield state
+        finally:
+            pin.release()
+
+    def _view_locked(self, pin: SnapshotPin) -> dict:
         dense = []
         for name in sorted(self.dense):
             d = self.dense[name]
             with d.lock:
-                dense.append({"name": name, "value": d.value.detach().clone(),
-                              "version": d.version, "pushes": d.pushes,
-                              "optim": copy.deepcopy(d.optimizer.state_dict())})
+                d.snap = pin
+                optim = d.optimizer.state_dict()
+                # state_dict shares each parameter's state dict: copy the dicts (not the
+                # tensors), so a copy on write replacing an entry does not reach the view
+                optim["state"] = {k: dict(v) for k, v in optim["state"].items()}
+                dense.append({"name": name, "value": d.value.detach(), "version": d.version,
+                              "pushes": d.pushes, "optim": optim})
         tables = []
         for name in sorted(self.tables):
             t = self.tables[name]
             tables.append({"spec": asdict(t.spec), "optimizer": dict(self.table_cfgs[name]),
-                           **t.export()})
+                           **t.export(pin)})
         return {
             "format": FORMAT, "index": self.index, "num_ps": self.num_ps,
             "initialized": self.initialized, "optimizer": self.optimizer_cfg,
@@ -451,15 +510,14 @@ class ParamStore:
         cfg = state["optimizer"]
         for row in state["dense"]:
             value = row["value"].contiguous()
-            opt = make_dense(cfg, value)
-            opt.load_state_dict(row["optim"])
+            opt = restore_dense(cfg, value, row["optim"])
             dense[row["name"]] = Dense(row["name"], value, opt, version=int(row["version"]),
                                        pushes=int(row["pushes"]))
         tables, table_cfgs = {}, {}
         for row in state["tables"]:
             spec = TableSpec(**row["spec"])
-            table = Table(spec, RowOptimizer.from_config(row["optimizer"]),
-                          capacity=max(1024, row["ids"].numel()))
+            # the table adopts the checkpoint's tensors: no second copy of the rows
+            table = Table(spec, RowOptimizer.from_config(row["optimizer"]), capacity=0)
             table.restore(row)
             tables[spec.name] = table
             table_cfgs[spec.name] = dict(row["optimizer"])
@@ -469,6 +527,17 @@ class ParamStore:
         self.applied.restore(state["applied"])
         self.stats.pushes = int(state.get("stats", {}).get("pushes", 0))
         self.stats.row_pushes = int(state.get("stats", {}).get("row_pushes", 0))
+
+
+def _cloned(obj):
+    """`obj` with every tensor in it cloned (dicts, lists and tuples rebuilt)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, dict):
+        return {k: _cloned(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cloned(v) for v in obj)
+    return obj
 
 
 def _shape(t: torch.Tensor) -> str:

@@ -115,3 +115,70 @@ def test_periodic_write_skips_when_nothing_changed(tmp_path):
     assert ck.write(only_if_changed=True) is None
     store.push_rows("c", 1, "e", torch.tensor([2]), torch.ones(1, 2))
     assert ck.write(only_if_changed=True) is not None
+
+
+def _adagrad_store() -> ParamStore:
+    s = ParamStore()
+    s.init_parameters([("w", torch.zeros(1000))], make_config("adagrad", lr=0.1),
+                      [(TableSpec("e", 4, seed=3), None)])
+    s.push("c", 1, [("w", torch.ones(1000))], [0])
+    s.push_rows("c", 2, "e", torch.arange(10), torch.ones(10, 4))
+    return s
+
+
+def test_a_snapshot_copies_nothing_and_pushes_during_it_copy_on_write():
+    """A checkpoint's snapshot takes references under the gate (no copy: it used to clone
+    every tensor under its lock, stalling pulls); a push while it is open changes a copy."""
+    s = _adagrad_store()
+    before = s.snapshot()  # a self-contained copy, for comparing
+    with s.snapshot_view() as view:
+        w, e = view["dense"][0], view["tables"][0]
+        assert w["value"].data_ptr() == s.dense["w"].value.data_ptr()  # a view, no copy
+        assert e["weights"].data_ptr() == s.tables["e"].weights.data_ptr()
+        s.push("c", 3, [("w", torch.ones(1000))], [1])
+        s.push_rows("c", 4, "e", torch.arange(20), torch.ones(20, 4))
+        s.pull(["w"])  # pulls never wait for a snapshot
+        assert s.dense["w"].value.data_ptr() != w["value"].data_ptr()
+        # the view still holds the state at the snapshot, optimizer state included
+        assert torch.equal(w["value"], before["dense"][0]["value"])
+        assert torch.equal(w["optim"]["state"][0]["sum"], before["dense"][0]["optim"]["state"][0]["sum"])
+        assert torch.equal(e["weights"], before["tables"][0]["weights"])
+        assert torch.equal(e["accum"], before["tables"][0]["accum"])
+        restored = ParamStore()
+        restored.restore(decode(_bytes(view)))
+    assert s.stats.snapshot_copies == 1
+    s.push("c", 5, [("w", torch.ones(1000))], [2])  # the view is closed: no more copies
+    assert s.stats.snapshot_copies == 1
+    assert restored.versions() == {"w": 1} and len(restored.tables["e"]) == 10
+    assert torch.equal(restored.dense["w"].value, before["dense"][0]["value"])
+
+
+def test_restore_adopts_the_loaded_rows_without_another_copy(tmp_path):
+    s = _adagrad_store()
+    ck = Checkpointer(s, CheckpointDir(tmp_path, 0, 1))
+    ck.restore()
+    ck.write()
+    state = CheckpointDir(tmp_path, 0, 1).load_newest()[0]
+    fresh = ParamStore()
+    fresh.restore(state)
+    assert fresh.tables["e"].weights.data_ptr() == state["tables"][0]["weights"].data_ptr()
+    assert torch.equal(fresh.tables["e"].weights, s.tables["e"].weights[:10])
+    # it grows as before when new rows come
+    rows, created = fresh.pull_rows("e", torch.arange(5, 2000))
+    assert created == 1990 and torch.equal(rows[:5], s.tables["e"].weights[5:10])
+
+
+def test_files_of_format_1_are_still_read(tmp_path):
+    import hashlib
+    import struct
+
+    from ps.checkpoint import MAGIC, TRAILER_MAGIC
+
+    state = _adagrad_store().snapshot()
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getvalue()
+    old = MAGIC + payload + TRAILER_MAGIC + struct.pack("<Q", len(payload)) + \
+        hashlib.sha256(payload).digest()
+    back = decode(old)
+    assert torch.equal(back["dense"][0]["value"], state["dense"][0]["value"])
