@@ -39,6 +39,7 @@ from cluster.local import LocalCluster, records_done
 from examples.ctr import data as ctr_data
 from examples.ctr import failover
 from examples.ctr.audit import exactly_once
+from examples.ctr.summary import describe_ha, ha_claims, ha_ok, run_json
 from master.store import Store
 
 
@@ -226,69 +227,6 @@ def describe(run: Run) -> list[str]:
     return lines
 
 
-def ha_claims(run: Run, planned: list[str]) -> dict:
-    """What the HA part of the summary claims, each as a checkable value."""
-    killed_ps = [k.index for k in run.kills if k.role == "ps"]
-    expected = {i: g + (1 if i in killed_ps else 0) for i, g in run.generations.items()}
-    return {
-        "kills": [k.to_json() for k in run.kills],
-        "skipped": run.skipped,
-        "every_planned_kill_done": sorted(k.role for k in run.kills) == sorted(planned),
-        "updates_lost": run.ledger.updates_lost if run.ledger is not None else None,
-        "generations_before": run.generations,
-        "generations_after": run.generations_after,
-        "generation_up_by_one_for_the_killed_index": bool(killed_ps)
-        and run.generations_after == expected,
-        "leaders": run.leaders,
-        "leader_changed": len(run.leaders) == 2 and run.leaders[0] != run.leaders[1],
-        "flowing_again_after_every_kill": all(k.flowing_s is not None for k in run.kills),
-        "backups_compared": run.backups_compared,
-        "backups_differ": run.backups_differ,
-    }
-
-
-def describe_ha(claims: dict) -> list[str]:
-    lines = ["  high availability (a master standby, a backup per PS index):"]
-    for k in claims["kills"]:
-        took = f"{k['takeover_s']:.2f} s" if k["takeover_s"] is not None else "never"
-        flow = f"{k['flowing_s']:.2f} s" if k["flowing_s"] is not None else "never"
-        if k["role"] == "master":
-            lines.append(f"    master leader {k['victim']} SIGKILLed: {k['successor']} took over "
-                         f"{took} after the kill (master_started), first shard handed out "
-                         f"{flow} after it")
-        else:
-            lines.append(f"    PS {k['index']} primary {k['victim']} SIGKILLed with a backup in "
-                         f"sync: promoted {took} after the kill (ps_promoted, generation "
-                         f"{k['generation']} -> {k['generation'] + 1}), first push answered "
-                         f"{flow} after it")
-    lines += [f"    HA step skipped: {why}" for why in claims["skipped"]]
-    lines.append(f"    PS generations {claims['generations_before']} -> "
-                 f"{claims['generations_after']}: up by one for the killed index only: "
-                 f"{claims['generation_up_by_one_for_the_killed_index']}")
-    lines.append(f"    leader {' -> '.join(claims['leaders'])}: changed: "
-                 f"{claims['leader_changed']}")
-    lines.append(f"    updates lost (the ledger's updates_lost): {claims['updates_lost']}")
-    lines.append(f"    in-sync backups holding their primary's state at the end: "
-                 f"{claims['backups_compared'] - len(claims['backups_differ'])} of "
-                 f"{claims['backups_compared']}")
-    lines += [f"      {why}" for why in claims["backups_differ"]]
-    return lines
-
-
-def run_json(run: Run) -> dict:
-    return {
-        "name": run.name, "wall_s": round(run.wall_s, 2), "auc": run.auc,
-        "exactly_once": run.exactly_once,
-        "audit": {str(e): errs for e, errs in run.audit.items()},
-        "exit_codes": run.exit_codes,
-        "epochs": [{"epoch": e.epoch, "records_done": e.records_done,
-                    "records_total": e.records_total, "handouts": e.handouts,
-                    "shards": e.done, "duplicates": e.duplicates,
-                    "records_redone": e.records_redone} for e in run.epochs],
-        "goodput": run.ledger.goodput if run.ledger is not None else None,
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -377,11 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         claims = ha_claims(churn, [action for _, action, _ in ha_plan])
         print("\n".join(describe_ha(claims)))
         summary["ha"] = claims
-        summary["ha_ok"] = bool(claims["every_planned_kill_done"] and claims["updates_lost"] == 0
-                                and claims["generation_up_by_one_for_the_killed_index"]
-                                and claims["leader_changed"]
-                                and claims["flowing_again_after_every_kill"]
-                                and not claims["backups_differ"])
+        summary["ha_ok"] = ha_ok(claims)
     summary["ok"] = summary["exactly_once"] and summary.get("ha_ok", True)
     print(f"  every claim above held: {summary['ok']}")
     if args.json:

@@ -1,0 +1,44 @@
+"""The demo's HA claims fail when what they claim did not happen (examples/ctr/summary.py)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from examples.ctr.demo import Run
+from examples.ctr.failover import Kill
+from examples.ctr.summary import describe_ha, ha_claims, ha_ok
+from protos import master_pb2 as pb
+
+PLANNED = ["master", "ps"]
+
+
+def good_run() -> Run:
+    return Run("with churn", ledger=pb.GetLedgerResponse(updates_lost=0),
+               kills=[Kill("master", "a:1", 1000, takeover_ms=5000, flowing_ms=5100,
+                           successor="b:1"),
+                      Kill("ps", "c:1", 9000, index=0, generation=1, takeover_ms=10000,
+                           flowing_ms=10400)],
+               generations={0: 1, 1: 1}, generations_after={0: 2, 1: 1},
+               leaders=["a:1", "b:1"], backups_compared=1)
+
+
+def test_a_run_where_everything_held_is_ok_and_says_so():
+    claims = ha_claims(good_run(), PLANNED)
+    assert ha_ok(claims)
+    text = "\n".join(describe_ha(claims))
+    assert "first shard handed out 4.10 s after it" in text
+    assert "generation 1 -> 2), first push answered 1.40 s" in text
+
+
+def test_each_broken_claim_makes_the_run_not_ok():
+    broken = [
+        replace(good_run(), ledger=pb.GetLedgerResponse(updates_lost=12)),
+        replace(good_run(), generations_after={0: 1, 1: 1}),       # no promotion
+        replace(good_run(), generations_after={0: 2, 1: 2}),       # the wrong index moved too
+        replace(good_run(), leaders=["a:1", "a:1"]),
+        replace(good_run(), kills=good_run().kills[:1]),           # the PS kill never happened
+        replace(good_run(), backups_differ=["PS 1: ..."]),
+    ]
+    late = good_run()
+    late.kills[1].flowing_ms = 0                                   # no push answered after it
+    for run in broken + [late]:
+        assert not ha_ok(ha_claims(run, PLANNED)), run
