@@ -9,16 +9,28 @@ from __future__ import annotations
 
 TABLES = ("datasets", "epochs", "leases", "pieces", "workers", "ps", "ps_generations",
           "ps_backups")
+DATASET_TABLES = ("leases", "pieces", "epochs", "datasets")  # what a dropped dataset had
+
+
+def _of_dataset(table: str, key, row: dict) -> str | None:
+    """The dataset a pending row belongs to, when it can be told (a partial update of a
+    lease or piece cannot: harmless, its id is never reused, the update then matches no row)."""
+    if table == "datasets":
+        return key
+    if table == "epochs":
+        return key[0]
+    return row.get("dataset")
 
 
 class Batch:
-    __slots__ = ("inserts", "updates", "deletes", "events")
+    __slots__ = ("inserts", "updates", "deletes", "events", "drops")
 
     def __init__(self) -> None:
         self.inserts: dict[str, dict] = {t: {} for t in TABLES}
         self.updates: dict[str, dict] = {t: {} for t in TABLES}
         self.deletes: dict[str, set] = {t: set() for t in TABLES}
         self.events: list[dict] = []
+        self.drops: set[str] = set()  # datasets whose every row goes, before anything else
 
     def insert(self, table: str, key, row: dict) -> None:
         # a delete of the same key stays: a store applies deletes before inserts, so a row
@@ -45,12 +57,25 @@ class Batch:
     def event(self, row: dict) -> None:
         self.events.append(row)
 
+    def drop_dataset(self, name: str) -> None:
+        """Delete every row of dataset `name` (master/drop.py). A store applies drops first,
+        so the rows of this name still pending here are dropped from the batch now: what is
+        added after this call (the name created again) is what stays."""
+        for table in DATASET_TABLES:
+            for pending in (self.inserts[table], self.updates[table]):
+                for key in [k for k, row in pending.items()
+                            if _of_dataset(table, k, row) == name]:
+                    del pending[key]
+        self.drops.add(name)
+
     def merge_into(self, other: "Batch") -> None:
         """Apply this batch's changes on top of `other` (a call's batch onto the collecting one).
 
         Deletes first, as a store applies them: a key deleted and inserted again within one
         batch is a replaced row either way.
         """
+        for name in self.drops:
+            other.drop_dataset(name)
         for table in TABLES:
             for key in self.deletes[table]:
                 other.delete(table, key)
@@ -61,6 +86,6 @@ class Batch:
         other.events.extend(self.events)
 
     def __bool__(self) -> bool:
-        return bool(self.events) or any(
+        return bool(self.events) or bool(self.drops) or any(
             self.inserts[t] or self.updates[t] or self.deletes[t] for t in TABLES
         )

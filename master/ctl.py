@@ -6,6 +6,7 @@
     elastic-ctl --master HOST:PORT cost [--price LABEL=PRICE ...]
     elastic-ctl --master HOST:PORT watch [--interval S]
     elastic-ctl --master HOST:PORT requeue DATASET --quarantined
+    elastic-ctl --master HOST:PORT drop DATASET [--force]
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 from rpckit import auth
 from rpckit.channels import LeaderStub
+
+from .ctl_views import cost_rows, dataset_rows
 
 
 def _ago(ms: int, now_ms: int) -> str:
@@ -44,17 +47,7 @@ def format_status(s: pb.GetStatusResponse) -> str:
     out = []
     rows = []
     for d in s.datasets:
-        state = "finished" if d.finished else f"epoch {d.epoch + 1}/{d.spec.num_epochs}"
-        for e in d.epochs:
-            shards = -(-d.spec.num_records // d.spec.shard_size)
-            rows.append([
-                d.spec.name, str(e.epoch), "finished" if e.finished else state
-                if e.epoch == d.epoch else "running",
-                str(e.todo), str(e.doing), f"{e.done}/{shards}",
-                f"{e.records_done}/{e.records_total}", str(e.handouts), str(e.records_rehanded),
-                str(e.records_redone),
-                str(e.duplicates), _requeues(e.requeues), str(e.quarantined),
-            ])
+        rows.extend(dataset_rows(d))  # finished epochs folded into one line
     out.append("DATASETS")
     out.append(_table(["dataset", "epoch", "state", "todo", "doing", "done", "records",
                        "handouts", "rehanded", "redone", "dups", "requeues", "quarantined"],
@@ -165,23 +158,20 @@ def parse_prices(items: list[str]) -> dict[str, float]:
 
 
 def format_cost(r: pb.GetLedgerResponse, prices: dict[str, float], default: float) -> str:
-    rows = []
-    total = 0.0
-    for x in r.worker_seconds:
-        if prices and x.label not in prices:
-            continue
-        price = prices.get(x.label, default)
-        cost = x.worker_seconds / 3600 * price
-        total += cost
-        rows.append([x.label, f"{x.worker_seconds / 3600:.3f}", f"{price:.4f}", f"{cost:.4f}"])
+    rows, total = cost_rows(r, prices, default)
+    table = [[label, f"{seconds / 3600:.3f}", f"{price:.4f}", f"{seconds / 3600 * price:.4f}"]
+             for label, seconds, price in rows]
     wasted = total * (1 - r.goodput)
     per_m = total / r.records_done * 1e6 if r.records_done else 0.0
+    note = ("" if prices else "\n(a worker with several labels is listed under each; the "
+            "total counts it once)")
     return "\n".join([
         "COST (from the goodput ledger)",
-        _table(["label", "worker-hours", "price/hour", "cost"], rows) if rows else "  (none)",
+        _table(["label", "worker-hours", "price/hour", "cost"], table) if table else "  (none)",
         "",
-        f"total {total:.4f}; per million records done {per_m:.4f}; "
-        f"spent on redone records (1 - goodput {r.goodput:.1%}): {wasted:.4f}",
+        f"total {total:.4f} for {r.worker_seconds_total / 3600:.3f} worker-hours; per million "
+        f"records done {per_m:.4f}; spent on redone records (1 - goodput {r.goodput:.1%}): "
+        f"{wasted:.4f}{note}",
     ])
 
 
@@ -230,6 +220,15 @@ def cmd_watch(stub, args) -> int:
     return 0
 
 
+def cmd_drop(stub, args) -> int:
+    reply = stub.DropDataset(pb.DropDatasetRequest(dataset=args.dataset, force=args.force),
+                             timeout=args.timeout)
+    ended = f"; {reply.leases_ended} leases out were ended" if reply.leases_ended else ""
+    print(f"dropped dataset {args.dataset!r} ({reply.epochs} epochs started, "
+          f"{'finished' if reply.finished else 'not finished'}){ended}")
+    return 0
+
+
 def cmd_requeue(stub, args) -> int:
     if not args.quarantined:
         print("elastic-ctl: say what to requeue: --quarantined", file=sys.stderr)
@@ -271,10 +270,17 @@ def parser() -> argparse.ArgumentParser:
     co.add_argument("--dataset", default="")
     co.add_argument("--price", action="append", default=[], metavar="LABEL=PRICE",
                     help="price per worker-hour of workers with this label, e.g. "
-                    "market=spot=0.12 (repeatable); labels without a price are left out")
+                    "market=spot=0.12 (repeatable); worker time no priced label covers (unlabelled "
+                    "workers too) is priced at --default-price on a line of its own")
     co.add_argument("--default-price", type=float, default=1.0,
-                    help="price per worker-hour when no --price is given (default 1.0)")
+                    help="price per worker-hour of workers no --price covers (default 1.0)")
     co.set_defaults(fn=cmd_cost)
+    dr = sub.add_parser("drop", help="forget a dataset (its name can then be created again)")
+    dr.add_argument("dataset")
+    dr.add_argument("--force", action="store_true",
+                    help="drop it even while leases are out (their workers' reports are "
+                    "then ignored; stop the workers first)")
+    dr.set_defaults(fn=cmd_drop)
     rq = sub.add_parser("requeue", help="put quarantined shards back into TODO")
     rq.add_argument("dataset")
     rq.add_argument("--quarantined", action="store_true")

@@ -150,3 +150,10 @@ leader = Table(
 
 TABLES = {t.name: t for t in (datasets, epochs, leases, pieces, workers, ps, ps_generations,
                                 ps_backups)}
+
+
+def drop_dataset(conn, name: str) -> None:
+    """Delete every row of dataset `name`: leases, pieces, epochs, the spec (events stay)."""
+    for table in (leases, pieces, epochs):
+        conn.execute(table.delete().where(table.c.dataset == name))
+    conn.execute(datasets.delete().where(datasets.c.name == name))

@@ -26,6 +26,7 @@ from rpckit import server as rpc_server
 from rpckit.errors import ServiceError, abort, invalid
 from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
 from . import ps_restores
+from .drop import drop_dataset
 from .ledger import ledger
 from .limits import MAX_EVENTS_PAGE, check_name
 from .store import Store
@@ -195,6 +196,14 @@ class MasterServicer(pb_grpc.MasterServicer):
             raise invalid("nothing to requeue: set quarantined=true (--quarantined)")
         n = self.committer.call(lambda: self.core.requeue_quarantined(request.dataset))
         return pb.RequeueResponse(requeued=n)
+
+    @_guard
+    def DropDataset(self, request, context):
+        check_name("dataset", request.dataset)
+        dropped = self.committer.call(
+            lambda: drop_dataset(self.core, request.dataset, request.force))
+        return pb.DropDatasetResponse(leases_ended=dropped.leases_ended,
+                                      epochs=dropped.epochs, finished=dropped.finished)
 
     @_guard
     def GetLedger(self, request, context):

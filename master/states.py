@@ -73,6 +73,7 @@ class EventKind(Word):
     MASTER_STARTED = "master_started"
     MASTER_RECOVERED = "master_recovered"  # state reloaded from the database after a bug
     DATASET_CREATED = "dataset_created"
+    DATASET_DROPPED = "dataset_dropped"  # elastic-ctl drop (master/drop.py)
     EPOCH_STARTED = "epoch_started"
     EPOCH_FINISHED = "epoch_finished"
     WORKER_REGISTERED = "worker_registered"

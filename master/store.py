@@ -127,6 +127,8 @@ class Store:
         with self.engine.begin() as conn:
             if self.fence is not None:
                 self.fence(conn)
+            for dataset in batch.drops:  # first: the batch's later rows may re-create it
+                schema.drop_dataset(conn, dataset)
             for name, table in schema.TABLES.items():
                 keys = batch.deletes[name]
                 if keys:

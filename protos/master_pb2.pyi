@@ -508,6 +508,24 @@ class RequeueResponse(_message.Message):
     requeued: int
     def __init__(self, requeued: _Optional[int] = ...) -> None: ...
 
+class DropDatasetRequest(_message.Message):
+    __slots__ = ("dataset", "force")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    force: bool
+    def __init__(self, dataset: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DropDatasetResponse(_message.Message):
+    __slots__ = ("leases_ended", "epochs", "finished")
+    LEASES_ENDED_FIELD_NUMBER: _ClassVar[int]
+    EPOCHS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    leases_ended: int
+    epochs: int
+    finished: bool
+    def __init__(self, leases_ended: _Optional[int] = ..., epochs: _Optional[int] = ..., finished: _Optional[bool] = ...) -> None: ...
+
 class EpochLedger(_message.Message):
     __slots__ = ("dataset", "epoch", "records_total", "records_done", "records_first_try", "records_handed", "records_redone", "handouts", "duplicates", "requeues", "goodput", "finished", "started_ms", "finished_ms", "records_rehanded")
     class RequeuesEntry(_message.Message):

@@ -99,6 +99,11 @@ class MasterStub:
                 request_serializer=protos_dot_master__pb2.GetLedgerRequest.SerializeToString,
                 response_deserializer=protos_dot_master__pb2.GetLedgerResponse.FromString,
                 _registered_method=True)
+        self.DropDataset = channel.unary_unary(
+                '/elasticps.v1.Master/DropDataset',
+                request_serializer=protos_dot_master__pb2.DropDatasetRequest.SerializeToString,
+                response_deserializer=protos_dot_master__pb2.DropDatasetResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -182,6 +187,12 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DropDataset(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -249,6 +260,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.GetLedger,
                     request_deserializer=protos_dot_master__pb2.GetLedgerRequest.FromString,
                     response_serializer=protos_dot_master__pb2.GetLedgerResponse.SerializeToString,
+            ),
+            'DropDataset': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropDataset,
+                    request_deserializer=protos_dot_master__pb2.DropDatasetRequest.FromString,
+                    response_serializer=protos_dot_master__pb2.DropDatasetResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -602,6 +618,33 @@ class Master:
             '/elasticps.v1.Master/GetLedger',
             protos_dot_master__pb2.GetLedgerRequest.SerializeToString,
             protos_dot_master__pb2.GetLedgerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropDataset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.Master/DropDataset',
+            protos_dot_master__pb2.DropDatasetRequest.SerializeToString,
+            protos_dot_master__pb2.DropDatasetResponse.FromString,
             options,
             channel_credentials,
             insecure,
