@@ -6,7 +6,8 @@
   WARNING) while the master is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED: each attempt has its
   own deadline), and gives up with `MasterUnavailable` after `RetryPolicy.total_s` (120 s by
   default; `ELASTIC_PS_RETRY_TIMEOUT_S`). A master restarted on its database keeps the worker's
-  id, so calls simply succeed again.
+  id, so calls simply succeed again. A master host that does not exist in DNS (a misspelled
+  address) fails the call at once instead (rpckit.resolve).
 * When the master no longer knows the worker (declared lost after missing heartbeats, or it has
   forgotten it), the client registers again under a new id and drops every lease of its attached
   lease tables: the master has already given them back, and the rest of them is done elsewhere.
@@ -40,8 +41,10 @@ from protos import master_pb2_grpc as pb_grpc
 from rpckit import auth
 from rpckit.channels import LeaderStub
 from rpckit.errors import Reason, reason_of
+from rpckit.resolve import unresolvable
 from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
 
+from . import notice
 from .errors import Cancelled, DatasetSpecMismatch, ElasticError, MasterError, MasterUnavailable
 from .leases import LeaseTable, Outcome, Report, Result
 
@@ -65,6 +68,22 @@ def labels_from_env() -> dict[str, str]:
             key, value = item.split("=", 1)
             labels[key.strip()] = value.strip()
     return labels
+
+
+def gave_up(address: str, method: str, elapsed: float, last: str, budget_s: float) -> str:
+    """Why a call to the master failed for good: what was tried, and where the budget came
+    from (the variable is named only when it was set)."""
+    if budget_s <= 0:  # one attempt, no budget: a heartbeat (the next beat is the retry)
+        return f"the master at {address} did not answer {method} ({last})"
+    env = os.environ.get("ELASTIC_PS_RETRY_TIMEOUT_S", "")
+    try:
+        from_env = bool(env) and float(env) == budget_s
+    except ValueError:
+        from_env = False
+    source = ("from ELASTIC_PS_RETRY_TIMEOUT_S" if from_env else "the default"
+              if budget_s == RetryPolicy().total_s else "from retry_timeout_s=")
+    return (f"the master at {address} did not answer {method} for {elapsed:.0f} s ({last}); "
+            f"is it running? (the retry budget is {budget_s:g} s, {source})")
 
 
 def default_policy() -> RetryPolicy:
@@ -93,6 +112,7 @@ class MasterClient:
         raising grpc.RpcError, `retry_cap()` and `close()`, as rpckit.channels.LeaderStub)
         used instead of a connection: an in-process
         master in tests."""
+        notice.ensure_visible()  # recoveries are logged at INFO: shown unless logging is set up
         self.address = master or default_master()  # host:port[,host:port...]: see rpckit.channels
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.labels = dict(labels) if labels is not None else labels_from_env()
@@ -203,15 +223,21 @@ class MasterClient:
                 if code in RETRYABLE:
                     uncertain = True
                     last = f"{code.name}: {details}"
+                    misspelled = unresolvable(self.address, details)
+                    if misspelled:  # never going to answer: say so now, not in 120 s
+                        log.error("giving up on %s: %s", method, misspelled)
+                        raise MasterUnavailable(
+                            f"cannot reach the master: {misspelled} (master=, --master or "
+                            "ELASTIC_PS_MASTER)") from None
                     delay = backoff.next_delay()
                     if delay is not None:  # a standby answered: a leader is a lease away
                         delay = min(delay, self._stub.retry_cap())
                     if delay is None:
-                        raise MasterUnavailable(
-                            f"the master at {self.address} did not answer {method} for "
-                            f"{backoff.elapsed:.0f} s ({last}); is it running? (the retry budget "
-                            f"is {policy.total_s:g} s: ELASTIC_PS_RETRY_TIMEOUT_S)"
-                        ) from None
+                        message = gave_up(self.address, method, backoff.elapsed, last,
+                                          policy.total_s)
+                        if policy.total_s > 0:  # a single-attempt call (heartbeat) is no news
+                            log.info("giving up: %s", message)
+                        raise MasterUnavailable(message) from None
                     self._warn(f"master at {self.address} unreachable for {method} ({last}); "
                                f"retrying in {delay:.1f} s")
                     self._sleep(delay, cancel, method)
@@ -364,7 +390,8 @@ class MasterClient:
             try:
                 self.heartbeat(policy)
             except MasterUnavailable as exc:
-                self._warn(f"heartbeat failed: {exc}")
+                self._warn(f"heartbeat failed: {exc}; trying again every "
+                           f"{self.heartbeat_interval_s:g} s")
             except Exception:  # noqa: BLE001 - the thread must outlive any one bad beat
                 log.exception("heartbeat failed")
 

@@ -54,12 +54,16 @@ import zmq
 from protos import ps_pb2
 
 from ps import partition
+
+from . import notice
 from ps.embedding import TableSpec
 from rpckit import auth
 from rpckit.errors import Reason, ServiceError
 from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
 from ps.optim import config_to_pb, make_config
 from ps.wire import as_buffer, check_meta, code_name, from_frame, meta_of
+
+log = logging.getLogger(__name__)
 
 
 log = logging.getLogger(__name__)
@@ -122,8 +126,13 @@ def master_routes(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
 
     from protos import master_pb2, master_pb2_grpc
     from rpckit.channels import LeaderStub
+    from rpckit.resolve import unresolvable
 
-    deadline = time.monotonic() + timeout_s
+    from .notice import WaitNotice
+
+    started = time.monotonic()
+    deadline = started + timeout_s
+    said = WaitNotice(f"the PS set from the master at {master}")
     last = "no answer"
     # host:port[,host:port...]: follows the leader
     own = stub is None
@@ -134,11 +143,19 @@ def master_routes(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
             try:
                 resp = stub.ListPS(master_pb2.ListPSRequest(), timeout=max(0.5, poll_s * 5))
                 if resp.complete:
+                    said.done()
                     return [Route(p.data_address, p.data_public_key, p.generation)
                             for p in sorted(resp.ps, key=lambda p: p.index)]
-                last = f"{len(resp.ps)} of {resp.num_ps} PS registered"
+                last = (f"{len(resp.ps)} of {resp.num_ps} PS registered" if resp.num_ps else
+                        "no PS has registered with the master yet: start elastic-ps "
+                        f"--master {master}")
             except grpc.RpcError as exc:
-                last = f"{exc.code().name}: {exc.details()}"
+                last = f"the master does not answer ({exc.code().name}: {exc.details()})"
+                misspelled = unresolvable(master, exc.details() or "")
+                if misspelled:
+                    raise PSUnavailable(f"cannot reach the master to find the PS: "
+                                        f"{misspelled}") from None
+            said.still(last, time.monotonic() - started, timeout_s)
             if time.monotonic() >= deadline:
                 raise PSUnavailable(f"the master at {master} did not list a complete PS set "
                                     f"within {timeout_s:.0f}s ({last})")
@@ -235,6 +252,7 @@ class DataClient:
         with `master`, they come from ListPS."""
         if (endpoints is None) == (master is None):
             raise ValueError("give either endpoints (tcp://host:port per PS) or master")
+        notice.ensure_visible()  # waits and re-routes are logged at INFO
         self.master = master
         # None: ELASTIC_PS_TLS_CA and ELASTIC_PS_AUTH_TOKEN(_FILE) (rpckit.auth)
         self._tls_ca, self._token = auth.client_options(tls_ca, auth_token)
@@ -352,7 +370,7 @@ class DataClient:
         if names is None:
             groups = {i: [] for i in range(self.num_ps)}
         else:
-            groups = self._group(names)
+            groups = self._group(names, "pull")
         requests = {i: (ps_pb2.DataRequest(pull=ps_pb2.Pull(names=n)), [])
                     for i, n in groups.items()}
         out: dict[str, torch.Tensor] = {}
@@ -375,7 +393,7 @@ class DataClient:
         StaleGradient when a PS refused them as too stale; then no PS applied any of them."""
         versions = self.versions if versions is None else versions
         grads = {name: _dense(g) for name, g in grads.items()}
-        groups = self._group(grads)
+        groups = self._group(grads, "push")
         checked = False
         if len(groups) > 1 and any(self.staleness_checked.get(i, True) for i in groups):
             # phase one: every PS checks the versions, nothing is applied anywhere yet
@@ -448,13 +466,16 @@ class DataClient:
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _group(self, names: Iterable[str]) -> dict[int, list[str]]:
+    def _group(self, names: Iterable[str], call: str) -> dict[int, list[str]]:
         groups: dict[int, list[str]] = {}
         for name in names:
             index = self.owner.get(name)
             if index is None:
-                raise KeyError(f"tensor {name!r} has no PS yet: call init_parameters (or "
-                               "set_layout, or pull) first")
+                raise KeyError(
+                    f"{call} of tensor {name!r}: this client does not know which PS holds it "
+                    "yet; declare the model first: PSClient.init_parameters(model) (or "
+                    "PSClient.attach(model) in a process that only reads it; on a DataClient: "
+                    "init_parameters or set_layout)")
             groups.setdefault(index, []).append(name)
         return groups
 
@@ -543,6 +564,7 @@ class DataClient:
             left = self.retry.total_s - backoff.elapsed
             if left > 0:
                 self._refresh(pending, timeout_s=min(self.timeout_s, left))
+        log.info("giving up after %d tries (%.1f s): %s", attempt, backoff.elapsed, why)
         raise PSUnavailable(
             f"PS {', '.join(str(i) for i in sorted(pending))} did not answer for "
             f"{backoff.elapsed:.1f}s ({attempt} tries; retry budget {self.retry.total_s:.0f}s, "
@@ -579,7 +601,12 @@ class DataClient:
             if (conn.endpoint, conn.server_key) != (endpoint, key):
                 if key and conn.client_keys is None:
                     conn.client_keys = zmq.curve_keypair()
+                log.info("PS %d moved: %s -> %s (generation %d); re-routing", i,
+                         conn.endpoint, endpoint, generation)
                 conn.moved(endpoint, key)
+            elif generation != conn.generation:
+                log.info("PS %d: generation %d -> %d at %s; re-routing", i, conn.generation,
+                         generation, endpoint)
             conn.generation = generation
 
 
