@@ -90,3 +90,43 @@ def test_sigterm_hands_back_exact_offsets_with_loader_workers_and_two_pushes_in_
     assert sum(e.records_redone for e in epochs) == 0
     pushed = collections.Counter(r for log in logs for r in _records(log))
     assert all(pushed[r] == EPOCHS for r in range(N)), "a record was pushed twice"
+
+
+def test_a_failed_background_push_is_raised_at_the_next_call_and_acknowledges_nothing(
+        launcher, master):
+    import torch
+    from torch import nn
+
+    from worker_sdk import ArrayReader, ElasticDataset, ElasticEmbedding, PSClient, ack
+    from worker_sdk.pipeline import PushFailed
+
+    ps = launcher.ps(master.address, index=0, num_ps=1, checkpoint_dir="ps0")
+    model = nn.ModuleDict({"emb": ElasticEmbedding(None, 4, table="t"), "head": nn.Linear(4, 1)})
+    client = PSClient(master=master.address, timeout_s=2.0, max_attempts=2)
+    try:
+        client.init_parameters(model, "sgd", lr=0.1)
+        ds = ElasticDataset(ArrayReader(torch.arange(100)), master=master.address, name="f",
+                            shard_size=50, max_shards=1, handle_sigterm=False)
+        batches = ds.batches(20)
+
+        def compute(batch):
+            client.pull(model)
+            model["head"](model["emb"](batch)).sum().backward()
+
+        compute(next(batches))
+        client.push(model, wait=False)
+        client.flush()
+        (lease,) = ds.table.leases.values()
+        assert lease.trained == 20  # answered: acknowledged
+        compute(next(batches))
+        ps.kill()
+        client.push(model, wait=False)  # captured, sent in the background; no PS answers
+        with pytest.raises(PushFailed):
+            client.flush()  # waits for the answer: the retries are spent, the push failed
+        ack.trained()  # nothing can acknowledge the abandoned records any more
+        assert lease.trained == 20 and lease.failed
+        ds.close()
+        epoch = master.dataset("f").epochs[0]
+        assert epoch.records_done == 20  # only the step whose push was answered
+    finally:
+        client.data.close()
