@@ -130,6 +130,13 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
                 elif action == "ps":
                     if not ps_kill(cluster, run, plan, now):
                         break  # not yet: no backup in sync; asked again at the next poll
+                elif action == "rejoin":
+                    kill = next((k for k in run.kills if k.role == "ps"), None)
+                    if kill is None or not failover.rejoin(cluster, kill):
+                        run.skipped.append("old PS primary: it was not killed")
+                        continue
+                    tqdm.write(f"[{now:5.1f}s] the old primary of PS {kill.index} starts again: "
+                               "it joins as a backup of the new one, fenced from clients")
             if done and now - last_eval >= eval_every:
                 run.curve.append((now, cluster.evaluate()))
                 last_eval = now
@@ -156,6 +163,8 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
         run.exactly_once = ds.finished and not run.audit and all(
             e.records_done == e.records_total for e in ds.epochs)
         if ha:
+            for kill in run.kills:
+                failover.await_rejoin(cluster, kill)
             listing = cluster.ps_list()
             run.generations_after = failover.generations(listing)
             run.backups_compared, run.backups_differ = failover.backups_agree(cluster, listing)
@@ -265,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     total = args.records * args.epochs
     churn_plan = [] if args.no_worker_churn else \
         [(0.10, "add", 3), (0.35, "SIGKILL", 1), (0.55, "SIGTERM", 1)]
-    ha_plan = [] if args.no_ha else [(0.25, "master", 1), (0.45, "ps", 1)]
+    ha_plan = [] if args.no_ha else [(0.25, "master", 1), (0.45, "ps", 1), (0.65, "rejoin", 1)]
     # the run without churn has the same processes (standby, backups), so the comparison
     # measures what the kills and the churn cost, not what a backup costs
     ha = {} if args.no_ha else {"standbys": 1, "ps_replicas": 1}
@@ -312,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"optimum": optimum, "runs": [run_json(run) for run in runs],
                "exactly_once": all(run.exactly_once for run in runs)}
     if ha_plan:
-        claims = ha_claims(churn, [action for _, action, _ in ha_plan])
+        claims = ha_claims(churn, [action for _, action, _ in ha_plan if action != "rejoin"])
         print("\n".join(describe_ha(claims)))
         summary["ha"] = claims
         summary["ha_ok"] = ha_ok(claims)

@@ -45,7 +45,12 @@ class Kill:
     successor: str = ""      # who serves after it: the new leader, the promoted backup
     takeover_ms: int = 0     # the master_started / ps_promoted event after the kill (0: none)
     flowing_ms: int = 0      # first shard handed out / first push answered after it (0: none)
+    # the killed primary started again (ps): how it reports itself once back; it must be a
+    # backup of the next generation, never a second primary
+    rejoined_role: str = ""
+    rejoined_generation: int = 0
     watch: "PushWatch | None" = field(default=None, repr=False, compare=False)
+    rejoined: object = field(default=None, repr=False, compare=False)  # its PSProc
 
     def after(self, ms: int) -> float | None:
         return round((ms - self.at_ms) / 1000, 3) if ms else None
@@ -59,7 +64,8 @@ class Kill:
         return self.after(self.flowing_ms)
 
     def to_json(self) -> dict:
-        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "watch"},
+        return {**{f.name: getattr(self, f.name) for f in fields(self)
+                   if f.name not in ("watch", "rejoined")},
                 "takeover_s": self.takeover_s, "flowing_s": self.flowing_s}
 
 
@@ -164,6 +170,47 @@ def kill_ps_primary(cluster, info: pb.PSInfo) -> Kill | None:
     kill.watch = PushWatch(cluster, kill, backups)  # stopped by `settle`
     kill.watch.start()
     return kill
+
+
+def rejoin(cluster, kill: Kill) -> bool:
+    """Start the killed primary of `kill` again, with its flags and checkpoint directory,
+    without waiting for it (`await_rejoin` does): its index has a primary of a newer
+    generation, so it must join as a backup (fenced from clients) and copy the new primary."""
+    proc = next((p for p in cluster.ps + cluster.backups
+                 if p.match and not p.alive and p.grpc_address == kill.victim), None)
+    if proc is None:
+        return False
+    ready, proc.ready = proc.ready, None  # the demo's loop goes on while it starts
+    proc.start()
+    proc.ready, proc.match = ready, None  # its new data address: read by `await_rejoin`
+    kill.rejoined = proc
+    return True
+
+
+def await_rejoin(cluster, kill: Kill, timeout: float = 60.0) -> None:
+    """Once training is over: wait until the restarted old primary is listed as an in-sync
+    backup of its index (it copies the new primary's state), then record the role and
+    generation it reports. Leaves them empty when that does not happen within `timeout`."""
+    proc = kill.rejoined
+    if proc is None:
+        return
+    deadline = time.monotonic() + timeout
+    proc.match = proc.wait_for(proc.ready, timeout)
+
+    def listed_in_sync() -> bool:
+        info = next((i for i in cluster.ps_list().ps if i.index == kill.index), None)
+        return info is not None and any(b.data_address == proc.data_address
+                                        and b.state == IN_SYNC for b in info.backups)
+
+    while time.monotonic() < deadline:
+        try:
+            if listed_in_sync():
+                status = cluster.ps_status(proc)
+                kill.rejoined_role, kill.rejoined_generation = status.role, status.generation
+                return
+        except grpc.RpcError:
+            pass  # starting, or a master taking over: ask again
+        time.sleep(0.2)
 
 
 def backups_agree(cluster, listing: pb.ListPSResponse) -> tuple[int, list[str]]:

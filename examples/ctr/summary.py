@@ -23,6 +23,10 @@ def ha_claims(run, planned: list[str]) -> dict:
         "leaders": run.leaders,
         "leader_changed": len(run.leaders) == 2 and run.leaders[0] != run.leaders[1],
         "flowing_again_after_every_kill": all(k.flowing_s is not None for k in run.kills),
+        # the killed primary, started again, is a backup of the next generation
+        "old_primary_rejoined_as_backup": bool(killed_ps) and all(
+            (k.rejoined_role, k.rejoined_generation) == ("backup", k.generation + 1)
+            for k in run.kills if k.role == "ps"),
         "backups_compared": run.backups_compared,
         "backups_differ": run.backups_differ,
     }
@@ -31,11 +35,12 @@ def ha_claims(run, planned: list[str]) -> dict:
 def ha_ok(claims: dict) -> bool:
     """Whether every HA claim held: both kills happened, nothing was lost, the killed index
     moved on by one generation, the leader changed, training flowed again after each kill,
-    and the backups hold what their primaries hold."""
+    the killed primary came back as a backup, and the backups hold what their primaries
+    hold."""
     return bool(claims["every_planned_kill_done"] and claims["updates_lost"] == 0
                 and claims["generation_up_by_one_for_the_killed_index"]
                 and claims["leader_changed"] and claims["flowing_again_after_every_kill"]
-                and not claims["backups_differ"])
+                and claims["old_primary_rejoined_as_backup"] and not claims["backups_differ"])
 
 
 def describe_ha(claims: dict) -> list[str]:
@@ -51,7 +56,9 @@ def describe_ha(claims: dict) -> list[str]:
             lines.append(f"    PS {k['index']} primary {k['victim']} SIGKILLed with a backup in "
                          f"sync: promoted {took} after the kill (ps_promoted, generation "
                          f"{k['generation']} -> {k['generation'] + 1}), first push answered "
-                         f"{flow} after it")
+                         f"{flow} after it; started again, it serves as a "
+                         f"{k['rejoined_role'] or 'nothing (never in sync)'} of generation "
+                         f"{k['rejoined_generation']}")
     lines += [f"    HA step skipped: {why}" for why in claims["skipped"]]
     lines.append(f"    PS generations {claims['generations_before']} -> "
                  f"{claims['generations_after']}: up by one for the killed index only: "

@@ -49,6 +49,9 @@ def test_the_demo_kills_the_leader_and_a_primary_and_nothing_is_lost(tmp_path):
     for kill in ha["kills"]:
         assert kill["takeover_s"] is not None and kill["flowing_s"] is not None, kill
         assert 0 < kill["takeover_s"] <= kill["flowing_s"], kill
-    # the backup of the index not killed holds exactly what its primary holds
-    assert ha["backups_compared"] == 1 and ha["backups_differ"] == []
+    # the old primary, started again, serves as a backup of the new generation (never as a
+    # second primary); it and the other index's backup hold exactly what their primaries hold
+    assert (primary["rejoined_role"], primary["rejoined_generation"]) == \
+        ("backup", primary["generation"] + 1)
+    assert ha["backups_compared"] == 2 and ha["backups_differ"] == []
     assert summary["ok"] and proc.returncode == 0, proc.stdout[-3000:]

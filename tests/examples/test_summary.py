@@ -16,7 +16,7 @@ def good_run() -> Run:
                kills=[Kill("master", "a:1", 1000, takeover_ms=5000, flowing_ms=5100,
                            successor="b:1"),
                       Kill("ps", "c:1", 9000, index=0, generation=1, takeover_ms=10000,
-                           flowing_ms=10400)],
+                           flowing_ms=10400, rejoined_role="backup", rejoined_generation=2)],
                generations={0: 1, 1: 1}, generations_after={0: 2, 1: 1},
                leaders=["a:1", "b:1"], backups_compared=1)
 
@@ -27,6 +27,7 @@ def test_a_run_where_everything_held_is_ok_and_says_so():
     text = "\n".join(describe_ha(claims))
     assert "first shard handed out 4.10 s after it" in text
     assert "generation 1 -> 2), first push answered 1.40 s" in text
+    assert "it serves as a backup of generation 2" in text
 
 
 def test_each_broken_claim_makes_the_run_not_ok():
@@ -40,5 +41,9 @@ def test_each_broken_claim_makes_the_run_not_ok():
     ]
     late = good_run()
     late.kills[1].flowing_ms = 0                                   # no push answered after it
-    for run in broken + [late]:
+    second_primary = good_run()
+    second_primary.kills[1].rejoined_role = "primary"
+    never_back = good_run()
+    never_back.kills[1].rejoined_role = ""
+    for run in broken + [late, second_primary, never_back]:
         assert not ha_ok(ha_claims(run, PLANNED)), run
