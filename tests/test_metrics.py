@@ -38,7 +38,11 @@ def metrics_url(proc) -> str:
     return f"http://127.0.0.1:{port}/metrics"
 
 
-def test_counters_move_by_what_the_job_did(launcher):
+def test_counters_move_by_what_the_job_did(launcher, monkeypatch):
+    from worker_sdk import metrics as worker_metrics
+
+    monkeypatch.setenv("ELASTIC_PS_METRICS_PORT", "0")  # the SDK's, in this process
+    monkeypatch.setattr(worker_metrics, "_served", None)
     master = launcher.master("--metrics-port", "0")
     ps = launcher.ps(master.address, "--metrics-port", "0", "--checkpoint-interval", "0")
     m_url, p_url = metrics_url(master), metrics_url(ps)
@@ -63,6 +67,8 @@ def test_counters_move_by_what_the_job_did(launcher):
             steps += 1
             if steps == 3:  # scraped while the job runs: a lease is out, some work done
                 mid = scrape(m_url)
+        w_url = f"http://127.0.0.1:{worker_metrics.port}/metrics"
+        worker = scrape(w_url)
         ds.close()
     finally:
         client.close()
@@ -87,6 +93,14 @@ def test_counters_move_by_what_the_job_did(launcher):
     assert value(after_m, "elasticps_rpc_seconds_count", service="elasticps.v1.Master",
                  method="CreateDataset", code="OK") == 1
     assert value(after_m, "elasticps_commit_seconds_count") > 0
+
+    # the worker (the SDK in this process)
+    assert value(worker, "elasticps_worker_records_trained_total", dataset="metrics") == RECORDS
+    assert value(worker, "elasticps_worker_records_delivered_total", dataset="metrics") \
+        == RECORDS
+    assert value(worker, "elasticps_worker_pushes_total") == steps
+    assert value(worker, "elasticps_worker_wait_seconds_total", phase="pull") > 0
+    assert value(worker, "elasticps_worker_wait_seconds_total", phase="push") > 0
 
     # the PS: one push and one pull per step, plus the init's
     assert value(after_p, "elasticps_ps_pushes_total") == steps

@@ -79,6 +79,7 @@ class LeaseTable:
         self.wasted = 0  # records read from leases that were taken away (trained elsewhere)
         self.duplicates = 0  # reports the master refused as duplicates
         self.completed = 0  # leases reported DONE and accepted
+        self.trained = 0  # records acknowledged as trained (worker metrics)
         ack.register(self)
 
     # ---- leases in and out --------------------------------------------------------------------
@@ -180,6 +181,7 @@ class LeaseTable:
                 else:
                     run[0] += covered
                     run[2] -= covered
+            self.trained += newly
             return newly
 
     def fail_in_flight(self, message: str) -> int:

@@ -44,7 +44,7 @@ from rpckit.errors import Reason, reason_of
 from rpckit.resolve import unresolvable
 from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
 
-from . import notice
+from . import metrics, notice
 from .errors import Cancelled, DatasetSpecMismatch, ElasticError, MasterError, MasterUnavailable
 from .leases import LeaseTable, Outcome, Report, Result
 
@@ -113,6 +113,7 @@ class MasterClient:
         used instead of a connection: an in-process
         master in tests."""
         notice.ensure_visible()  # recoveries are logged at INFO: shown unless logging is set up
+        metrics.maybe_serve()  # ELASTIC_PS_METRICS_PORT
         self.address = master or default_master()  # host:port[,host:port...]: see rpckit.channels
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.labels = dict(labels) if labels is not None else labels_from_env()

@@ -55,7 +55,7 @@ from protos import ps_pb2
 
 from ps import partition
 
-from . import notice
+from . import metrics, notice
 from ps.embedding import TableSpec
 from rpckit import auth
 from rpckit.errors import Reason, ServiceError
@@ -253,6 +253,7 @@ class DataClient:
         if (endpoints is None) == (master is None):
             raise ValueError("give either endpoints (tcp://host:port per PS) or master")
         notice.ensure_visible()  # waits and re-routes are logged at INFO
+        metrics.maybe_serve()  # ELASTIC_PS_METRICS_PORT
         self.master = master
         # None: ELASTIC_PS_TLS_CA and ELASTIC_PS_AUTH_TOKEN(_FILE) (rpckit.auth)
         self._tls_ca, self._token = auth.client_options(tls_ca, auth_token)
