@@ -101,7 +101,8 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
                     f"shards {ds.done}/{shards} workers {active}"
                     + (f" AUC {run.curve[-1][1]:.4f}" if run.curve else ""))
             while plan and done >= plan[0][0] * total:
-                _, action, count = plan.pop(0)
+                step = plan.pop(0)
+                _, action, count = step
                 alive = cluster.alive()
                 if action == "add":
                     for _ in range(count):
@@ -128,7 +129,8 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
                     tqdm.write(f"[{now:5.1f}s] SIGKILL the master leader {kill.victim}: the "
                                "standby takes over within the leader lease (+1 s)")
                 elif action == "ps":
-                    if not ps_kill(cluster, run, plan, now):
+                    if not ps_kill(cluster, run, now):
+                        plan.insert(0, step)
                         break  # not yet: no backup in sync; asked again at the next poll
                 elif action == "rejoin":
                     kill = next((k for k in run.kills if k.role == "ps"), None)
@@ -145,6 +147,8 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
             if not cluster.alive():
                 break  # every worker left (their logs say why)
             time.sleep(0.3)
+        run.skipped += [f"{action} (at {at:.0%} of the records): training ended first"
+                        for at, action, _ in plan if action in ("master", "ps", "rejoin")]
         run.exit_codes = cluster.wait_workers(60)
         run.wall_s = time.monotonic() - started
         run.auc = cluster.evaluate()
@@ -196,13 +200,12 @@ def leader_address(cluster: LocalCluster, timeout: float = 30.0) -> str:
     return leader.address if leader else ""
 
 
-def ps_kill(cluster: LocalCluster, run: Run, plan: list, now: float) -> bool:
+def ps_kill(cluster: LocalCluster, run: Run, now: float) -> bool:
     """The plan's PS step: SIGKILL a primary whose backup is in sync. False (the step goes
     back to the plan) while the master asks for backups but none is in sync yet."""
     try:
         listing = cluster.ps_list()
     except grpc.RpcError:
-        plan.insert(0, (0.0, "ps", 1))
         return False  # a standby taking over: ask again
     if listing.replicas == 0:
         run.skipped.append("PS primary: the master asks for no backups (--ps-replicas 0)")
@@ -210,7 +213,6 @@ def ps_kill(cluster: LocalCluster, run: Run, plan: list, now: float) -> bool:
     info = failover.promotable(listing)
     kill = failover.kill_ps_primary(cluster, info) if info is not None else None
     if kill is None:
-        plan.insert(0, (0.0, "ps", 1))
         return False
     run.kills.append(kill)
     tqdm.write(f"[{now:5.1f}s] SIGKILL the primary of PS {kill.index} {kill.victim}: its "
