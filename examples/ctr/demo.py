@@ -7,13 +7,15 @@
    shards come back after the worker timeout), one is stopped with SIGTERM (a spot reclaim
    notice: it hands its leases back with their progress and exits). Every role dies once: the
    master leader is SIGKILLed (the standby takes over within the leader lease) and so is a PS
-   primary whose backup is in sync (the backup is promoted). Live progress: epoch, shards,
-   samples/s, workers, AUC.
+   primary whose backup is in sync (the backup is promoted); the old primary then starts again
+   and must join as a backup of the new one. Live progress: epoch, shards, samples/s,
+   workers, AUC.
 3. Trains the same model on the same set of processes with a single worker and nothing killed,
    for comparison.
 4. Prints the summary: every record of every epoch counted done exactly once (the master's
    lease history tiles each epoch), no update lost (`updates_lost` of the ledger), the killed
-   PS index's generation up by one and the leader changed, the time from each kill to training
+   PS index's generation up by one, the old primary a backup, every in-sync backup holding its
+   primary's versions, the leader changed, the time from each kill to training
    flowing again (first shard handed out after the master kill, first push answered after the
    PS kill), AUC against the planted optimum and the no-churn run, time to the target AUC,
    hand-outs against shards per epoch, duplicates, records redone, goodput. `--json PATH` also
