@@ -72,7 +72,6 @@ class _LeasedBatches(Sampler):
             # nothing to lease now: while batches of ours are in the pipeline or in training,
             # waiting could wait for ourselves (the master waits for those very records)
             if self.planned or stream.at_tail():
-                stream.pass_over = True
                 return
             stream.wait(short)
 
@@ -118,6 +117,7 @@ class ElasticLoader:
                         self.prefetch(ahead)  # every batch is prefetched once, in order
                 batch, ahead = ahead, None
                 if batch is END:
+                    stream.pass_over = True  # the data ran out (END, or the tail of the job)
                     return
                 if self.prefetch is not None:
                     ahead = next(batches, END)

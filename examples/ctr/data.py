@@ -46,12 +46,33 @@ def generate(records: int, test_records: int, seed: int) -> dict[str, np.ndarray
     return dict(cat=cat, dense=dense, y=y, prob=prob)
 
 
+def write_parquet(path: Path, cat: np.ndarray, dense: np.ndarray, y: np.ndarray,
+                  row_group: int = 16384) -> None:
+    """The split as one Parquet file: `ids` (each field's ids offset into one id space, as
+    ClickLog gives them), `dense` (fixed-size lists) and `y`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    offsets = np.cumsum([0] + VOCAB[:-1]).astype(np.int64)
+    ids = (cat + offsets).astype(np.int64)
+    table = pa.table({
+        "ids": pa.FixedSizeListArray.from_arrays(pa.array(ids.reshape(-1)), ids.shape[1]),
+        "dense": pa.FixedSizeListArray.from_arrays(pa.array(dense.reshape(-1)),
+                                                   dense.shape[1]),
+        "y": pa.array(y),
+    })
+    pq.write_table(table, path, row_group_size=row_group)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", default="data/ctr")
     p.add_argument("--records", type=int, default=200_000, help="training records")
     p.add_argument("--test-records", type=int, default=50_000)
     p.add_argument("--seed", type=int, default=2026)
+    p.add_argument("--parquet", action="store_true",
+                   help="also write train.parquet (ids offset into one id space, dense, y; "
+                        "row groups of 16384): `train_ctr.py --parquet` reads it")
     args = p.parse_args(argv)
     if args.records <= 0 or args.test_records <= 0:
         p.error("--records and --test-records must be > 0")
@@ -63,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         np.save(out / f"{split}_cat.npy", data["cat"][sl])
         np.save(out / f"{split}_dense.npy", data["dense"][sl])
         np.save(out / f"{split}_y.npy", data["y"][sl])
+    if args.parquet:
+        write_parquet(out / "train.parquet", data["cat"][:n], data["dense"][:n], data["y"][:n])
     best = auc(data["prob"][n:], data["y"][n:])
     meta = dict(vocab=VOCAB, dense=DENSE, records=n, test_records=args.test_records,
                 seed=args.seed, click_rate=float(data["y"].mean()), optimal_test_auc=best)

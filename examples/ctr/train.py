@@ -28,7 +28,7 @@ from torch import nn
 from examples.ctr.dataset import ClickLog
 from examples.ctr.evaluate import evaluate
 from examples.ctr.model import build_model
-from worker_sdk import ElasticDataset
+from worker_sdk import ElasticDataset, ParquetReader
 from worker_sdk.ps_client import PSClient
 
 log = logging.getLogger("train_ctr")
@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-workers", type=int, default=0,
                    help="DataLoader worker processes reading batches (ds.loader); 0: read in "
                         "the training process (ds.batches)")
+    p.add_argument("--parquet", action="store_true",
+                   help="read DIR/train.parquet (make_ctr_data.py --parquet) with ParquetReader "
+                        "instead of the numpy memmaps")
     p.add_argument("--max-inflight", type=int, default=1,
                    help="pushes sent in the background and not yet answered")
     p.add_argument("--eval", action="store_true", help="only evaluate the current model")
@@ -77,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
               f"(best reachable {train.meta['optimal_test_auc']:.4f})")
         return 0
 
-    ds = ElasticDataset(train, master=args.master, name=args.dataset,
+    source = (ParquetReader(Path(args.data) / "train.parquet", columns=["ids", "dense", "y"])
+              if args.parquet else train)  # either way a leased range is read in one call
+    ds = ElasticDataset(source, master=args.master, name=args.dataset,
                         shard_size=args.shard_size, num_epochs=args.epochs, shuffle=True,
                         seed=args.seed, worker_name=args.name, labels=labels)
     loss_fn = nn.BCEWithLogitsLoss()

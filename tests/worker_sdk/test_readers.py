@@ -133,3 +133,18 @@ def test_batches_of_a_parquet_dataset_equal_a_plain_read(tmp_path):
     ids = torch.cat([b[0] for b in got])
     assert ids.tolist() == list(range(50))  # in order: shards 0.., no shuffle
     assert torch.equal(torch.cat([b[1] for b in got]), reader.read(0, 50)[1])
+
+
+def test_the_click_log_reads_the_same_from_parquet_and_from_its_memmaps(tmp_path):
+    from examples.ctr.data import main as make_data
+    from examples.ctr.dataset import ClickLog
+
+    make_data(["--out", str(tmp_path), "--records", "3000", "--test-records", "100",
+               "--parquet"])
+    parquet = ParquetReader(tmp_path / "train.parquet", columns=["ids", "dense", "y"])
+    log = ClickLog(tmp_path)
+    assert len(parquet) == len(log) == 3000 and len(parquet.groups) == 1
+    index = np.array([2999, 0, 1234])
+    for a, b in ((parquet.read(10, 700), log.read(10, 700)), (parquet.take(index),
+                                                              log.take(index))):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
