@@ -48,6 +48,7 @@ def _core_settings(s: MasterSettings) -> Settings:
         heartbeat_interval=s.heartbeat_interval, worker_timeout=s.worker_timeout,
         max_shard_failures=s.max_shard_failures, min_workers=s.min_workers, max_wait=s.max_wait,
         ps_replicas=s.ps_replicas,
+        ps_lease_s=s.ps_lease_s,
     )
 
 

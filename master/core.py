@@ -19,6 +19,7 @@ from typing import Callable
 from rpckit.errors import Reason, already_exists, invalid, not_found, quote
 from .journal import Journal
 from .limits import MAX_REPORTS, check_labels, check_name, check_reason, clean_message
+from .ps_leases import PrimaryLeases
 from .ps_registry import PSRegistration, PSRegistry
 from .shards import DatasetQueue, Lease
 from .spec import DatasetSpec
@@ -39,6 +40,7 @@ class Settings:
     max_leases_per_worker: int = 1024  # bounds a Heartbeat's answer and a worker's grab
     wait_retry_ms: int = 100
     ps_replicas: int = 0  # backups asked for per PS index (master/ps_replicas.py)
+    ps_lease_s: float = 2.0  # a PS primary's lease (master/ps_leases.py)
 
 
 @dataclass
@@ -107,8 +109,11 @@ class MasterCore:
         self.workers = WorkerRegistry()
         self.datasets: dict[str, DatasetQueue] = {}
         self.leases: dict[int, Lease] = {}
+        # primary leases count from this (re)build: see master/ps_leases.py
+        leases = PrimaryLeases(self.monotonic, self.settings.ps_lease_s) \
+            if self.settings.ps_replicas else None
         self.ps_set = PSRegistry(self.journal, self.settings.ps_replicas, snap.ps,
-                                 snap.ps_generations, snap.ps_backups)
+                                 snap.ps_generations, snap.ps_backups, leases)
         self.recent_ended: OrderedDict[int, tuple[str, int, str]] = OrderedDict()
         self.next_lease_id = snap.max_lease_id + 1
         self._piece_key = snap.max_piece_key
@@ -444,7 +449,11 @@ class MasterCore:
 
     def report_replicas(self, index: int, generation: int, instance: str,
                         in_sync: list[str]) -> int:
-        return self.replicas.report(index, generation, instance, in_sync)
+        """The primary's in-sync backups; its answer also renews the primary's lease (the
+        lease's length is `settings.ps_lease_s`)."""
+        generation = self.replicas.report(index, generation, instance, in_sync)
+        self.ps_set.grant_lease(index)
+        return generation
 
     def lose_ps_backup(self, index: int, instance: str, why: str) -> bool:
         return self.replicas.lose_backup(index, instance, why)

@@ -10,15 +10,22 @@ refused (FAILED_PRECONDITION, PS_SET_MISMATCH) while any primary of the current 
 and replaces the whole set once every one is lost (its health check failed for the timeout,
 see master/ps_monitor.py). So one misconfigured PS, or the stale rows of a set that is gone,
 block the right PS only until they are found dead, never for good.
+
+With replicas, a primary's lease (master/ps_leases.py) says how long it may still answer
+pushes on its own. Another primary is made without waiting for it only by promoting an in-sync
+backup; a syncing backup (`mark_lost`) or a new process (`join`) takes over only once the old
+primary's lease must have run out: until then `mark_lost` does nothing (the monitor asks again)
+and a registration is refused UNAVAILABLE / PS_PRIMARY_LEASE (the PS retries).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from rpckit.auth import is_curve_key
-from rpckit.errors import Reason, invalid, precondition
+from rpckit.errors import Reason, invalid, precondition, unavailable
 from .journal import Journal
 from .limits import MAX_NUM_PS, check_address, check_int
+from .ps_leases import PrimaryLeases
 from .ps_replicas import Join, Promotion, ReplicaSets, Role, check_instance
 from .states import EventKind
 
@@ -33,8 +40,10 @@ class PSRegistration:
 
 class PSRegistry:
     def __init__(self, journal: Journal, replicas: int = 0, rows: list[dict] = (),
-                 generations: list[dict] = (), backups: list[dict] = ()):
+                 generations: list[dict] = (), backups: list[dict] = (),
+                 leases: PrimaryLeases | None = None):
         self.journal = journal
+        self.leases = leases  # with replicas: primaries answer only under a lease
         self.rows: dict[int, dict] = {row["idx"]: dict(row) for row in rows}
         self.lost: set[int] = set()  # this run's view; every PS is presumed alive at start
         self.replicas = ReplicaSets(journal, replicas, generations, backups)
@@ -62,14 +71,33 @@ class PSRegistry:
             self._promote(promotion)
             previous = self.rows[index]
             join = Join.BACKUP if promotion else Join.PRIMARY
+        if join == Join.PRIMARY and previous is not None \
+                and instance != self.replicas.primary_instance(index):
+            self._check_lease_over(index)  # a new process replaces a primary
         if join == Join.BACKUP:
             self.replicas.add_backup(index, instance, address, data_address, data_public_key)
             return PSRegistration(previous["incarnation"], Role.BACKUP,
                                   self.replicas.generation(index), previous)
         incarnation = self._register_primary(address, data_address, index, num_ps,
                                              data_public_key, replaced)
-        return PSRegistration(incarnation, Role.PRIMARY,
-                              self.replicas.set_primary(index, instance), self.rows[index])
+        before = self.replicas.generation(index)
+        generation = self.replicas.set_primary(index, instance)
+        if generation != before and self.leases is not None:
+            self.leases.new_primary(index)
+        return PSRegistration(incarnation, Role.PRIMARY, generation, self.rows[index])
+
+    def _check_lease_over(self, index: int) -> None:
+        left = self.leases.left(index) if self.leases is not None else 0.0
+        if left > 0:
+            raise unavailable(
+                Reason.PS_PRIMARY_LEASE,
+                f"PS index {index}'s primary may still answer pushes for {left:.1f} s (its "
+                f"lease); this PS becomes the primary after that: retry then")
+
+    def grant_lease(self, index: int) -> None:
+        """The current primary of `index` renewed its lease (ReportReplicas answered)."""
+        if self.leases is not None:
+            self.leases.grant(index)
 
     def _check_set(self, index: int, num_ps: int) -> int:
         """Refuse another num_ps while the set lives; drop a set that is all lost. Returns how
@@ -121,6 +149,9 @@ class PSRegistry:
         row = self.rows.get(index)
         if row is None or row["incarnation"] != incarnation or index in self.lost:
             return False
+        if (self.leases is not None and self.replicas.backups_of(index)
+                and not self.replicas.in_sync(index) and self.leases.left(index) > 0):
+            return False  # a syncing backup would take over: not while the lease may live
         self.lost.add(index)
         self.journal.event(EventKind.PS_LOST, cause="health_check",
                            detail=f"ps {index} at {row['address']}: {why}")
@@ -145,6 +176,8 @@ class PSRegistry:
         if promotion is None:
             return
         b = promotion.backup
+        if self.leases is not None:
+            self.leases.new_primary(promotion.index)
         self._register_primary(b["address"], b["data_address"], promotion.index,
                                self.rows[promotion.index]["num_ps"], b["data_public_key"])
 

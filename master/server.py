@@ -187,7 +187,8 @@ class MasterServicer(pb_grpc.MasterServicer):
         generation = self.committer.call(
             lambda: self.core.report_replicas(request.index, request.generation,
                                               request.instance, list(request.in_sync)))
-        return pb.ReportReplicasResponse(generation=generation)
+        return pb.ReportReplicasResponse(
+            generation=generation, lease_ms=int(self.core.settings.ps_lease_s * 1000))
 
     @_guard
     def Requeue(self, request, context):

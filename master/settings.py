@@ -23,6 +23,7 @@ class MasterSettings:
     ps_replicas: int = 0
     ps_failover_timeout: float = 1.0
     metrics_port: int = -1
+    ps_lease_s: float = 2.0
     log_level: str = "INFO"
     tls_cert: str = ""
     tls_key: str = ""
@@ -68,6 +69,10 @@ def parse(argv: list[str] | None = None) -> MasterSettings:
     p.flag("--metrics-port", d.metrics_port,
            "serve Prometheus metrics on http://--host:PORT/metrics (0: a free port, printed; "
            "-1: off; see docs/operations.md)")
+    p.flag("--ps-lease-s", d.ps_lease_s,
+           "seconds a PS primary may answer pushes after its last contact with the master "
+           "(with --ps-replicas); a backup that is not in sync takes over only once the old "
+           "primary's lease ran out (plus 0.5 s)")
     p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
     auth.add_flags(p, server=True, client=True)  # --tls-ca: the PS health checks
     return p.settings(MasterSettings, argv, check)  # bad flags: exit 2 with the reasons
@@ -100,6 +105,8 @@ def check(s: MasterSettings) -> list[str]:
         problems.append(f"--ps-replicas must be in 0..8, got {s.ps_replicas}")
     if not s.ps_failover_timeout > 0:
         problems.append("--ps-failover-timeout must be > 0")
+    if not 0.2 <= s.ps_lease_s <= 60:
+        problems.append(f"--ps-lease-s must be in 0.2..60, got {s.ps_lease_s}")
     if s.threads < 4:
         problems.append("--threads must be >= 4")
     return problems

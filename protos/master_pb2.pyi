@@ -473,10 +473,12 @@ class ReportReplicasRequest(_message.Message):
     def __init__(self, index: _Optional[int] = ..., generation: _Optional[int] = ..., instance: _Optional[str] = ..., in_sync: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReportReplicasResponse(_message.Message):
-    __slots__ = ("generation",)
+    __slots__ = ("generation", "lease_ms")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
     generation: int
-    def __init__(self, generation: _Optional[int] = ...) -> None: ...
+    lease_ms: int
+    def __init__(self, generation: _Optional[int] = ..., lease_ms: _Optional[int] = ...) -> None: ...
 
 class ListPSRequest(_message.Message):
     __slots__ = ()

@@ -147,8 +147,14 @@ class Backup:
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not self._sock.poll(int(left * 1000)):
+            if left <= 0:
                 raise TimeoutError(f"no answer within {timeout:.1f}s")
+            # in slices: a backup promoted (or stopped) while it waits for a snapshot from a
+            # primary that went quiet must not hold its promotion up for the whole wait
+            if not self._sock.poll(int(min(left, 0.1) * 1000)):
+                if self._stop.is_set() or self.upstream != upstream:
+                    raise TimeoutError("no longer following this primary")
+                continue
             frames = self._sock.recv_multipart(copy=False)
             resp = ps_pb2.DataResponse.FromString(frames[0].bytes)
             if resp.seq != req.seq:

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 RPC_TIMEOUT_S = 5.0
 URGENT_S = 0.1
+# a lease renewal that takes longer than this is of no use (the lease counts from the send)
+LEASE_RPC_TIMEOUT_S = 1.0
 
 
 class Registrar:
@@ -55,14 +57,15 @@ class Registrar:
             node.wake = self._wake.set
             node.report = self._report_replicas
 
-    def _report_replicas(self, generation: int, in_sync: list[str]) -> None:
-        """ReportReplicas for the node's primary; raises Fenced when the master says so."""
+    def _report_replicas(self, generation: int, in_sync: list[str]) -> float:
+        """ReportReplicas for the node's primary: the lease granted (seconds); raises Fenced
+        when the master says so."""
         from .replication import Fenced
 
         try:
-            self.stub.ReportReplicas(master_pb2.ReportReplicasRequest(
+            return self.stub.ReportReplicas(master_pb2.ReportReplicasRequest(
                 index=self.index, generation=generation, instance=self.node.instance,
-                in_sync=in_sync), timeout=RPC_TIMEOUT_S)
+                in_sync=in_sync), timeout=LEASE_RPC_TIMEOUT_S).lease_ms / 1000
         except grpc.RpcError as exc:
             if reason_of(exc) == Reason.FENCED:
                 self.registered = False

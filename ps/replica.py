@@ -8,7 +8,8 @@ The master decides the role (master/ps_replicas.py); the registrar hands each an
 - backup: only `Replicate` from its primary (ps/follower.py); clients are FENCED.
 - primary: clients' requests, unless they name a newer generation than this PS's (then it
   was deposed and does not know yet: FENCED); with `--ps-replicas` > 0 every mutation goes
-  through the replication order (ps/replication.py), and backups may attach (`Follow`).
+  through the replication order (ps/replication.py), and backups may attach (`Follow`); a
+  mutation is answered only under a valid primary lease (ps/lease.py).
 
 A primary the master answers FENCED (ReportReplicas) stops serving at once and registers
 again, which makes it a backup of the new primary: a deposed primary never serves as a second
@@ -63,7 +64,8 @@ class ReplicaNode:
         self.backup: Backup | None = None
         self.urgent = threading.Event()  # ask the master soon (the primary went quiet)
         self.wake: Callable[[], None] = lambda: None        # the registrar's, when it runs
-        self.report: Callable[[int, list[str]], None] | None = None  # (generation, in_sync)
+        # (generation, in_sync) -> the lease granted, in seconds
+        self.report: Callable[[int, list[str]], float] | None = None
         self._dispatch: Callable[[str, ps_pb2.DataRequest, list], list] | None = None
         self._lock = threading.Lock()
 
@@ -143,11 +145,11 @@ class ReplicaNode:
                 self.backup.follow(Upstream(generation, primary.data_address,
                                             primary.data_public_key))
 
-    def _report(self, in_sync: list[str]) -> None:
+    def _report(self, in_sync: list[str]) -> float:
         if self.report is None:
             raise RuntimeError("no master to report to")
         try:
-            self.report(self.generation, in_sync)
+            return self.report(self.generation, in_sync)
         except Fenced:
             self.role = Role.FENCED  # not under _lock: on_role may be closing this primary
             log.warning("PS %d was deposed (generation %d): registering again",

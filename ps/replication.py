@@ -19,6 +19,13 @@ What it promises:
   recorded the drop (so the master never promotes a backup that lacks an acknowledged push),
   then detaches it (it copies the primary again). A master that answers FENCED means this PS
   was deposed: the pending push is refused with FENCED, the caller re-routes.
+- A mutation is applied and answered only under a valid primary lease (ps/lease.py), renewed
+  by every successful report to the master (at least every quarter lease): checked before it
+  is applied and again just before it is answered. A primary that lost touch with the master
+  (or was paused) for longer than the lease answers nothing, so once the master made another
+  primary after the lease ran out (master/ps_leases.py), this one can no longer acknowledge a
+  push that the new primary lacks. A push applied but not answered for lack of a lease is
+  answered, as a duplicate, when the client retries it here with its seq once renewed.
 """
 from __future__ import annotations
 
@@ -36,13 +43,15 @@ import zmq
 from protos import ps_pb2
 
 from rpckit.errors import Reason, ServiceError, unavailable
+from .lease import PrimaryLease
 from .params import ParamStore
 
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 100_000   # mutations queued towards one backup before it is given up
 IDLE_DETACH_S = 10.0    # a backup that stopped asking (Follow) is detached after this
-REPORT_EVERY_S = 2.0    # the in-sync set is told to the master again this often
+LEASE_WAIT_S = 1.0      # a mutation waits this long for a lease before it is refused
+FIRST_RENEW_S = 0.1     # renewals this often until the master said how long a lease lasts
 
 
 class Fenced(Exception):
@@ -131,8 +140,10 @@ class Follower:
 
 class Primary:
     def __init__(self, store: ParamStore, ctx: zmq.Context, token: str, generation: int,
-                 report: Callable[[list[str]], None], ack_timeout: float = 2.0):
-        """report(in_sync_instances): tell the master; raises Fenced, or anything on failure."""
+                 report: Callable[[list[str]], float], ack_timeout: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic):
+        """report(in_sync_instances): tell the master, answers the lease's length in seconds
+        (the renewal); raises Fenced, or anything on failure."""
         self.store = store
         self.ctx = ctx
         self.token = token
@@ -146,6 +157,7 @@ class Primary:
         self._cond = threading.Condition()
         self._report_lock = threading.Lock()
         self.fenced = False
+        self.lease = PrimaryLease(clock)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="replication", daemon=True)
         self._thread.start()
@@ -154,9 +166,12 @@ class Primary:
 
     def mutate(self, req: ps_pb2.DataRequest, header: bytes, frames: list,
                dispatch: Callable[[], list]) -> list:
-        """Apply (dispatch) in the one order, forward, and answer once the backups have it."""
+        """Apply (dispatch) in the one order, forward, and answer once the backups have it,
+        all under a valid lease."""
+        self.lease.wait_valid(LEASE_WAIT_S, lambda: self.fenced)
         with self.order:
             self._refuse_if_fenced()
+            self._refuse_without_lease("nothing was applied")
             reply = dispatch()
             if self.followers and _changed(req, reply):
                 self.seq += 1
@@ -167,7 +182,31 @@ class Primary:
                     f.send([msg.SerializeToString(), *frames])
             target = self.seq
         self._wait(target)
+        # the last moment before the answer leaves: a primary paused (or cut off) while this
+        # push waited may have been replaced by a backup that lacks it
+        self._refuse_without_lease("it may have been applied here: retry it with its seq")
         return reply
+
+    def _refuse_without_lease(self, what: str) -> None:
+        self._refuse_if_fenced()
+        if not self.lease.valid():
+            raise ServiceError(
+                "UNAVAILABLE", Reason.FENCED,
+                f"PS {self.store.index} holds no primary lease (generation {self.generation}): "
+                f"it has not reached the master for {self.lease.duration:.1f} s and may have "
+                f"been replaced; {what}; ask the master for the primary")
+
+    def _report(self, in_sync: list[str]) -> None:
+        """Tell the master the in-sync set (under _report_lock); renews the lease from the
+        moment the report is sent. Raises Fenced (the lease is revoked) or any failure."""
+        sent = self.lease.sending()
+        try:
+            granted = self.report(in_sync)
+        except Fenced:
+            self.lease.revoke()
+            raise
+        if granted:
+            self.lease.renewed(sent, granted)
 
     def _wait(self, target: int) -> None:
         deadline = time.monotonic() + self.ack_timeout
@@ -191,7 +230,7 @@ class Primary:
         with self._report_lock:
             keep = [f for f in self.followers.values() if f.confirmed and f not in lagging]
             try:
-                self.report([f.instance for f in keep])
+                self._report([f.instance for f in keep])
             except Fenced:
                 self.fence()
                 self._refuse_if_fenced()
@@ -244,12 +283,13 @@ class Primary:
             self._cond.notify_all()
 
     def _watch(self) -> None:
-        reported = time.monotonic()
+        renewed = float("-inf")
         while not self._stop.wait(0.05):
-            if time.monotonic() - reported >= REPORT_EVERY_S:
-                # say it again now and then: the master may have dropped and re-added a
-                # backup (a health check failed) or lost the report with a failover
-                reported = time.monotonic()
+            every = self.lease.duration / 4 if self.lease.duration else FIRST_RENEW_S
+            if time.monotonic() - renewed >= every and not self.fenced:
+                # renew the lease, saying the in-sync set again (the master may have dropped
+                # and re-added a backup, or lost the last report with a failover)
+                renewed = time.monotonic()
                 self._confirm(None)
             for f in list(self.followers.values()):
                 if f.failed and not f.in_sync:
@@ -267,13 +307,11 @@ class Primary:
         with self._report_lock:
             if f is not None and (f.failed or self.followers.get(f.attach_id) is not f):
                 return
-            if f is None and not any(x.confirmed for x in self.followers.values()):
-                return
             try:
                 # only backups known to hold everything acknowledged: confirmed ones, and `f`
                 # (it acknowledged every mutation since the primary began to wait for it)
-                self.report([x.instance for x in self.followers.values()
-                             if x.confirmed or x is f])
+                self._report([x.instance for x in self.followers.values()
+                              if x.confirmed or x is f])
             except Fenced:
                 self.fence()
                 return
@@ -295,6 +333,7 @@ class Primary:
 
     def fence(self) -> None:
         self.fenced = True
+        self.lease.revoke()
         self._notify()
 
     def _refuse_if_fenced(self) -> None:

@@ -46,6 +46,7 @@ class Reason(str, enum.Enum):
     TOO_LARGE = "TOO_LARGE"                    # a request over the PS's per-request bounds
     OUT_OF_MEMORY = "OUT_OF_MEMORY"            # the PS could not allocate for this request
     FENCED = "FENCED"                          # a deposed PS primary: re-route
+    PS_PRIMARY_LEASE = "PS_PRIMARY_LEASE"      # the old PS primary may still hold its lease
     UNAVAILABLE = "UNAVAILABLE"                # not reached / no answer in time
 
 
