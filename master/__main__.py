@@ -187,6 +187,10 @@ def run(settings: MasterSettings) -> int:
     if lease.role.value == "leader":
         ready.wait(START_LEADING_S)
     log.info("settings: %s", settings.describe())
+    if settings.port == 0:
+        log.warning("--port 0: listening on port %d for this run only; restarted, the master "
+                    "gets another port and its workers and PS cannot find it: give a fixed "
+                    "--port to a job that must survive a restart (docs/operations.md)", port)
     role = "leader" if ready.is_set() else f"standby (leader: {leader() or 'none yet'})"
     shown = f", metrics on http://{settings.host}:{metrics_port}/metrics" if metrics else ""
     print(f"elastic-master listening on {settings.host}:{port} (pid {os.getpid()}) as {role}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import urllib.request
+from pathlib import Path
 
 import pytest
 import torch
@@ -111,6 +112,15 @@ def test_counters_move_by_what_the_job_did(launcher, monkeypatch):
     assert value(after_p, "elasticps_ps_staleness_count") == steps
     assert value(after_p, "elasticps_ps_staleness_bucket", le="+Inf") == steps
     assert value(after_p, "elasticps_ps_role", role="primary") == 1
+
+
+    # every series exported is documented (docs/operations.md, "Metrics")
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
+    for samples in (after_m, after_p, worker):
+        for name, _ in samples:
+            base = re.sub(r"_(bucket|count|sum|created)$", "", name)
+            if base.startswith("elasticps_"):
+                assert f"`{base}`" in doc or f"`{base}_total`" in doc, base
 
 
 def test_the_ps_times_checkpoints_and_reports_their_age(launcher):

@@ -315,8 +315,13 @@ class LeaseStream:
         self.ended = True
         self.pass_over = True
         self.table.drop_all("the dataset ended")
-        log.info("dataset %r: every epoch is done (%d records delivered here)", self.name,
-                 self.delivered)
+        if self.delivered:
+            log.info("dataset %r: every epoch is done (%d records delivered here)", self.name,
+                     self.delivered)
+        else:  # a re-run of a finished dataset would otherwise do zero steps silently
+            log.warning("dataset %r has finished every epoch on the master already: nothing to "
+                        "train. To train it again, drop it (elastic-ctl drop %s) or use another "
+                        "name", self.name, self.name)
         if self._owns_client:
             try:
                 self.client.leave(LeaveReason.FINISHED)

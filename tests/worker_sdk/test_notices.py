@@ -92,3 +92,18 @@ def test_recoveries_show_at_info_unless_the_application_configured_logging(setup
                          cwd=REPO, timeout=60)
     assert out.returncode == 0, out.stderr
     assert ("a recovery line" in out.stderr) == shown, out.stderr
+
+
+def test_a_rerun_of_a_finished_dataset_says_why_it_trains_nothing(master, caplog):
+    from worker_sdk import ElasticDataset
+
+    caplog.set_level(logging.INFO, logger="worker_sdk")
+    data = torch.arange(20, dtype=torch.float32)
+    for run in range(2):
+        ds = ElasticDataset(data, master=master.address, name="done", shard_size=10,
+                            num_epochs=1, ack="next")
+        steps = sum(1 for _ in ds.batches(batch_size=5))
+        ds.close()
+        assert steps == (4 if run == 0 else 0)
+    said = [r.getMessage() for r in caplog.records if "finished every epoch" in r.getMessage()]
+    assert len(said) == 1 and "elastic-ctl drop done" in said[0]
