@@ -138,6 +138,7 @@ class ParamStore:
             if DTYPE_NAMES.get(t.dtype) not in FLOAT_DTYPES:
                 raise invalid(f"tensor {name!r}: dtype {t.dtype} cannot be trained; use "
                               f"{', '.join(FLOAT_DTYPES)}")
+            _require_finite(t, f"tensor {quote(name)}")
         if len(set(names)) != len(names):
             raise invalid(f"tensor names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
         validate_dense(optimizer)
@@ -235,6 +236,8 @@ class ParamStore:
         the step already passed `check_push`, so staleness no longer refuses it."""
         self._validate_push([(n, g.shape, g.dtype) for n, g in grads], versions)
         names = [n for n, _ in grads]
+        for name, g in grads:
+            _require_finite(g, f"the gradient of {quote(name)}")
         return self._at_most_once(
             client_id, seq, lambda: self._apply(grads, versions, checked),
             lambda: {"versions": self.versions(names), "max_staleness": 0})
@@ -431,6 +434,7 @@ class ParamStore:
         if grads.dtype != torch.float32 or tuple(grads.shape) != (ids.numel(), t.spec.dim):
             raise invalid(f"table {table!r}: gradients must be float32 [{ids.numel()}, "
                           f"{t.spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}{list(grads.shape)}")
+        _require_finite(grads, f"the row gradients of table {quote(table)}")
         def apply() -> dict:
             answer = {"code": "OK", "message": "",
                       "rows": t.push(ids, grads, self.limits.max_new_rows)}
@@ -527,6 +531,16 @@ class ParamStore:
         self.applied.restore(state["applied"])
         self.stats.pushes = int(state.get("stats", {}).get("pushes", 0))
         self.stats.row_pushes = int(state.get("stats", {}).get("row_pushes", 0))
+
+
+def _require_finite(t: torch.Tensor, what: str) -> None:
+    """Refuse NaN and infinities: one such gradient would poison the tensor (and, through the
+    optimizer state, every later update) for good. The sum is one pass without allocating;
+    only when it is not finite (a NaN or inf inside, or an overflow) is every value checked."""
+    if t.numel() == 0 or torch.isfinite(t.sum()):
+        return
+    if not bool(torch.isfinite(t).all()):
+        raise invalid(f"{what} has NaN or infinite values; nothing was applied")
 
 
 def _cloned(obj):

@@ -263,3 +263,19 @@ def test_snapshot_sees_no_half_applied_push():
     finally:
         stop.set()
         t.join()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_values_are_refused_and_change_nothing(bad):
+    s = _store()
+    g = torch.ones(4)
+    g[2] = bad
+    assert _code(s.push, "c", 1, [("w", g)], [0]) == "INVALID_ARGUMENT"
+    assert s.versions() == {"w": 0, "b": 0} and s.dense["w"].value.tolist() == [0.0] * 4
+    s.init_parameters([("w", torch.zeros(4)), ("b", torch.zeros(2))], SGD1)
+    fresh = ParamStore()
+    assert _code(fresh.init_parameters, [("w", g)], SGD1) == "INVALID_ARGUMENT"
+    assert not fresh.initialized
+    # a large but finite gradient whose sum overflows is still accepted
+    big = torch.full((4,), 3e38)
+    assert s.push("c", 2, [("w", big)], [0])["code"] == "OK"
