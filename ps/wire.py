@@ -12,7 +12,7 @@ import torch
 
 from protos import ps_pb2
 
-from rpckit.errors import ServiceError, invalid
+from rpckit.errors import ServiceError, invalid, quote
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -24,6 +24,9 @@ DTYPES: dict[str, torch.dtype] = {
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 MAX_DIMS = 8
+# Strides must fit in int64 even for an empty tensor ([0, 2**40, 2**40] has 0 bytes but
+# strides that overflow): shapes whose non-zero extent is beyond this are refused.
+MAX_SPAN_BYTES = 2**62
 
 # torch.frombuffer warns about read-only buffers; a received frame is only read.
 warnings.filterwarnings("ignore", message="The given buffer is not writable", category=UserWarning)
@@ -59,9 +62,13 @@ def check_meta(meta: ps_pb2.TensorMeta, allowed=tuple(DTYPES)) -> tuple[torch.dt
         raise invalid(f"tensor {meta.name!r}: shape {list(meta.shape)} is not a valid shape "
                       f"(at most {MAX_DIMS} non-negative dimensions)")
     dtype = DTYPES[meta.dtype]
-    numel = 1
+    numel = span = 1
     for d in meta.shape:
         numel *= d
+        span *= max(d, 1)  # what strides are made of, even when another dimension is 0
+    if span * dtype.itemsize > MAX_SPAN_BYTES:
+        raise invalid(f"tensor {quote(meta.name)}: shape {list(meta.shape)[:MAX_DIMS]} is too "
+                      "large for any tensor")
     return dtype, tuple(meta.shape), numel * dtype.itemsize
 
 

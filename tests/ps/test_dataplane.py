@@ -333,3 +333,14 @@ def test_trackers_of_finished_pulls_do_not_pile_up(inproc_ps):
         for _ in range(300):
             c.pull(["w"])
     assert len(ps.store.dense["w"].pins) <= 2
+
+
+def test_an_empty_tensor_with_huge_dimensions_is_refused_not_internal(inproc_ps):
+    """Found by tests/ps/test_fuzz.py: shape [0, 2**40, 2**40] is 0 bytes, but its strides
+    overflow torch (it was answered INTERNAL)."""
+    ps = inproc_ps()
+    with _client(ps) as c:
+        c.init_parameters({"w": torch.zeros(4)}, "sgd", lr=1.0)
+    meta = ps_pb2.TensorMeta(name="w", dtype="float32", shape=[0, 2**40, 2**40])
+    resp, _ = _raw(ps, _req(push=ps_pb2.Push(tensors=[meta], versions=[0])), b"")
+    assert resp.code == ps_pb2.DataResponse.Code.INVALID_ARGUMENT, resp

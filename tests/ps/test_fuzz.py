@@ -5,11 +5,13 @@ garbage headers), against a real PS: an in-process DataPlane and one `python -m 
 
 What must hold for every request: it is answered (the PS never hangs), never UNKNOWN or
 INTERNAL, a refused one changes no state (parameters, versions, optimizer state, rows), and the
-PS stays up and healthy afterwards.
+PS stays up and healthy afterwards. FUZZ_EXAMPLES=N runs N requests in process instead of 600
+(a longer hunt; each run draws new examples, and a failure prints the one to reproduce).
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import math
 
 import grpc
@@ -269,7 +271,7 @@ def test_random_requests_never_break_an_in_process_ps(inproc_ps):
     wires = [Wire(fresh.endpoint), Wire(ready.endpoint)]
     counts = {"ok": 0, "refused": 0}
 
-    @settings(max_examples=600, deadline=None, database=None,
+    @settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "600")), deadline=None, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(target=st.sampled_from([0, 1]), parts=requests())
     def one(target, parts):
