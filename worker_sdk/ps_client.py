@@ -28,7 +28,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from worker_sdk.ps_data import DataClient, PushOutcome, StaleGradient
+from worker_sdk.ps_data import RETRY_BUDGET_S, DataClient, PushOutcome, StaleGradient
 from ps.embedding import TableSpec
 from ps.partition import check_row_ids
 
@@ -100,15 +100,18 @@ class PSClient:
 
     def __init__(self, master: str, *, timeout_s: float = 10.0, max_attempts: int = 8,
                  discovery_timeout_s: float = 60.0, max_inflight: int = 1,
-                 tls_ca: str | None = None, auth_token: str | None = None):
+                 tls_ca: str | None = None, auth_token: str | None = None,
+                 retry_budget_s: float = RETRY_BUDGET_S):
         """max_inflight: pushes `push(wait=False)` may leave unanswered (a further push waits).
+        retry_budget_s: how long one call keeps retrying a PS that does not answer before it
+        raises PSUnavailable (worker_sdk.ps_data).
         tls_ca, auth_token: as MasterClient's (None: ELASTIC_PS_TLS_CA,
         ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE)."""
         if max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
         options = dict(master=master, timeout_s=timeout_s, max_attempts=max_attempts,
                        discovery_timeout_s=discovery_timeout_s, tls_ca=tls_ca,
-                       auth_token=auth_token)
+                       auth_token=auth_token, retry_budget_s=retry_budget_s)
         self.data = DataClient(**options)
         # the background thread's own client: a DataClient is not thread-safe
         self.pipeline = Pipeline(lambda: DataClient(**options), max_inflight)
