@@ -4,7 +4,8 @@ A primary whose health check has failed for `failover_timeout` seconds while its
 in-sync backup is replaced by that backup (master/ps_replicas.py: promotion, new generation).
 A primary failing for `timeout` seconds is recorded as lost (a `ps_lost` event and
 `state=lost` in status) until it registers again; a backup that is not in sync, if any, takes
-over then. A backup failing for `timeout` is dropped from its index. Workers find the new
+over then, but not before the primary's lease ran out (master/ps_leases.py: until then the
+primary is not marked lost and the next round asks again). A backup failing for `timeout` is dropped from its index. Workers find the new
 address with ListPS; a PS without a backup restores its checkpoint.
 """
 from __future__ import annotations
