@@ -286,11 +286,12 @@ class Primary:
         renewed = float("-inf")
         while not self._stop.wait(0.05):
             every = self.lease.duration / 4 if self.lease.duration else FIRST_RENEW_S
-            if time.monotonic() - renewed >= every and not self.fenced:
+            if self.lease.clock() - renewed >= every and not self.fenced:
                 # renew the lease, saying the in-sync set again (the master may have dropped
-                # and re-added a backup, or lost the last report with a failover)
-                renewed = time.monotonic()
+                # and re-added a backup, or lost the last report with a failover); the next
+                # one a quarter lease after this one ended
                 self._confirm(None)
+                renewed = self.lease.clock()
             for f in list(self.followers.values()):
                 if f.failed and not f.in_sync:
                     self._detach(f)

@@ -1,0 +1,92 @@
+"""The primary's data path under its lease (ps/replication.Primary, no backups, fake clock):
+refused before anything is applied without a lease, renewed from the send time of a report,
+and checked again just before the answer leaves."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import zmq
+
+from protos import ps_pb2
+from ps.params import ParamStore
+from ps.replication import Fenced, Primary
+from rpckit.errors import ServiceError
+from tests.fakes import FakeClock
+
+
+class Master:
+    """A fake master's ReportReplicas: grants `lease_s` when open, else fails or fences."""
+
+    def __init__(self, clock: FakeClock):
+        self.clock = clock
+        self.lease_s = 0.0
+        self.fenced = False
+        self.delay = 0.0  # fake seconds the answer takes
+        self.calls = threading.Event()
+
+    def __call__(self, in_sync: list[str]) -> float:
+        self.calls.set()
+        self.clock.advance(self.delay)
+        if self.fenced:
+            raise Fenced("generation 2 exists")
+        if not self.lease_s:
+            raise ConnectionError("master unreachable")
+        return self.lease_s
+
+
+@pytest.fixture
+def setup():
+    clock = FakeClock(100.0)
+    master = Master(clock)
+    primary = Primary(ParamStore(), zmq.Context.instance(), "", 1, master, clock=clock)
+    yield clock, master, primary
+    primary.close()
+
+
+def push() -> ps_pb2.DataRequest:
+    return ps_pb2.DataRequest(client_id="c", seq=1, push=ps_pb2.Push())
+
+
+def answer() -> list:
+    return [ps_pb2.DataResponse(code=0, push=ps_pb2.PushResult()).SerializeToString()]
+
+
+def test_without_a_lease_nothing_is_applied(setup, monkeypatch):
+    clock, master, primary = setup
+    monkeypatch.setattr("ps.replication.LEASE_WAIT_S", 0.2)
+    applied = []
+    with pytest.raises(ServiceError) as err:
+        primary.mutate(push(), b"", [], lambda: applied.append(1) or answer())
+    assert (err.value.code, err.value.reason) == ("UNAVAILABLE", "FENCED")
+    assert applied == []
+
+
+def test_a_renewal_counts_from_its_send_and_a_lapse_during_the_push_refuses_the_answer(setup):
+    clock, master, primary = setup
+    master.lease_s, master.delay = 2.0, 0.5  # the answer comes 0.5 s after the send
+    assert primary.lease.wait_valid(5.0)
+    master.lease_s = 0.0  # no more renewals: the master is gone
+    assert primary.lease.until <= clock() + 1.5  # from the send, not the answer
+    assert primary.mutate(push(), b"", [], answer) == answer()
+
+    def slow_apply():  # the lease runs out while the push is applied
+        clock.advance(2.0)
+        return answer()
+
+    with pytest.raises(ServiceError) as err:
+        primary.mutate(push(), b"", [], slow_apply)
+    assert err.value.reason == "FENCED" and "retry it with its seq" in err.value.message
+
+
+def test_a_master_that_says_fenced_revokes_the_lease(setup):
+    clock, master, primary = setup
+    master.lease_s = 2.0
+    assert primary.lease.wait_valid(5.0)
+    master.fenced = True
+    master.calls.clear()
+    clock.advance(1.0)  # a renewal is due (every quarter lease)
+    assert master.calls.wait(5.0)
+    with pytest.raises(ServiceError) as err:
+        primary.mutate(push(), b"", [], answer)
+    assert err.value.reason == "FENCED" and not primary.lease.valid() and primary.fenced
