@@ -150,17 +150,12 @@ class Table:
         missing_at = np.flatnonzero(slots < 0)
         if not missing_at.size:
             return torch.from_numpy(slots), 0
-        if max_new is not None and missing_at.size > max_new:
-            # counted with repeats first: cheap, and only a request near the bound pays the
-            # exact count (np.unique) before being refused
-            distinct = np.unique(keys[missing_at]).size
-            if distinct > max_new:
-                raise too_large(f"table {self.spec.name!r}: this request would create "
-                                f"{distinct} rows; at most {max_new} new rows per request "
-                                "(--max-new-rows): split the ids over several requests")
-        missing, first = np.unique(keys[missing_at], return_index=True)
-        missing = missing[np.argsort(first, kind="stable")]  # first-seen order
+        missing = _distinct_in_order(keys[missing_at])
         created = missing.size
+        if max_new is not None and created > max_new:
+            raise too_large(f"table {self.spec.name!r}: this request would create {created} "
+                            f"rows; at most {max_new} new rows per request (--max-new-rows): "
+                            "split the ids over several requests")
         start = len(self.index)
         self._reserve(start + created)
         self.weights[start:start + created] = initial_rows(self.spec, missing)
@@ -245,6 +240,19 @@ class SortedIndex:
         pos = np.searchsorted(self.keys, ids)
         self.keys = np.insert(self.keys, pos, ids)
         self.slots = np.insert(self.slots, pos, slots)
+
+
+def _distinct_in_order(keys: np.ndarray) -> np.ndarray:
+    """The distinct values of `keys` in first-seen order. By a stable sort, not `np.unique`:
+    numpy 2.4's unique takes about 1 s for 1 M int64 here, a sort 15 ms."""
+    if keys.size < 2:
+        return keys.copy()
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    starts = np.empty(keys.size, dtype=bool)
+    starts[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    return keys[np.sort(order[starts])]  # a run's first index is its first occurrence
 
 
 def _grown(t: torch.Tensor, capacity: int) -> torch.Tensor:

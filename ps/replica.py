@@ -90,7 +90,9 @@ class ReplicaNode:
                          f"request names {req.generation}: this PS was deposed")
         if kind == "follow":
             return self._follow(primary, req)
-        if kind in MUTATIONS and self.replicas > 0:
+        # a push's staleness check (Push.check_only) changes nothing: nothing to replicate
+        if kind in MUTATIONS and self.replicas > 0 and not (
+                kind == "push" and req.push.check_only):
             header = parts[0].bytes if hasattr(parts[0], "bytes") else bytes(parts[0])
             return primary.mutate(req, header, parts[1:],
                                   lambda: self._dispatch(kind, req, parts[1:]))
