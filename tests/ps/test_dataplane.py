@@ -332,7 +332,9 @@ def test_trackers_of_finished_pulls_do_not_pile_up(inproc_ps):
         c.init_parameters({"w": torch.zeros(100_000)}, "sgd", lr=1.0)  # zero-copy size
         for _ in range(300):
             c.pull(["w"])
-    assert len(ps.store.dense["w"].pins) <= 2
+    # a tracker turns done when pyzmq's garbage thread gets to the sent frame, a little after
+    # the send: a few of the last pulls may still be pending, not one per pull (300 before)
+    assert len(ps.store.dense["w"].pins) <= 30
 
 
 def test_an_empty_tensor_with_huge_dimensions_is_refused_not_internal(inproc_ps):
