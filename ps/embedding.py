@@ -110,7 +110,7 @@ class Table:
         self.accum = (torch.empty(capacity, spec.dim) if optimizer.has_accumulator else None)
         self.step = 0
         self.pushes = 0
-        self.snap = None  # a SnapshotPin while a snapshot view reads the rows
+        self.snaps: list = []  # SnapshotPins of open snapshot views reading the rows
 
     def __len__(self) -> int:
         return len(self.index)
@@ -132,12 +132,12 @@ class Table:
         summed.index_add_(0, inverse, grads)
         with self.lock:
             slots, _ = self._slots(unique, max_new)
-            if self.snap is not None:
-                if not self.snap.done:  # a snapshot view reads these rows: change a copy
+            if self.snaps:
+                if any(not pin.done for pin in self.snaps):  # views read them: change a copy
                     self.weights = self.weights.clone()
                     if self.accum is not None:
                         self.accum = self.accum.clone()
-                self.snap = None
+                self.snaps = []
             self.step += 1
             self.pushes += 1
             self.optimizer.apply(self.weights, self.accum, slots, summed, self.step)
@@ -190,7 +190,7 @@ class Table:
             if pin is None:
                 weights, accum = weights.clone(), None if accum is None else accum.clone()
             else:
-                self.snap = pin
+                self.snaps = [p for p in self.snaps if not p.done] + [pin]
             return {"ids": torch.from_numpy(self.ids[:n].copy()), "weights": weights,
                     "accum": accum, "step": self.step, "pushes": self.pushes}
 

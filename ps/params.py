@@ -86,7 +86,9 @@ class Dense:
     pushes: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     pins: list = field(default_factory=list)
-    snap: SnapshotPin | None = None  # an open snapshot view reads value and optimizer state
+    # open snapshot views reading value and optimizer state (several may overlap: a
+    # checkpoint and a backup's copy)
+    snaps: list = field(default_factory=list)
 
 
 @dataclass
@@ -366,10 +368,10 @@ class ParamStore:
     def _step(self, d: Dense, grad: torch.Tensor) -> None:
         """Under d.lock: apply one gradient (after any pull still sending the tensor, and
         on a copy when a snapshot view still reads it)."""
-        if d.snap is not None:
-            if not d.snap.done:
-                self._copy_for_snapshot(d)
-            d.snap = None
+        if d.snaps:
+            if any(not pin.done for pin in d.snaps):
+                self._copy_for_snapshot(d)  # protects every open view at once
+            d.snaps = []
         if d.pins:
             self._unpin(d)
         step_dense(d.optimizer, d.value, grad)
@@ -484,7 +486,7 @@ class ParamStore:
         for name in sorted(self.dense):
             d = self.dense[name]
             with d.lock:
-                d.snap = pin
+                d.snaps = [p for p in d.snaps if not p.done] + [pin]
                 optim = d.optimizer.state_dict()
                 # state_dict shares each parameter's state dict: copy the dicts (not the
                 # tensors), so a copy on write replacing an entry does not reach the view

@@ -182,3 +182,19 @@ def test_files_of_format_1_are_still_read(tmp_path):
         hashlib.sha256(payload).digest()
     back = decode(old)
     assert torch.equal(back["dense"][0]["value"], state["dense"][0]["value"])
+
+
+def test_overlapping_snapshot_views_each_keep_their_state():
+    """A checkpoint and a backup's copy may overlap: closing one view must not unprotect the
+    other."""
+    s = _adagrad_store()
+    before = s.snapshot()
+    with s.snapshot_view() as first:
+        with s.snapshot_view():
+            pass  # the second view closes first
+        s.push("c", 3, [("w", torch.ones(1000))], [1])
+        s.push_rows("c", 4, "e", torch.arange(10), torch.ones(10, 4))
+        assert torch.equal(first["dense"][0]["value"], before["dense"][0]["value"])
+        assert torch.equal(first["dense"][0]["optim"]["state"][0]["sum"],
+                           before["dense"][0]["optim"]["state"][0]["sum"])
+        assert torch.equal(first["tables"][0]["weights"], before["tables"][0]["weights"])
