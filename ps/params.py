@@ -30,25 +30,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Sequence
 
 import torch
 
 from .applied import AppliedTable, Duplicate
+from .dense import Dense, Stats
 from .embedding import Table, TableSpec
 from rpckit.errors import (Reason, ServiceError, invalid, not_found, precondition, quote,
                            unavailable)
 from .gate import Gate
+from .snapshots import Snapshots
 from .limits import Limits, check_names
-from .optim import (RowOptimizer, make_dense, restore_dense, row_config, step_dense,
-                    validate_dense)
+from .optim import RowOptimizer, make_dense, row_config, step_dense, validate_dense
 from .partition import MAX_ROW_ID
 from .wire import DTYPE_NAMES, FLOAT_DTYPES
 
-FORMAT = 1
 STALENESS_BUCKET_CAP = 64
 # Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still
 # sending the tensor at most as long as copying the tensor would take, then copies.
@@ -62,51 +59,7 @@ def _copy_export(t: torch.Tensor):
     return t.clone(), None
 
 
-class SnapshotPin:
-    """Marks memory an open snapshot view still reads: until `release`, the next change to it
-    copies first."""
-
-    def __init__(self) -> None:
-        self._released = threading.Event()
-
-    @property
-    def done(self) -> bool:
-        return self._released.is_set()
-
-    def release(self) -> None:
-        self._released.set()
-
-
-@dataclass
-class Dense:
-    name: str
-    value: torch.Tensor
-    optimizer: torch.optim.Optimizer
-    version: int = 0
-    pushes: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    pins: list = field(default_factory=list)
-    # open snapshot views reading value and optimizer state (several may overlap: a
-    # checkpoint and a backup's copy)
-    snaps: list = field(default_factory=list)
-
-
-@dataclass
-class Stats:
-    pulls: int = 0
-    pushes: int = 0
-    row_pulls: int = 0
-    row_pushes: int = 0
-    refused_stale: int = 0
-    copies_on_write: int = 0
-    snapshot_copies: int = 0  # tensors and tables copied because a snapshot view read them
-    waited_for_send: int = 0
-    ahead: int = 0  # pushes that carried a version newer than the PS's (it restarted older)
-    max_staleness_seen: int = 0
-    staleness: Counter = field(default_factory=Counter)
-
-
-class ParamStore:
+class ParamStore(Snapshots):
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
                  applied_capacity: int = 100_000, limits: Limits | None = None):
         self.index = index
@@ -378,19 +331,6 @@ class ParamStore:
         d.version += 1
         d.pushes += 1
 
-    def _copy_for_snapshot(self, d: Dense) -> None:
-        """Under d.lock: move the tensor and its optimizer state to fresh memory, leaving
-        what the snapshot view references untouched (the optimizer updates its state in
-        place: exp_avg, sum, even Adam's step counter)."""
-        d.value.data = d.value.data.clone()
-        d.pins = []  # sends in flight read the old memory, which nobody changes now
-        for state in d.optimizer.state.values():
-            for key, value in list(state.items()):
-                if isinstance(value, torch.Tensor):
-                    state[key] = value.clone()
-        with self._stats_lock:
-            self.stats.snapshot_copies += 1
-
     # -- embedding rows -----------------------------------------------------------------------
 
     def table(self, name: str) -> Table:
@@ -462,79 +402,6 @@ class ParamStore:
         with self.gate.exclusive():
             self.stopping = True
 
-    def snapshot(self) -> dict:
-        """A consistent, self-contained copy of everything a restart needs (pushes entirely
-        in or out). The copy is made outside every lock, from a pinned view."""
-        with self.snapshot_view() as state:
-            return _cloned(state)
-
-    @contextmanager
-    def snapshot_view(self):
-        """A consistent view of everything a restart needs, valid inside the `with`: its
-        tensors are the live ones, pinned (a push copies a pinned tensor or table before
-        changing it). Taken under the exclusive gate, which it holds only for that."""
-        pin = SnapshotPin()
-        try:
-            with self.gate.exclusive():
-                state = self._view_locked(pin)
-            yield state
-        finally:
-            pin.release()
-
-    def _view_locked(self, pin: SnapshotPin) -> dict:
-        dense = []
-        for name in sorted(self.dense):
-            d = self.dense[name]
-            with d.lock:
-                d.snaps = [p for p in d.snaps if not p.done] + [pin]
-                optim = d.optimizer.state_dict()
-                # state_dict shares each parameter's state dict: copy the dicts (not the
-                # tensors), so a copy on write replacing an entry does not reach the view
-                optim["state"] = {k: dict(v) for k, v in optim["state"].items()}
-                dense.append({"name": name, "value": d.value.detach(), "version": d.version,
-                              "pushes": d.pushes, "optim": optim})
-        tables = []
-        for name in sorted(self.tables):
-            t = self.tables[name]
-            tables.append({"spec": asdict(t.spec), "optimizer": dict(self.table_cfgs[name]),
-                           **t.export(pin)})
-        return {
-            "format": FORMAT, "index": self.index, "num_ps": self.num_ps,
-            "initialized": self.initialized, "optimizer": self.optimizer_cfg,
-            "dense": dense, "tables": tables, "applied": self.applied.export(),
-            "stats": {"pushes": self.stats.pushes, "row_pushes": self.stats.row_pushes},
-        }
-
-    def restore(self, state: dict) -> None:
-        """Replace everything with a snapshot (at start, before serving)."""
-        if state.get("format") != FORMAT:
-            raise ValueError(f"checkpoint format {state.get('format')} is not {FORMAT}")
-        if (state["index"], state["num_ps"]) != (self.index, self.num_ps):
-            raise ValueError(f"checkpoint is of PS {state['index']} of {state['num_ps']}, this "
-                             f"is PS {self.index} of {self.num_ps}")
-        dense = {}
-        cfg = state["optimizer"]
-        for row in state["dense"]:
-            value = row["value"].contiguous()
-            opt = restore_dense(cfg, value, row["optim"])
-            dense[row["name"]] = Dense(row["name"], value, opt, version=int(row["version"]),
-                                       pushes=int(row["pushes"]))
-        tables, table_cfgs = {}, {}
-        for row in state["tables"]:
-            spec = TableSpec(**row["spec"])
-            # the table adopts the checkpoint's tensors: no second copy of the rows
-            table = Table(spec, RowOptimizer.from_config(row["optimizer"]), capacity=0)
-            table.restore(row)
-            tables[spec.name] = table
-            table_cfgs[spec.name] = dict(row["optimizer"])
-        self.dense, self.tables, self.table_cfgs = dense, tables, table_cfgs
-        self.optimizer_cfg = dict(cfg) if cfg else None
-        self.initialized = bool(state["initialized"])
-        self.applied.restore(state["applied"])
-        self.stats.pushes = int(state.get("stats", {}).get("pushes", 0))
-        self.stats.row_pushes = int(state.get("stats", {}).get("row_pushes", 0))
-
-
 def _require_finite(t: torch.Tensor, what: str) -> None:
     """Refuse NaN and infinities: one such gradient would poison the tensor (and, through the
     optimizer state, every later update) for good. The sum is one pass without allocating;
@@ -543,17 +410,6 @@ def _require_finite(t: torch.Tensor, what: str) -> None:
         return
     if not bool(torch.isfinite(t).all()):
         raise invalid(f"{what} has NaN or infinite values; nothing was applied")
-
-
-def _cloned(obj):
-    """`obj` with every tensor in it cloned (dicts, lists and tuples rebuilt)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.clone()
-    if isinstance(obj, dict):
-        return {k: _cloned(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cloned(v) for v in obj)
-    return obj
 
 
 def _shape(t: torch.Tensor) -> str:
