@@ -24,7 +24,8 @@ import numpy as np
 from benchmarks import report
 from benchmarks.train import elastic, local
 
-RUNS = ("local-tensor", "local-record", "elastic-1w", "elastic-2w", "elastic-1w-plain")
+RUNS = ("local-tensor", "local-record", "elastic-1w", "elastic-2w", "elastic-1w-plain",
+        "elastic-1w-backup")
 DEFAULT_RUNS = RUNS[:4]
 FLOORS = {256: 0.35, 1024: 0.5}
 
@@ -43,7 +44,7 @@ def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float) -> 
         return local.train(data, batch, epochs, lr, records=True)
     workers = int(kind.split("-")[1][0])
     return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers,
-                       plain=kind.endswith("plain"))
+                       plain=kind.endswith("plain"), backups=int(kind.endswith("backup")))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS), choices=RUNS,
-                   help="elastic-1w-plain: one worker without prefetch, synchronous pushes")
+                   help="elastic-1w-plain: one worker without prefetch, synchronous pushes; "
+                   "elastic-1w-backup: one worker, a backup per PS index (--ps-replicas 1)")
     p.add_argument("--json", help="write every measurement here")
     a = p.parse_args(argv)
     print(f"bench_train on {report.machine()}, commit {report.git_commit('worker_sdk')}")

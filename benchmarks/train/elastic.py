@@ -16,13 +16,21 @@ from cluster.launch import Launcher
 
 def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: int = 1,
         num_ps: int = 2, max_inflight: int = 1, shard_size: int = 8192,
-        plain: bool = False) -> dict:
+        plain: bool = False, backups: int = 0) -> dict:
+    """`backups` per PS index (--ps-replicas): every push is answered only after they applied
+    it too, so this measures what a backup costs training."""
     workdir.mkdir(parents=True, exist_ok=True)
     go = workdir / "go"
     with Launcher(workdir) as launcher:
-        master = launcher.master()
+        master = launcher.master(*(["--ps-replicas", str(backups)] if backups else []))
         for i in range(num_ps):
             launcher.ps(master.address, index=i, num_ps=num_ps, checkpoint_dir=f"ps{i}")
+        for i in range(num_ps):
+            for b in range(backups):
+                launcher.ps(master.address, index=i, num_ps=num_ps,
+                            checkpoint_dir=f"ps{i}-backup{b}")
+        if backups:
+            _wait_in_sync(master, num_ps, backups)
         outs = [workdir / f"worker{w}.json" for w in range(workers)]
         procs = [launcher.python(
             "-m", "benchmarks.train.worker", "--master", master.address, "--data", data,
@@ -52,6 +60,20 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
                 for k in ("read", "pull", "compute", "push")}
     return {"records_per_s": records / span, "wall_s": span, "auc": auc, "records": records,
             "timeline": timeline, "stale": sum(r["stale"] for r in results)}
+
+
+def _wait_in_sync(master, num_ps: int, backups: int, timeout_s: float = 120.0) -> None:
+    from protos import master_pb2 as pb
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listed = master.stub().ListPS(pb.ListPSRequest(), timeout=5)
+        synced = [sum(b.state == "in_sync" for b in p.backups) for p in listed.ps]
+        if listed.complete and len(synced) == num_ps and min(synced) >= backups:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"backups not in sync within {timeout_s:.0f} s: {synced}")
+        time.sleep(0.1)
 
 
 def _auc(master: str, data: str) -> float:
