@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rpckit import auth
+from rpckit import auth, metrics
 from rpckit.settings import LOG_LEVELS, FlagParser, describe
 
 
@@ -66,9 +66,7 @@ def parse(argv: list[str] | None = None) -> MasterSettings:
     p.flag("--ps-failover-timeout", d.ps_failover_timeout,
            "seconds a PS primary with an in-sync backup may fail its health check before "
            "the backup is promoted")
-    p.flag("--metrics-port", d.metrics_port,
-           "serve Prometheus metrics on http://--host:PORT/metrics (0: a free port, printed; "
-           "-1: off; see docs/operations.md)")
+    metrics.add_flag(p, d.metrics_port)
     p.flag("--ps-lease-s", d.ps_lease_s,
            "seconds a PS primary may answer pushes after its last contact with the master "
            "(with --ps-replicas); a backup that is not in sync takes over only once the old "
@@ -82,10 +80,7 @@ def check(s: MasterSettings) -> list[str]:
     problems = auth.flag_problems(s)
     if not 0 <= s.port <= 65535:
         problems.append(f"--port {s.port} is not in 0..65535")
-    if not -1 <= s.metrics_port <= 65535:
-        problems.append(f"--metrics-port {s.metrics_port} is not in -1..65535 (-1: off)")
-    if s.metrics_port > 0 and s.metrics_port == s.port:
-        problems.append("--metrics-port and --port must differ")
+    problems += metrics.port_problems(s.metrics_port, {"--port": s.port})
     if not s.heartbeat_interval > 0:
         problems.append("--heartbeat-interval must be > 0")
     if not s.worker_timeout > s.heartbeat_interval:

@@ -11,7 +11,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpckit import auth
+from rpckit import auth, metrics
 from rpckit.settings import ENV_PREFIX, LOG_LEVELS, FlagParser, describe
 
 from .limits import Limits
@@ -126,9 +126,7 @@ def parse(argv: list[str] | None = None) -> PSSettings:
     p.flag("--replica-ack-timeout", d.replica_ack_timeout,
            "seconds a primary waits for an in-sync backup to acknowledge a mutation before it "
            "drops that backup (which then copies the primary again)")
-    p.flag("--metrics-port", d.metrics_port,
-           "serve Prometheus metrics on http://--host:PORT/metrics (0: a free port, printed; "
-           "-1: off; see docs/operations.md)")
+    metrics.add_flag(p, d.metrics_port)
     p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
     auth.add_flags(p, server=True, client=True)  # --tls-ca: towards the master
     return p.settings(PSSettings, argv, check)
@@ -144,10 +142,8 @@ def check(s: PSSettings) -> list[str]:
     for flag, port in (("--port", s.port), ("--data-port", s.data_port)):
         if not 0 <= port <= 65535:
             problems.append(f"{flag} {port} is not in 0..65535")
-    if not -1 <= s.metrics_port <= 65535:
-        problems.append(f"--metrics-port {s.metrics_port} is not in -1..65535 (-1: off)")
-    elif s.metrics_port > 0 and s.metrics_port in (s.port, s.data_port):
-        problems.append("--metrics-port must differ from --port and --data-port")
+    problems += metrics.port_problems(s.metrics_port,
+                                      {"--port": s.port, "--data-port": s.data_port})
     if s.port and s.port == s.data_port:
         problems.append("--port and --data-port must differ")
     if s.num_ps < 1:

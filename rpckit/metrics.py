@@ -27,6 +27,22 @@ LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
                    0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+def add_flag(parser, default: int) -> None:
+    """`--metrics-port` on a server's FlagParser (the same flag on master and PS)."""
+    parser.flag("--metrics-port", default,
+                "serve Prometheus metrics on http://--host:PORT/metrics (0: a free port, "
+                "printed; -1: off; see docs/operations.md)")
+
+
+def port_problems(metrics_port: int, others: dict[str, int]) -> list[str]:
+    """What is wrong with `--metrics-port` next to the server's other ports (flag -> port)."""
+    if not -1 <= metrics_port <= 65535:
+        return [f"--metrics-port {metrics_port} is not in -1..65535 (-1: off)"]
+    if metrics_port > 0 and metrics_port in others.values():
+        return [f"--metrics-port must differ from {' and '.join(others)}"]
+    return []
+
+
 class MetricsPortInUse(Exception):
     """The metrics port could not be bound."""
 
