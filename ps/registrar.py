@@ -21,7 +21,7 @@ import grpc
 from protos import master_pb2, master_pb2_grpc
 from rpckit.channels import LeaderStub
 from rpckit.errors import Reason, reason_of
-from rpckit.retry import RETRYABLE
+from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,10 @@ class Registrar:
         self.num_ps = num_ps
         self.data_public_key = data_public_key
         self.interval = interval
-        self.first_backoff = first_backoff
-        self.backoff = first_backoff
+        # the master may be down for long: retry forever, from first_backoff up to interval
+        self._policy = RetryPolicy(initial_s=first_backoff, max_s=interval,
+                                   total_s=float("inf"))
+        self._backoff = Backoff(self._policy)
         self.registered = False
         self.incarnation = 0
         self.registrations = 0
@@ -86,14 +88,13 @@ class Registrar:
             code = exc.code() if hasattr(exc, "code") else None
             detail = exc.details() if hasattr(exc, "details") else str(exc)
             if code in RETRYABLE:
+                delay = self._backoff.next_delay()
                 self._note(f"master unreachable ({code.name if code else '?'}): {detail}; "
-                           f"retrying in {self.backoff:.1f}s", logging.WARNING)
-                delay = self.backoff
-                self.backoff = min(self.backoff * 2, self.interval)
+                           f"retrying in {delay:.1f}s", logging.WARNING)
                 return delay
             self._note(f"the master refused this PS ({code.name if code else '?'}): {detail}",
                        logging.ERROR)
-            self.backoff = self.first_backoff
+            self._backoff = Backoff(self._policy)
             return self._period
 
     def _register(self) -> float:
@@ -108,7 +109,7 @@ class Registrar:
         self.registered = True
         self.incarnation = resp.incarnation
         self.registrations += 1
-        self.backoff = self.first_backoff
+        self._backoff = Backoff(self._policy)
         self._last_error = ""
         log.info("registered with the master as PS %d/%d (incarnation %d): grpc %s data %s",
                  self.index, self.num_ps, resp.incarnation, self.address, self.data_address)
@@ -118,7 +119,7 @@ class Registrar:
 
     def _check(self) -> float:
         resp = self.stub.ListPS(master_pb2.ListPSRequest(), timeout=RPC_TIMEOUT_S)
-        self.backoff = self.first_backoff
+        self._backoff = Backoff(self._policy)
         mine = [p for p in resp.ps if p.index == self.index]
         if self.node is not None and len(mine) == 1:
             role = self._role_in(mine[0])
