@@ -105,8 +105,20 @@ class PushRows(_message.Message):
     table: str
     def __init__(self, table: _Optional[str] = ...) -> None: ...
 
+class Step(_message.Message):
+    __slots__ = ("push", "push_rows", "pull", "pull_rows")
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    PUSH_ROWS_FIELD_NUMBER: _ClassVar[int]
+    PULL_FIELD_NUMBER: _ClassVar[int]
+    PULL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    push: Push
+    push_rows: _containers.RepeatedCompositeFieldContainer[PushRows]
+    pull: Pull
+    pull_rows: _containers.RepeatedCompositeFieldContainer[PullRows]
+    def __init__(self, push: _Optional[_Union[Push, _Mapping]] = ..., push_rows: _Optional[_Iterable[_Union[PushRows, _Mapping]]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., pull_rows: _Optional[_Iterable[_Union[PullRows, _Mapping]]] = ...) -> None: ...
+
 class DataRequest(_message.Message):
-    __slots__ = ("client_id", "seq", "token", "generation", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate")
+    __slots__ = ("client_id", "seq", "token", "generation", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +130,7 @@ class DataRequest(_message.Message):
     PUSH_ROWS_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     REPLICATE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     seq: int
     token: str
@@ -129,7 +142,8 @@ class DataRequest(_message.Message):
     push_rows: PushRows
     follow: Follow
     replicate: Replicate
-    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., generation: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ..., follow: _Optional[_Union[Follow, _Mapping]] = ..., replicate: _Optional[_Union[Replicate, _Mapping]] = ...) -> None: ...
+    step: Step
+    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., generation: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ..., follow: _Optional[_Union[Follow, _Mapping]] = ..., replicate: _Optional[_Union[Replicate, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ...) -> None: ...
 
 class Follow(_message.Message):
     __slots__ = ("generation", "attach_id", "instance", "data_address", "data_public_key", "applied", "loaded")
@@ -239,8 +253,20 @@ class PushRowsResult(_message.Message):
     duplicate: bool
     def __init__(self, rows: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
+class StepResult(_message.Message):
+    __slots__ = ("push", "push_rows", "pull", "pull_rows")
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    PUSH_ROWS_FIELD_NUMBER: _ClassVar[int]
+    PULL_FIELD_NUMBER: _ClassVar[int]
+    PULL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    push: PushResult
+    push_rows: _containers.RepeatedCompositeFieldContainer[PushRowsResult]
+    pull: PullResult
+    pull_rows: _containers.RepeatedCompositeFieldContainer[PullRowsResult]
+    def __init__(self, push: _Optional[_Union[PushResult, _Mapping]] = ..., push_rows: _Optional[_Iterable[_Union[PushRowsResult, _Mapping]]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., pull_rows: _Optional[_Iterable[_Union[PullRowsResult, _Mapping]]] = ...) -> None: ...
+
 class DataResponse(_message.Message):
-    __slots__ = ("code", "message", "seq", "local_endpoint", "reason", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate")
+    __slots__ = ("code", "message", "seq", "local_endpoint", "reason", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step")
     class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         OK: _ClassVar[DataResponse.Code]
@@ -289,6 +315,7 @@ class DataResponse(_message.Message):
     PUSH_ROWS_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     REPLICATE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     code: DataResponse.Code
     message: str
     seq: int
@@ -301,7 +328,8 @@ class DataResponse(_message.Message):
     push_rows: PushRowsResult
     follow: FollowResult
     replicate: ReplicateResult
-    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., reason: _Optional[str] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ..., follow: _Optional[_Union[FollowResult, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateResult, _Mapping]] = ...) -> None: ...
+    step: StepResult
+    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., reason: _Optional[str] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ..., follow: _Optional[_Union[FollowResult, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateResult, _Mapping]] = ..., step: _Optional[_Union[StepResult, _Mapping]] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
     __slots__ = ()

@@ -40,6 +40,7 @@ from rpckit.errors import Reason, ServiceError, invalid
 from .limits import Limits, too_large
 from .optim import config_from_pb
 from .params import ParamStore
+from .steps import StepParts
 from .wire import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number, error_response,
                    from_frame, meta_of)
 
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 # Below this size a tensor is copied into the reply (cheaper than a tracked zero-copy frame).
 ZERO_COPY_MIN_BYTES = 64 * 1024
 POLL_MS = 100
-CLIENT_KINDS = frozenset({"init_parameters", "pull", "push", "pull_rows", "push_rows"})
+CLIENT_KINDS = frozenset({"init_parameters", "pull", "push", "pull_rows", "push_rows", "step"})
 # `recv_into` needs a buffer: the frames of a refused over-long message are read into this
 # one byte (and so truncated and dropped) instead of each becoming an object.
 _SCRATCH_BYTES = 1
@@ -308,7 +309,7 @@ class DataPlane:
         try:
             if kind is None:
                 raise invalid("the request has no body: set one of init_parameters, pull, "
-                              "push, pull_rows, push_rows")
+                              "push, pull_rows, push_rows, step")
             if self.replica is not None:
                 return self.replica.handle(kind, req, parts)
             return self.dispatch(kind, req, parts[1:])
@@ -439,3 +440,59 @@ class DataPlane:
         resp.push_rows.rows = answer.get("rows", 0)
         resp.push_rows.duplicate = answer.get("duplicate", False)
         return [resp.SerializeToString()]
+
+    def _step(self, req, frames) -> list:
+        parts = self._step_parts(req.step, frames)
+        answer = self.store.step(req.client_id, req.seq, parts, _export)
+        resp = self._response(code=code_number(answer["code"]), message=answer["message"],
+                              reason=answer.get("reason", ""), seq=req.seq)
+        result = resp.step
+        pushed = answer.get("push")
+        if pushed is not None:
+            result.push.versions.update(pushed.get("versions", {}))
+            result.push.max_staleness = pushed.get("max_staleness", 0)
+        result.push.duplicate = answer.get("duplicate", False)
+        for count in answer.get("rows", ()):
+            result.push_rows.add(rows=count, duplicate=answer.get("duplicate", False))
+        out = [None]
+        if "pulled" in answer:
+            result.pull.SetInParent()
+            result.pull.staleness_checked = self.store.max_staleness >= 0
+            for name, payload, version, tensor in answer["pulled"]:
+                result.pull.tensors.append(meta_of(name, tensor))
+                result.pull.versions.append(version)
+                out.append(payload)
+        for rows, created in answer.get("pulled_rows", ()):
+            result.pull_rows.add(dim=rows.shape[1], created=created)
+            out.append(as_buffer(rows))
+        out[0] = resp.SerializeToString()
+        return out
+
+    def _step_parts(self, step, frames) -> StepParts:
+        """The Step's parts over its frames (see protos/ps.proto), checked for shape only."""
+        pushed = len(step.push.tensors) if step.HasField("push") else 0
+        expected = pushed + 2 * len(step.push_rows) + len(step.pull_rows)
+        if len(frames) != expected:
+            raise invalid(f"the Step describes {expected} buffer frames ({pushed} gradients, "
+                          f"2 per row push, 1 per row pull) but {len(frames)} followed")
+        parts = StepParts()
+        if step.HasField("push"):
+            if step.push.check_only:
+                raise invalid("a Step's push cannot be check_only; send the check as a Push")
+            parts.grads = self._tensors(step.push.tensors, frames[:pushed], FLOAT_DTYPES)
+            parts.versions = list(step.push.versions)
+            parts.checked = step.push.checked
+        at = pushed
+        for entry in step.push_rows:
+            table = self.store.table(entry.table)
+            ids = self._ids(frames[at])
+            grads = from_frame(frames[at + 1], torch.float32, (ids.numel(), table.spec.dim),
+                               f"gradients of table {entry.table!r}")
+            parts.rows.append((entry.table, ids, grads))
+            at += 2
+        if step.HasField("pull"):
+            parts.pull = list(step.pull.names)
+        for entry in step.pull_rows:
+            parts.pull_rows.append((entry.table, self._ids(frames[at])))
+            at += 1
+        return parts

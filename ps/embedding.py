@@ -143,6 +143,13 @@ class Table:
             self.optimizer.apply(self.weights, self.accum, slots, summed, self.step)
         return unique.numel()
 
+    def missing(self, ids: torch.Tensor) -> int:
+        """How many rows a pull or push of `ids` would create now."""
+        keys = ids.numpy()
+        with self.lock:
+            absent = keys[self.index.lookup(keys) < 0]
+        return int(_distinct_in_order(absent).size)
+
     def _slots(self, ids: torch.Tensor, max_new: int | None = None) -> tuple[torch.Tensor, int]:
         """Slots of `ids`, creating the missing rows (in first-seen order)."""
         keys = ids.numpy()

@@ -41,10 +41,11 @@ from rpckit.errors import (Reason, ServiceError, invalid, not_found, preconditio
                            unavailable)
 from .gate import Gate
 from .snapshots import Snapshots
+from .steps import Steps
 from .limits import Limits, check_names
 from .optim import RowOptimizer, make_dense, row_config, step_dense, validate_dense
 from .partition import MAX_ROW_ID
-from .wire import DTYPE_NAMES, FLOAT_DTYPES
+from .wire import DTYPE_NAMES, FLOAT_DTYPES, require_finite
 
 STALENESS_BUCKET_CAP = 64
 # Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still
@@ -59,7 +60,7 @@ def _copy_export(t: torch.Tensor):
     return t.clone(), None
 
 
-class ParamStore(Snapshots):
+class ParamStore(Snapshots, Steps):
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
                  applied_capacity: int = 100_000, limits: Limits | None = None):
         self.index = index
@@ -93,7 +94,7 @@ class ParamStore(Snapshots):
             if DTYPE_NAMES.get(t.dtype) not in FLOAT_DTYPES:
                 raise invalid(f"tensor {name!r}: dtype {t.dtype} cannot be trained; use "
                               f"{', '.join(FLOAT_DTYPES)}")
-            _require_finite(t, f"tensor {quote(name)}")
+            require_finite(t, f"tensor {quote(name)}")
         if len(set(names)) != len(names):
             raise invalid(f"tensor names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
         validate_dense(optimizer)
@@ -166,10 +167,7 @@ class ParamStore(Snapshots):
         self._require_init()
         check_names(names, self.limits, "a Pull")
         names = list(names) or sorted(self.dense)
-        missing = [n for n in names if n not in self.dense]
-        if missing:
-            raise not_found(Reason.UNKNOWN_TENSOR, f"no tensor named {', '.join(map(repr, missing[:5]))} on PS "
-                            f"{self.index} (it holds {len(self.dense)} tensors)")
+        self._require_tensors(names)
         out = []
         for name in names:
             d = self.dense[name]
@@ -184,6 +182,13 @@ class ParamStore(Snapshots):
         self.stats.pulls += 1
         return out
 
+    def _require_tensors(self, names: Sequence[str]) -> None:
+        missing = [n for n in names if n not in self.dense]
+        if missing:
+            raise not_found(Reason.UNKNOWN_TENSOR, f"no tensor named "
+                            f"{', '.join(quote(n) for n in missing[:5])} on PS {self.index} "
+                            f"(it holds {len(self.dense)} tensors)")
+
     def push(self, client_id: str, seq: int, grads: Sequence[tuple[str, torch.Tensor]],
              versions: Sequence[int], checked: bool = False) -> dict:
         """Apply gradients; returns the answer {code, message, versions, max_staleness,
@@ -192,7 +197,7 @@ class ParamStore(Snapshots):
         self._validate_push([(n, g.shape, g.dtype) for n, g in grads], versions)
         names = [n for n, _ in grads]
         for name, g in grads:
-            _require_finite(g, f"the gradient of {quote(name)}")
+            require_finite(g, f"the gradient of {quote(name)}")
         return self._at_most_once(
             client_id, seq, lambda: self._apply(grads, versions, checked),
             lambda: {"versions": self.versions(names), "max_staleness": 0})
@@ -376,7 +381,7 @@ class ParamStore(Snapshots):
         if grads.dtype != torch.float32 or tuple(grads.shape) != (ids.numel(), t.spec.dim):
             raise invalid(f"table {table!r}: gradients must be float32 [{ids.numel()}, "
                           f"{t.spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}{list(grads.shape)}")
-        _require_finite(grads, f"the row gradients of table {quote(table)}")
+        require_finite(grads, f"the row gradients of table {quote(table)}")
         def apply() -> dict:
             answer = {"code": "OK", "message": "",
                       "rows": t.push(ids, grads, self.limits.max_new_rows)}
@@ -401,16 +406,6 @@ class ParamStore(Snapshots):
         """From now on refuse every mutation (UNAVAILABLE), after those in flight finished."""
         with self.gate.exclusive():
             self.stopping = True
-
-def _require_finite(t: torch.Tensor, what: str) -> None:
-    """Refuse NaN and infinities: one such gradient would poison the tensor (and, through the
-    optimizer state, every later update) for good. The sum is one pass without allocating;
-    only when it is not finite (a NaN or inf inside, or an overflow) is every value checked."""
-    if t.numel() == 0 or torch.isfinite(t.sum()):
-        return
-    if not bool(torch.isfinite(t).all()):
-        raise invalid(f"{what} has NaN or infinite values; nothing was applied")
-
 
 def _shape(t: torch.Tensor) -> str:
     return f"{DTYPE_NAMES.get(t.dtype, t.dtype)}{list(t.shape)}"

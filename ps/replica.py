@@ -33,7 +33,17 @@ from .replication import Fenced, Primary
 
 log = logging.getLogger(__name__)
 
-MUTATIONS = frozenset({"init_parameters", "push", "push_rows"})
+MUTATIONS = frozenset({"init_parameters", "push", "push_rows", "step"})
+
+
+def mutates(kind: str, req: ps_pb2.DataRequest) -> bool:
+    """Whether a client request may change the model: a push's staleness check
+    (Push.check_only) does not, nor a Step of reads only."""
+    if kind == "push":
+        return not req.push.check_only
+    if kind == "step":
+        return req.step.HasField("push") or len(req.step.push_rows) > 0
+    return kind in MUTATIONS
 
 
 class Role(str, enum.Enum):
@@ -90,9 +100,7 @@ class ReplicaNode:
                          f"request names {req.generation}: this PS was deposed")
         if kind == "follow":
             return self._follow(primary, req)
-        # a push's staleness check (Push.check_only) changes nothing: nothing to replicate
-        if kind in MUTATIONS and self.replicas > 0 and not (
-                kind == "push" and req.push.check_only):
+        if self.replicas > 0 and mutates(kind, req):
             header = parts[0].bytes if hasattr(parts[0], "bytes") else bytes(parts[0])
             return primary.mutate(req, header, parts[1:],
                                   lambda: self._dispatch(kind, req, parts[1:]))
@@ -161,7 +169,13 @@ class ReplicaNode:
             raise
 
     def _apply_replicated(self, inner: ps_pb2.DataRequest, frames: list) -> list:
-        return self._dispatch(inner.WhichOneof("body"), inner, frames)
+        kind = inner.WhichOneof("body")
+        if kind == "step":  # a backup applies the mutations; the reads were the primary's
+            step = inner.step
+            frames = frames[:len(frames) - len(step.pull_rows)]
+            step.ClearField("pull")
+            del step.pull_rows[:]
+        return self._dispatch(kind, inner, frames)
 
     def _primary_silent(self) -> None:
         self.urgent.set()

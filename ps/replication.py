@@ -359,6 +359,8 @@ def _changed(req: ps_pb2.DataRequest, reply: list) -> bool:
         return not resp.push.duplicate and resp.code in (0, 9)  # OK, or refused stale (kept)
     if kind == "push_rows":
         return not resp.push_rows.duplicate and resp.code == 0
+    if kind == "step":  # as a push: OK, or refused stale (kept in the at-most-once table)
+        return not resp.step.push.duplicate and resp.code in (0, 9)
     if kind == "init_parameters":
         return resp.init_parameters.initialized
     return False

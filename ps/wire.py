@@ -72,6 +72,16 @@ def check_meta(meta: ps_pb2.TensorMeta, allowed=tuple(DTYPES)) -> tuple[torch.dt
     return dtype, tuple(meta.shape), numel * dtype.itemsize
 
 
+def require_finite(t: torch.Tensor, what: str) -> None:
+    """Refuse NaN and infinities: one such gradient would poison the tensor (and, through the
+    optimizer state, every later update) for good. The sum is one pass without allocating;
+    only when it is not finite (a NaN or inf inside, or an overflow) is every value checked."""
+    if t.numel() == 0 or torch.isfinite(t.sum()):
+        return
+    if not bool(torch.isfinite(t).all()):
+        raise invalid(f"{what} has NaN or infinite values; nothing was applied")
+
+
 def from_frame(frame, dtype: torch.dtype, shape: tuple, what: str) -> torch.Tensor:
     """Wrap a received frame (zmq.Frame, memoryview or bytes) as a tensor, without a copy."""
     buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)

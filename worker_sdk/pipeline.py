@@ -3,7 +3,10 @@
 It runs jobs in the order they were given, on its own `DataClient` (a client is not
 thread-safe): *prefetches* (the next step's dense parameters and embedding rows) and *pushes*
 (`PSClient.push(wait=False)`). The order matters: a prefetch given before a push reads the
-parameters without that push, one given after reads them with it.
+parameters without that push, one given after reads them with it. A push and the prefetch
+given right after it go out together, as one `Step` per PS (worker_sdk/ps_steps.py): the
+thread holds a push up to COALESCE_S for that prefetch while the loop's prefetches follow its
+pushes, and sends it alone otherwise (and at once on `flush`).
 
 Promises:
 * At most `max_inflight` pushes are unanswered; `submit` waits for room.
@@ -34,6 +37,10 @@ log = logging.getLogger(__name__)
 
 
 MAX_PREFETCHED = 4  # prefetches kept for coming steps (a loop reads at most one or two ahead)
+# How long the background thread holds a push for the prefetch that follows it, to send both
+# as one message: about the time a loop takes to read its next batch.
+COALESCE_S = 0.02
+_STOP, _KICK, _NOTHING = object(), object(), object()  # queue markers
 
 
 class PushFailed(RuntimeError):
@@ -77,6 +84,7 @@ class Pipeline:
         self.wait_push_s = 0.0
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._expect_prefetch = False  # prefetches follow pushes: hold a push for one
 
     def set_layout(self, owner: dict[str, int]) -> None:
         self._owner = dict(owner)
@@ -102,6 +110,7 @@ class Pipeline:
         were given, one per step: the next pull takes the oldest one's dense tensors, the
         next forward of each table its rows."""
         job = _Prefetch(names, ids)
+        self._expect_prefetch = True
         self._prefetched.append(job)
         while len(self._prefetched) > MAX_PREFETCHED:
             self._prefetched.popleft()  # never used: the loop does not pull every step
@@ -147,6 +156,8 @@ class Pipeline:
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every push given so far is answered; raise a failure."""
         started = time.perf_counter()
+        if self._thread is not None:
+            self._jobs.put(_KICK)  # a push held for a prefetch goes now
         with self._idle:
             self._idle.wait_for(lambda: self._unanswered == 0, timeout_s)
         self.wait_push_s += time.perf_counter() - started
@@ -162,7 +173,7 @@ class Pipeline:
     def close(self) -> None:
         self._closed = True
         if self._thread is not None:
-            self._jobs.put(None)
+            self._jobs.put(_STOP)
             self._thread.join(timeout=10)
 
     def _put(self, job) -> None:
@@ -175,18 +186,44 @@ class Pipeline:
     # ---- the background thread ----------------------------------------------------------------
 
     def _run(self) -> None:
+        pending = _NOTHING
         try:
             while True:
-                job = self._jobs.get()
-                if job is None:
+                job = self._jobs.get() if pending is _NOTHING else pending
+                pending = _NOTHING
+                if job is _STOP:
                     return
                 if isinstance(job, PushJob):
-                    self._push(job)
-                else:
-                    self._fetch(job)
+                    # a loop that prefetches gives the next prefetch right after this push
+                    # (ds.batches reads the batch after next and calls the hook): wait for it
+                    # a moment, and send both as one Step per PS
+                    following = self._following()
+                    if isinstance(following, _Prefetch):
+                        self._step(job, following)
+                        continue
+                    self._step(job, None)
+                    pending = following
+                elif isinstance(job, _Prefetch):
+                    self._step(None, job)
         finally:
             if self._client is not None:
                 self._client.close()
+
+    def _following(self):
+        """The next job when it comes within COALESCE_S (only while prefetches follow pushes),
+        else _NOTHING."""
+        if not self._expect_prefetch:
+            return self._next(0)
+        job = self._next(COALESCE_S)
+        if job is _NOTHING or job is _KICK or isinstance(job, PushJob):
+            self._expect_prefetch = False  # until the next prefetch
+        return job
+
+    def _next(self, timeout: float):
+        try:
+            return self._jobs.get(timeout=timeout) if timeout else self._jobs.get_nowait()
+        except queue.Empty:
+            return _NOTHING
 
     def _data(self) -> DataClient:
         if self._client is None:
@@ -195,44 +232,53 @@ class Pipeline:
             self._client.owner = dict(self._owner)
         return self._client
 
-    def _push(self, job: PushJob) -> None:
+    def _step(self, push: PushJob | None, fetch: _Prefetch | None) -> None:
+        """Send a push and/or a prefetch (one Step per PS), and settle both."""
+        if push is not None and self._failure is not None:
+            self._settled(push)  # queued after a failed push: dropped unsent, never acked
+            push = None
         try:
-            if self._failure is None:
-                data = self._data()
-                if job.grads:
-                    try:
-                        outcome = data.push(job.grads, job.versions)
-                        self.max_staleness = max(self.max_staleness, outcome.max_staleness)
-                    except StaleGradient as exc:
-                        self._stale += 1  # dropped by the PS; the next step pulls anyway
-                        log.info("stale gradient refused in the background (%s)", exc)
-                        # no PS applied any of the step: no rows, no acknowledgement
-                        ack.abandon(f"the step's gradient was refused as stale: {exc.message}")
-                        return
-                for table, ids, grad in job.rows:
-                    data.push_rows(table, ids, grad)
-                ack.trained(job.mark)
+            data = self._data()
+            names = unique = None
+            if fetch is not None:
+                if self._owner or fetch.names is not None:
+                    names = fetch.names or list(self._owner)
+                unique = {table: torch.unique(torch.as_tensor(ids, dtype=torch.int64)
+                                              .reshape(-1)) for table, ids in fetch.ids.items()}
+            outcome = data.step(push.grads if push else None, push.versions if push else None,
+                                push.rows if push else (), pull=names, pull_rows=unique)
+        except StaleGradient as exc:
+            if push is not None:
+                self._stale += 1  # dropped by the PS; the next step pulls anyway
+                log.info("stale gradient refused in the background (%s)", exc)
+                # no PS applied any of the step: no rows, no acknowledgement
+                ack.abandon(f"the step's gradient was refused as stale: {exc.message}")
+            self._settled(push, fetch)
+            return
         except BaseException as exc:  # noqa: BLE001 - kept and raised at the caller's next call
-            log.warning("a background push failed: %s", exc)
-            self._failure = exc
-            ack.abandon(f"push failed: {exc}")
-        finally:
+            if push is not None:
+                log.warning("a background push failed: %s", exc)
+                self._failure = exc
+                ack.abandon(f"push failed: {exc}")
+            else:  # not an error: the caller pulls synchronously instead
+                log.info("prefetch failed (%s); pulling synchronously", exc)
+            self._settled(push, fetch)
+            return
+        if push is not None:
+            if outcome.push is not None:
+                self.max_staleness = max(self.max_staleness, outcome.push.max_staleness)
+            ack.trained(push.mark)
+        if fetch is not None:
+            if outcome.dense is not None:
+                fetch.dense, fetch.versions = dict(outcome.dense), dict(outcome.versions)
+            fetch.rows = {t: (unique[t], rows) for t, rows in outcome.rows.items()}
+        self._settled(push, fetch)
+
+    def _settled(self, push: PushJob | None, fetch: _Prefetch | None = None) -> None:
+        if push is not None:
             with self._idle:
                 self._unanswered -= 1
                 self._idle.notify_all()
             self._room.release()
-
-    def _fetch(self, job: _Prefetch) -> None:
-        try:
-            data = self._data()
-            if self._owner or job.names is not None:
-                job.dense = dict(data.pull(job.names or list(self._owner)))
-                job.versions = {n: data.versions[n] for n in job.dense}
-            for table, ids in job.ids.items():
-                unique = torch.unique(torch.as_tensor(ids, dtype=torch.int64).reshape(-1))
-                job.rows[table] = (unique, data.pull_rows(table, unique).clone())
-        except Exception as exc:  # noqa: BLE001 - the caller pulls synchronously instead
-            log.info("prefetch failed (%s); pulling synchronously", exc)
-            job.dense, job.rows = None, {}
-        finally:
-            job.done.set()
+        if fetch is not None:
+            fetch.done.set()

@@ -231,19 +231,16 @@ class PSClient:
             return None
         self.pipeline.flush()  # in order: earlier background pushes first
         started = time.perf_counter()
-        outcome = None
-        if job.grads:
-            try:
-                outcome = self.data.push(job.grads, job.versions)
-                self.max_staleness_seen = max(self.max_staleness_seen, outcome.max_staleness)
-            except StaleGradient as exc:
-                self.stale_refusals += 1
-                log.info("stale gradient refused (%s); pulling fresh parameters", exc)
-                ack.abandon(f"the step's gradient was refused as stale: {exc.message}")
-                self.pull(model)
-                return None
-        for table, ids, grad in job.rows:
-            self.data.push_rows(table, ids, grad)
+        try:
+            outcome = self.data.step(job.grads or None, job.versions, job.rows).push
+        except StaleGradient as exc:
+            self.stale_refusals += 1
+            log.info("stale gradient refused (%s); pulling fresh parameters", exc)
+            ack.abandon(f"the step's gradient was refused as stale: {exc.message}")
+            self.pull(model)
+            return None
+        if outcome is not None:
+            self.max_staleness_seen = max(self.max_staleness_seen, outcome.max_staleness)
         self.pipeline.wait_push_s += time.perf_counter() - started
         ack.trained(job.mark)
         return outcome

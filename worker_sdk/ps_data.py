@@ -64,6 +64,7 @@ from . import metrics, notice
 # re-exported: callers import the data plane's errors and lookups from here
 from .ps_routes import (PSError, PSUnavailable, Route, _Connection,  # noqa: F401
                         master_data_plane, master_endpoints, master_routes)
+from .ps_steps import StepCalls, StepOutcome  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class PushOutcome:
 RETRY_BUDGET_S = 30.0  # how long one call keeps retrying a PS that does not answer
 
 
-class DataClient:
+class DataClient(StepCalls):
     def __init__(self, endpoints: Sequence[str] | None = None, *, master: str | None = None,
                  client_id: str | None = None, timeout_s: float = 10.0, max_attempts: int = 8,
                  backoff_s: float = 0.05, max_backoff_s: float = 2.0,

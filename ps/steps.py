@@ -1,0 +1,117 @@
+"""One training step's traffic in one call: the mutations of a step, then the reads of a later one.
+
+The pipelined worker (worker_sdk/pipeline.py) sends each PS one `Step` per training step
+instead of four requests (push, push rows, pull, pull rows): the per-request cost (a message
+each way, a thread hand-over, a header to parse, an at-most-once entry) dominates a small
+model's step, so this is where a worker's time went.
+
+What it promises, on top of ParamStore's rules:
+- Everything is checked before anything changes: a step with one bad part (an unknown tensor
+  or table, a wrong shape, ids of another PS, a NaN) is refused whole.
+- The mutations (the dense push and every row push) are one unit under (client_id, seq):
+  applied together or not at all, at most once. A push refused as stale applies no rows either
+  and the step is answered without reads, so a StaleGradient still means nothing of the step
+  was applied here.
+- The reads come after the mutations and are served on every try: a retried step whose
+  mutations were already applied gets them marked duplicate, and fresh reads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from rpckit.errors import invalid, quote
+from .limits import check_names, too_large
+from .wire import DTYPE_NAMES, require_finite
+
+
+@dataclass
+class StepParts:
+    """A decoded Step: what to change, then what to read (None / empty: not done)."""
+
+    grads: list[tuple[str, torch.Tensor]] | None = None
+    versions: list[int] = field(default_factory=list)
+    checked: bool = False
+    rows: list[tuple[str, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    pull: list[str] | None = None  # [] pulls every tensor
+    pull_rows: list[tuple[str, torch.Tensor]] = field(default_factory=list)
+
+    @property
+    def mutates(self) -> bool:
+        return self.grads is not None or bool(self.rows)
+
+
+class Steps:
+    """ParamStore's `step` (a mixin: it uses the store's checks and at-most-once table)."""
+
+    def step(self, client_id: str, seq: int, parts: StepParts, export) -> dict:
+        """Apply the mutations once, then read. Returns the answer: {code, message, reason,
+        push (the push's answer, when one was sent), rows (rows updated per row push),
+        duplicate, pulled ([(name, payload, version, tensor)]), pulled_rows ([(rows,
+        created)])}; reads are absent when the mutations were refused."""
+        self._check_step(parts)
+        answer = {"code": "OK", "message": "", "duplicate": False}
+        if parts.mutates:
+            answer = self._at_most_once(client_id, seq, lambda: self._apply_step(parts),
+                                        lambda: {"rows": [0] * len(parts.rows)})
+            if answer["code"] != "OK":
+                return answer
+        if parts.pull is not None:
+            answer["pulled"] = self.pull(parts.pull, export)
+        answer["pulled_rows"] = [self.pull_rows(table, ids) for table, ids in parts.pull_rows]
+        return answer
+
+    def _check_step(self, parts: StepParts) -> None:
+        self._require_init()
+        if parts.grads is not None:
+            self._validate_push([(n, g.shape, g.dtype) for n, g in parts.grads], parts.versions)
+            for name, g in parts.grads:
+                require_finite(g, f"the gradient of {quote(name)}")
+        tables = [t for t, _, _ in parts.rows]
+        check_names(tables, self.limits, "a Step's row pushes")
+        for table, ids, grads in parts.rows:
+            spec = self.table(table).spec
+            self._check_ids(ids, table)
+            if grads.dtype != torch.float32 or tuple(grads.shape) != (ids.numel(), spec.dim):
+                raise invalid(f"table {table!r}: gradients must be float32 [{ids.numel()}, "
+                              f"{spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}"
+                              f"{list(grads.shape)}")
+            require_finite(grads, f"the row gradients of table {quote(table)}")
+            self._check_new_rows(table, ids)
+        if parts.pull is not None:
+            check_names(parts.pull, self.limits, "a Step's pull")
+            self._require_tensors(parts.pull)
+        check_names([t for t, _ in parts.pull_rows], self.limits, "a Step's row pulls")
+        for table, ids in parts.pull_rows:
+            self.table(table)
+            self._check_ids(ids, table)
+            self._check_new_rows(table, ids)
+
+    def _check_new_rows(self, table: str, ids: torch.Tensor) -> None:
+        """Refuse now what would be refused half-way (--max-new-rows): after the push."""
+        limit = self.limits.max_new_rows
+        if ids.numel() > limit:
+            created = self.tables[table].missing(ids)
+            if created > limit:
+                raise too_large(f"table {table!r}: this step would create {created} rows; at "
+                                f"most {limit} new rows per request (--max-new-rows): split "
+                                "the ids over several requests")
+
+    def _apply_step(self, parts: StepParts) -> dict:
+        answer = {"code": "OK", "message": ""}
+        if parts.grads is not None:
+            pushed = self._apply(parts.grads, parts.versions, parts.checked)
+            if pushed["code"] != "OK":  # refused as stale: nothing of the step is applied
+                return {**pushed, "push": pushed, "rows": [0] * len(parts.rows)}
+            answer["push"] = pushed
+        counts = []
+        for table, ids, grads in parts.rows:
+            counts.append(self.tables[table].push(ids, grads, self.limits.max_new_rows))
+        if counts:
+            with self._stats_lock:
+                self.stats.row_pushes += len(counts)
+        answer["rows"] = counts
+        return answer
+

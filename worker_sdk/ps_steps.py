@@ -1,0 +1,157 @@
+"""`DataClient.step`: one training step's traffic to each PS in one message.
+
+A step of a small model costs more in requests than in bytes: pushing the dense gradients,
+pushing the row gradients, pulling the next dense parameters and pulling the next rows are
+four requests to every PS, each a message each way and a wake-up of both sides. `step` sends
+each PS one `Step` (protos/ps.proto) with all of it, in parallel, retried as one request (same
+client_id and seq: its mutations are applied at most once, its reads are served again).
+
+On one PS the mutations are all-or-none (ps/steps.py). Over several PS, under
+`--max-staleness`, the dense push is first checked everywhere without applying anything
+(`Push.check_only`, as `push` does), so a `StaleGradient` still means that no PS applied any
+part of the step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import torch
+
+from protos import ps_pb2
+from ps import partition
+from ps.wire import as_buffer, check_meta, from_frame, meta_of
+from rpckit.errors import Reason
+
+from .ps_routes import PSError
+
+
+@dataclass
+class StepOutcome:
+    push: object | None = None  # PushOutcome of the dense push (None: none was sent)
+    rows_updated: int = 0
+    duplicate: bool = False
+    dense: dict[str, torch.Tensor] | None = None  # pulled tensors (None: no pull asked)
+    versions: dict[str, int] = field(default_factory=dict)  # of the pulled tensors
+    rows: dict[str, torch.Tensor] = field(default_factory=dict)  # table -> rows of the ids
+
+
+class StepCalls:
+    """DataClient's `step` (a mixin over its partitioning, versions and `_call`)."""
+
+    def step(self, grads: Mapping[str, torch.Tensor] | None = None,
+             versions: Mapping[str, int] | None = None,
+             rows: Sequence[tuple[str, torch.Tensor, torch.Tensor]] = (),
+             pull: Sequence[str] | None = None,
+             pull_rows: Mapping[str, torch.Tensor] | None = None) -> StepOutcome:
+        """Push `grads` (name -> gradient, computed from `versions`, default those of the last
+        pull) and `rows` ((table, ids, row gradients)), then pull the tensors `pull` and the
+        rows of `pull_rows` (table -> 1-D ids), every PS in one message. Raises
+        StaleGradient when a PS refused the push as too stale: then no PS applied any of the
+        step's mutations, and nothing was read."""
+        from .ps_data import PushOutcome, _dense
+
+        versions = self.versions if versions is None else versions
+        grads = {n: _dense(g) for n, g in grads.items()} if grads else None
+        requests: dict[int, tuple[ps_pb2.DataRequest, list]] = {}
+
+        def body(index: int) -> tuple[ps_pb2.Step, list]:
+            if index not in requests:
+                requests[index] = (ps_pb2.DataRequest(step=ps_pb2.Step()), [[], [], []])
+            req, frames = requests[index]
+            return req.step, frames
+
+        push_groups = self._group(grads, "push") if grads else {}
+        checked = False
+        if len(push_groups) > 1 and any(self.staleness_checked.get(i, True)
+                                        for i in push_groups):
+            # every PS checks the versions first, nothing applied anywhere yet (ps_data.push)
+            self._answer_push(self._push_requests(grads, versions, push_groups,
+                                                  check_only=True))
+            checked = True
+        elif grads and rows and any(self.staleness_checked.get(i, True) for i in push_groups):
+            # one PS checks staleness, but the rows may go to others: check there first too
+            self._answer_push(self._push_requests(grads, versions, push_groups,
+                                                  check_only=True))
+            checked = True
+        for index, names in push_groups.items():
+            step, frames = body(index)
+            step.push.SetInParent()
+            step.push.checked = checked
+            for name in names:
+                step.push.tensors.append(meta_of(name, grads[name]))
+                step.push.versions.append(int(versions.get(name, 0)))
+                frames[0].append(as_buffer(grads[name]))
+        for table, ids, grad in rows:
+            ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
+            grad = grad.detach().to(torch.float32).contiguous()
+            for index, (pos, sub) in enumerate(partition.split_rows(ids, self.num_ps)):
+                if sub.numel():
+                    step, frames = body(index)
+                    step.push_rows.add(table=table)
+                    g = grad if self.num_ps == 1 else grad.index_select(0, pos)
+                    frames[1] += [as_buffer(sub), as_buffer(g)]
+        if pull is not None:
+            for index, names in self._group(pull, "pull").items():
+                body(index)[0].pull.names.extend(names)
+        wanted: dict[str, list[tuple[int, torch.Tensor, int]]] = {}  # table -> (PS, pos, nth)
+        sizes = {}
+        for table, ids in (pull_rows or {}).items():
+            ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
+            sizes[table] = ids.numel()
+            for index, (pos, sub) in enumerate(partition.split_rows(ids, self.num_ps)):
+                if sub.numel():
+                    step, frames = body(index)
+                    wanted.setdefault(table, []).append((index, pos, len(step.pull_rows)))
+                    step.pull_rows.add(table=table)
+                    frames[2].append(as_buffer(sub))
+        if not requests:
+            return StepOutcome(dense={} if pull is not None else None)
+        calls = {i: (req, [*f[0], *f[1], *f[2]]) for i, (req, f) in requests.items()}
+        answers = self._call(calls, allow=(Reason.STALE_GRADIENT,))
+        out = StepOutcome(push=PushOutcome() if grads else None)
+        stale = []
+        for index, (resp, frames) in answers.items():
+            result = resp.step
+            if resp.code != 0:
+                stale.append(f"PS {index}: {resp.message}")
+            if out.push is not None and index in push_groups:
+                out.push.versions.update(result.push.versions)
+                out.push.max_staleness = max(out.push.max_staleness, result.push.max_staleness)
+                out.push.duplicate |= result.push.duplicate
+            out.duplicate |= result.push.duplicate
+            out.rows_updated += sum(r.rows for r in result.push_rows)
+        if stale:
+            from .ps_data import StaleGradient
+
+            raise StaleGradient("; ".join(stale), out.push.versions if out.push else {})
+        if pull is not None:
+            out.dense = {}
+        row_frames: dict[int, list] = {}
+        for index, (resp, frames) in answers.items():
+            result = resp.step
+            if result.HasField("pull"):
+                self.staleness_checked[index] = result.pull.staleness_checked
+            metas = result.pull.tensors
+            if len(frames) != len(metas) + len(result.pull_rows):
+                raise PSError("INTERNAL", Reason.INTERNAL, f"PS {index} answered a Step with "
+                              f"{len(frames)} frames for {len(metas)} tensors and "
+                              f"{len(result.pull_rows)} row pulls")
+            for meta, version, frame in zip(metas, result.pull.versions, frames):
+                dtype, shape, _ = check_meta(meta)
+                out.dense[meta.name] = from_frame(frame, dtype, shape, meta.name)
+                out.versions[meta.name] = version
+                self.versions[meta.name] = version
+            row_frames[index] = frames[len(metas):]
+        for table, parts in wanted.items():
+            dim = answers[parts[0][0]][0].step.pull_rows[parts[0][2]].dim
+            got = [(pos, from_frame(row_frames[i][nth], torch.float32, (pos.numel(), dim),
+                                    f"rows of {table!r}")) for i, pos, nth in parts]
+            if len(got) == 1 and got[0][0].numel() == sizes[table]:
+                out.rows[table] = got[0][1].clone()
+                continue
+            merged = torch.empty(sizes[table], dim)
+            for pos, values in got:
+                merged.index_copy_(0, pos, values)
+            out.rows[table] = merged
+        return out
