@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
 import torch
 
 from .applied import AppliedTable, Duplicate
@@ -351,7 +352,9 @@ class ParamStore(Snapshots, Steps):
             raise invalid(f"table {table!r}: ids must be a 1-D int64 tensor")
         if ids.numel() == 0:
             return
-        low, high = int(ids.min()), int(ids.max())
+        # numpy: on a few hundred ids each torch call costs more than the work it does
+        keys = ids.numpy()
+        low, high = int(keys.min()), int(keys.max())
         if low < 0 or high > MAX_ROW_ID:
             raise invalid(f"table {table!r}: ids must be in 0..{MAX_ROW_ID} (2**53 - 1), got "
                           f"{low if low < 0 else high}")
@@ -360,9 +363,9 @@ class ParamStore(Snapshots, Steps):
             raise invalid(f"table {table!r}: id {high} is outside the table (num_embeddings "
                           f"{bound}: ids 0..{bound - 1})")
         if self.num_ps > 1:
-            wrong = ids[ids % self.num_ps != self.index]
-            if wrong.numel():
-                bad = int(wrong[0])
+            wrong = np.flatnonzero(keys % self.num_ps != self.index)
+            if wrong.size:
+                bad = int(keys[wrong[0]])
                 raise invalid(f"table {table!r}: id {bad} belongs to PS {bad % self.num_ps} "
                               f"of {self.num_ps}, not PS {self.index}; split ids with "
                               "ps.partition.split_rows")

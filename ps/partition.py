@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+import numpy as np
+
 # Ids must lie in [0, MAX_ROW_ID]: negative ids are a caller's bug (an overflowed hash, a
 # signed cast), and 2**53 - 1 keeps every id exact in a float64 and in JSON.
 MAX_ROW_ID = 2**53 - 1
@@ -59,11 +61,13 @@ def split_rows(ids, num_ps: int):
     check_row_ids(ids)
     if num_ps == 1:
         return [(torch.arange(ids.numel()), ids)]
-    owners = ids % num_ps
+    # numpy: for the few hundred ids of a batch, torch's per-call cost is most of the work
+    keys = ids.numpy() if ids.is_contiguous() else ids.contiguous().numpy()
+    owners = keys % num_ps
     out = []
     for index in range(num_ps):
-        positions = torch.nonzero(owners == index, as_tuple=True)[0]
-        out.append((positions, ids.index_select(0, positions)))
+        positions = np.flatnonzero(owners == index)
+        out.append((torch.from_numpy(positions), torch.from_numpy(keys[positions])))
     return out
 
 
@@ -72,7 +76,8 @@ def check_row_ids(ids) -> None:
     if hasattr(ids, "numel"):
         if ids.numel() == 0:
             return
-        low, high = int(ids.min()), int(ids.max())
+        keys = ids.numpy() if ids.device.type == "cpu" and not ids.requires_grad else ids
+        low, high = int(keys.min()), int(keys.max())
     else:
         ids = list(ids)
         if not ids:

@@ -60,7 +60,11 @@ class Steps:
                 return answer
         if parts.pull is not None:
             answer["pulled"] = self.pull(parts.pull, export)
-        answer["pulled_rows"] = [self.pull_rows(table, ids) for table, ids in parts.pull_rows]
+        # checked above; a table's pull takes its lock, so it sees each row push whole
+        answer["pulled_rows"] = [self.tables[table].pull(ids, self.limits.max_new_rows)
+                                 for table, ids in parts.pull_rows]
+        if parts.pull_rows:
+            self.stats.row_pulls += len(parts.pull_rows)
         return answer
 
     def _check_step(self, parts: StepParts) -> None:

@@ -67,11 +67,12 @@ class ElasticEmbedding(nn.Module):
                                "PSClient.init_parameters(model) first")
         ids = torch.as_tensor(ids, dtype=torch.int64)
         flat = ids.reshape(-1)
-        if self.num_embeddings is not None and flat.numel() and int(flat.max()) >= \
-                self.num_embeddings:
-            raise ValueError(f"id {int(flat.max())} is outside table {self.table!r} "
-                             f"(num_embeddings={self.num_embeddings})")
         check_row_ids(flat)
+        if self.num_embeddings is not None and flat.numel():
+            high = int(flat.numpy().max()) if flat.is_contiguous() else int(flat.max())
+            if high >= self.num_embeddings:
+                raise ValueError(f"id {high} is outside table {self.table!r} "
+                                 f"(num_embeddings={self.num_embeddings})")
         unique, inverse = torch.unique(flat, return_inverse=True)
         rows = self.client._rows(self.table, unique)
         if rows.numel() == 0:
