@@ -63,7 +63,8 @@ class _Prefetch:
     dense: dict[str, torch.Tensor] | None = None
     versions: dict[str, int] | None = None
     dense_used: bool = False
-    rows: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    # table -> (unique ids, inverse, rows of the unique ids)
+    rows: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
 class Pipeline:
@@ -109,7 +110,7 @@ class Pipeline:
         """Fetch in the background for a coming step. Prefetches are used in the order they
         were given, one per step: the next pull takes the oldest one's dense tensors, the
         next forward of each table its rows."""
-        job = _Prefetch(names, ids)
+        job = _Prefetch(names, {t: torch.as_tensor(v, dtype=torch.int64) for t, v in ids.items()})
         self._expect_prefetch = True
         self._prefetched.append(job)
         while len(self._prefetched) > MAX_PREFETCHED:
@@ -134,19 +135,20 @@ class Pipeline:
             return None
         return {n: job.dense[n] for n in names}, {n: job.versions[n] for n in names}
 
-    def take_rows(self, table: str, unique: torch.Tensor) -> torch.Tensor | None:
-        """Rows of `table` from the oldest prefetch that has them, when they are those of
-        exactly these (sorted unique) ids."""
+    def take_rows(self, table: str, ids: torch.Tensor):
+        """(unique ids, inverse, rows) of `table` from the oldest prefetch that has rows for
+        it, when it was given these ids; else None."""
         job = next((j for j in self._prefetched if table in j.ids), None)
         if job is None:
             return None
+        given = job.ids[table]
         self._wait(job)
         got = job.rows.pop(table, None)
         job.ids = {t: v for t, v in job.ids.items() if t != table}
         self._forget_used()
-        if got is None or not torch.equal(got[0], unique):
-            return None
-        return got[1]
+        if got is None or given.shape != ids.shape or not torch.equal(given, ids):
+            return None  # checked by value: the caller may have changed its tensor since
+        return got
 
     def _wait(self, job: _Prefetch) -> None:
         started = time.perf_counter()
@@ -243,8 +245,10 @@ class Pipeline:
             if fetch is not None:
                 if self._owner or fetch.names is not None:
                     names = fetch.names or list(self._owner)
-                unique = {table: torch.unique(torch.as_tensor(ids, dtype=torch.int64)
-                                              .reshape(-1)) for table, ids in fetch.ids.items()}
+                # the forward of these ids needs the inverse too: computed once, here
+                found = {table: torch.unique(ids.reshape(-1), return_inverse=True)
+                         for table, ids in fetch.ids.items()}
+                unique = {table: u for table, (u, _) in found.items()}
             outcome = data.step(push.grads if push else None, push.versions if push else None,
                                 push.rows if push else (), pull=names, pull_rows=unique)
         except StaleGradient as exc:
@@ -271,7 +275,7 @@ class Pipeline:
         if fetch is not None:
             if outcome.dense is not None:
                 fetch.dense, fetch.versions = dict(outcome.dense), dict(outcome.versions)
-            fetch.rows = {t: (unique[t], rows) for t, rows in outcome.rows.items()}
+            fetch.rows = {t: (*found[t], rows) for t, rows in outcome.rows.items()}
         self._settled(push, fetch)
 
     def _settled(self, push: PushJob | None, fetch: _Prefetch | None = None) -> None:

@@ -73,8 +73,7 @@ class ElasticEmbedding(nn.Module):
             if high >= self.num_embeddings:
                 raise ValueError(f"id {high} is outside table {self.table!r} "
                                  f"(num_embeddings={self.num_embeddings})")
-        unique, inverse = torch.unique(flat, return_inverse=True)
-        rows = self.client._rows(self.table, unique)
+        unique, inverse, rows = self.client._rows(self.table, ids)
         if rows.numel() == 0:
             rows = torch.zeros(unique.numel(), self.dim)
         if self.training and torch.is_grad_enabled():
@@ -194,13 +193,17 @@ class PSClient:
             for name, p in params.items():
                 p.copy_(tensors[name])
 
-    def _rows(self, table: str, unique: torch.Tensor) -> torch.Tensor:
-        rows = self.pipeline.take_rows(table, unique)
-        if rows is None:
-            started = time.perf_counter()
-            rows = self.data.pull_rows(table, unique).clone()
-            self.pipeline.wait_pull_s += time.perf_counter() - started
-        return rows
+    def _rows(self, table: str, ids: torch.Tensor):
+        """(unique ids, inverse, their rows) for a forward of `ids`: prefetched when
+        `prefetch` was given these ids, else pulled now."""
+        got = self.pipeline.take_rows(table, ids)
+        if got is not None:
+            return got
+        unique, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
+        started = time.perf_counter()
+        rows = self.data.pull_rows(table, unique).clone()
+        self.pipeline.wait_pull_s += time.perf_counter() - started
+        return unique, inverse, rows
 
     def push(self, model: nn.Module, wait: bool = True) -> PushOutcome | None:
         """Send the gradients of the last backward (dense and embedding rows) and clear them.
