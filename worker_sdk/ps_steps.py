@@ -62,18 +62,14 @@ class StepCalls:
             return req.step, frames
 
         push_groups = self._group(grads, "push") if grads else {}
-        checked = False
-        if len(push_groups) > 1 and any(self.staleness_checked.get(i, True)
-                                        for i in push_groups):
-            # every PS checks the versions first, nothing applied anywhere yet (ps_data.push)
+        # Over several PS (the dense push split, or rows going elsewhere) a PS that checks
+        # staleness checks first, applying nothing anywhere yet (as ps_data.push does); alone,
+        # a PS refuses the whole step itself.
+        checked = bool(grads) and (len(push_groups) > 1 or bool(rows)) and any(
+            self.staleness_checked.get(i, True) for i in push_groups)
+        if checked:
             self._answer_push(self._push_requests(grads, versions, push_groups,
                                                   check_only=True))
-            checked = True
-        elif grads and rows and any(self.staleness_checked.get(i, True) for i in push_groups):
-            # one PS checks staleness, but the rows may go to others: check there first too
-            self._answer_push(self._push_requests(grads, versions, push_groups,
-                                                  check_only=True))
-            checked = True
         for index, names in push_groups.items():
             step, frames = body(index)
             step.push.SetInParent()
