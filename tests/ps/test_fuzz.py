@@ -108,12 +108,12 @@ def _class_of(desc):
     return getattr(ps_pb2, desc.name)
 
 
-KINDS = ("init_parameters", "pull", "push", "pull_rows", "push_rows")
+KINDS = ("init_parameters", "pull", "push", "pull_rows", "push_rows", "step")
 
 
 @st.composite
 def bodies(draw) -> ps_pb2.DataRequest:
-    """A DataRequest whose body is one of the five client requests, random inside."""
+    """A DataRequest whose body is one of the six client requests, random inside."""
     kind = draw(st.sampled_from(KINDS))
     desc = ps_pb2.DataRequest.DESCRIPTOR.fields_by_name[kind].message_type
     req = draw(messages(ps_pb2.DataRequest.DESCRIPTOR, MAX_DEPTH))  # envelope scalars only
@@ -142,10 +142,27 @@ def frames_for(draw, req: ps_pb2.DataRequest) -> list[bytes]:
         return []
     if style == "random":
         return draw(st.lists(st.binary(max_size=48), max_size=14))
-    out = []
+    if kind == "step":  # the parts' frames in the Step's order (protos/ps.proto)
+        step = req.step
+        out = _tensor_frames(draw, step.push.tensors)
+        for _ in step.push_rows:
+            out += _rows_frames(draw, True)
+        for _ in step.pull_rows:
+            out += _rows_frames(draw, False)
+        if draw(st.integers(0, 4)) == 0 and out:  # one frame too few or too many
+            out = out[:-1] if draw(st.booleans()) else out + [out[-1]]
+        return out
     metas = []
     if kind in ("init_parameters", "push"):
         metas = list(getattr(req, kind).tensors)
+    out = _tensor_frames(draw, metas)
+    if kind in ("pull_rows", "push_rows"):
+        out += _rows_frames(draw, kind == "push_rows")
+    return out
+
+
+def _tensor_frames(draw, metas) -> list[bytes]:
+    out = []
     for meta in metas:
         dtype = DTYPES.get(meta.dtype, torch.float32)
         numel = math.prod(meta.shape) if len(meta.shape) <= 8 else -1
@@ -153,17 +170,19 @@ def frames_for(draw, req: ps_pb2.DataRequest) -> list[bytes]:
             out.append(draw(_values(dtype, numel)))
         else:
             out.append(draw(st.binary(max_size=32)))
-    if kind in ("pull_rows", "push_rows"):
-        n = draw(st.integers(0, 80))
-        if draw(st.integers(0, 3)):  # mostly ids this PS owns (index 0 of 2: even ones)
-            ids = draw(st.lists(st.integers(0, 60).map(lambda i: 2 * i), min_size=n,
-                                max_size=n))
-            out.append(np.asarray(ids, dtype=np.int64).tobytes())
-        else:
-            out.append(draw(_values(torch.int64, n)))
-        if kind == "push_rows":
-            dim = draw(st.sampled_from([2, 4, 3]))
-            out.append(draw(_values(torch.float32, n * dim)))
+    return out
+
+
+def _rows_frames(draw, grads: bool) -> list[bytes]:
+    n = draw(st.integers(0, 80))
+    if draw(st.integers(0, 3)):  # mostly ids this PS owns (index 0 of 2: even ones)
+        ids = draw(st.lists(st.integers(0, 60).map(lambda i: 2 * i), min_size=n, max_size=n))
+        out = [np.asarray(ids, dtype=np.int64).tobytes()]
+    else:
+        out = [draw(_values(torch.int64, n))]
+    if grads:
+        dim = draw(st.sampled_from([2, 4, 3]))
+        out.append(draw(_values(torch.float32, n * dim)))
     return out
 
 
@@ -207,6 +226,19 @@ def near_valid(draw) -> ps_pb2.DataRequest:
             req.push.tensors), max_size=len(req.push.tensors) + draw(st.integers(0, 1)))))
         req.push.check_only = draw(st.booleans())
         req.push.checked = draw(st.booleans())
+    elif kind == "step":
+        step = req.step
+        if draw(st.booleans()):
+            step.push.tensors.extend(draw(st.lists(metas(), max_size=2)))
+            step.push.versions.extend(draw(st.lists(st.integers(-3, 5), min_size=len(
+                step.push.tensors), max_size=len(step.push.tensors) + draw(st.integers(0, 1)))))
+            step.push.check_only = draw(st.integers(0, 5)) == 0
+        for _ in range(draw(st.integers(0, 2))):
+            step.push_rows.add(table=draw(st.sampled_from(["emb", "small", "x"])))
+        if draw(st.booleans()):
+            step.pull.names.extend(draw(st.lists(st.sampled_from(["w", "b", "x"]), max_size=3)))
+        for _ in range(draw(st.integers(0, 2))):
+            step.pull_rows.add(table=draw(st.sampled_from(["emb", "small", "x"])))
     else:
         getattr(req, kind).table = draw(st.sampled_from(["emb", "small", "x"]))
     return req
