@@ -63,7 +63,8 @@ class DataPlaneMeter:
             reply = handle(parts)
             elapsed = time.perf_counter() - started
             try:
-                kind = ps_pb2.DataRequest.FromString(_bytes(parts[0])).WhichOneof("body")
+                req = ps_pb2.DataRequest.FromString(_bytes(parts[0]))
+                kind = req.WhichOneof("body")
             except Exception:  # noqa: BLE001 - undecodable: answered by handle already
                 kind = None
             seconds, received, sent, rows = self._for(kind or "invalid")
@@ -72,9 +73,20 @@ class DataPlaneMeter:
             sent.inc(sum(_nbytes(p) for p in reply))
             if kind in ROW_KINDS and len(parts) > 1:
                 rows.inc(_nbytes(parts[1]) // 8)  # the int64 ids frame
+            elif kind == "step":
+                rows.inc(sum(_nbytes(parts[i]) // 8 for i in _step_ids(req.step, len(parts))))
             return reply
 
         return measured
+
+
+def _step_ids(step, n: int) -> list[int]:
+    """Where a Step's int64 ids frames are among its parts (the header first)."""
+    at = 1 + len(step.push.tensors)
+    where = [at + 2 * i for i in range(len(step.push_rows))]
+    at += 2 * len(step.push_rows)
+    where += [at + j for j in range(len(step.pull_rows))]
+    return [i for i in where if i < n]
 
 
 def _bytes(part) -> bytes:

@@ -109,3 +109,30 @@ def test_acknowledged_pushes_survive_the_primary_and_it_comes_back_as_a_backup(l
     assert listing(master).data_address == backup.data_address
     kinds = [(e.kind, e.cause) for e in master.events()]
     assert ("ps_promoted", "in_sync") in kinds and ("ps_lost", "failover") in kinds
+
+
+def test_steps_are_replicated_whole_and_survive_the_primary(launcher):
+    """Steps (a push, a row push and reads in one message) go through the replication order:
+    after the primary is SIGKILLed, the promoted backup holds every answered step's dense and
+    row updates exactly once, and its reads answer them."""
+    from ps.embedding import TableSpec
+
+    master, primary, backup = start_pair(launcher)
+    ids = torch.tensor([0, 3, 8])
+    answered = 0
+    with DataClient(master=master.address, timeout_s=5, max_attempts=20) as client:
+        client.init_parameters({"w": torch.zeros(1)}, "sgd", lr=1.0,
+                               tables=[TableSpec("t", 2, initializer="zeros")])
+        for i in range(60):
+            if i == 30:
+                primary.kill(signal.SIGKILL)
+            out = client.step({"w": -torch.ones(1)}, rows=[("t", ids, -torch.ones(3, 2))],
+                              pull=["w"], pull_rows={"t": ids})
+            answered += 1
+            # the reads come after this step's mutations, whichever primary answered
+            assert out.dense["w"].item() == answered
+            assert out.rows["t"].tolist() == [[float(answered)] * 2] * 3
+        assert client.generations == [2]
+        assert client.pull_rows("t", ids).tolist() == [[60.0, 60.0]] * 3
+    assert listing(master).data_address == backup.data_address
+    assert [t.version for t in ps_status(backup).tensors] == [60]

@@ -1,0 +1,82 @@
+"""The pipeline's background thread without a network: which Step messages it sends.
+
+A recording client stands in for DataClient (the pipeline only calls `step` and reads
+`owner`); what is checked is the order and grouping of the calls, and what each settles."""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from worker_sdk.pipeline import Pipeline, PushJob
+from worker_sdk.ps_data import StepOutcome
+
+
+class Recorder:
+    def __init__(self):
+        self.owner: dict[str, int] = {}
+        self.calls: list[dict] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def step(self, grads=None, versions=None, rows=(), pull=None, pull_rows=None):
+        assert self.gate.wait(10), "the test never opened the gate"
+        self.calls.append(dict(grads=grads, rows=list(rows), pull=pull,
+                               pull_rows=dict(pull_rows or {})))
+        out = StepOutcome(dense={n: torch.zeros(1) for n in pull} if pull is not None else None,
+                          versions={n: len(self.calls) for n in pull or ()})
+        out.rows = {t: torch.zeros(len(ids), 2) for t, ids in (pull_rows or {}).items()}
+        return out
+
+    def close(self):
+        pass
+
+
+def _push(mark: int) -> PushJob:
+    return PushJob(mark=mark, versions={"w": 0}, grads={"w": torch.ones(1)},
+                   rows=[("t", torch.tensor([1, 2]), torch.ones(2, 2))])
+
+
+def test_a_push_and_the_prefetch_after_it_leave_as_one_step():
+    rec = Recorder()
+    pipe = Pipeline(lambda: rec, max_inflight=1)
+    pipe.set_layout({"w": 0})
+    try:
+        pipe.prefetch(None, {"t": torch.tensor([3, 1, 3])})    # step 1's data: reads only
+        pipe.submit(_push(1))                                   # step 1's push ...
+        pipe.prefetch(None, {"t": torch.tensor([5, 4])})       # ... and step 3's data
+        pipe.flush(10)
+        assert len(rec.calls) == 2, rec.calls
+        first, second = rec.calls
+        assert first["grads"] is None and first["pull"] == ["w"]
+        assert first["pull_rows"]["t"].tolist() == [1, 3]       # unique, sorted
+        assert second["grads"] is not None and second["rows"][0][0] == "t"
+        assert second["pull"] == ["w"] and second["pull_rows"]["t"].tolist() == [4, 5]
+        # the forward finds its rows with the inverse computed in the background
+        unique, inverse, rows = pipe.take_rows("t", torch.tensor([3, 1, 3]))
+        assert unique.tolist() == [1, 3] and inverse.tolist() == [1, 0, 1]
+        assert rows.shape == (2, 2)
+        assert pipe.take_rows("t", torch.tensor([5, 5])) is None  # not the ids prefetched
+    finally:
+        pipe.close()
+
+
+def test_without_prefetches_a_push_goes_alone_and_flush_does_not_wait_for_one():
+    rec = Recorder()
+    pipe = Pipeline(lambda: rec, max_inflight=2)
+    pipe.set_layout({"w": 0})
+    try:
+        pipe.submit(_push(1))
+        pipe.submit(_push(2))
+        pipe.flush(10)
+        assert [c["pull"] for c in rec.calls] == [None, None]
+        assert all(c["grads"] is not None for c in rec.calls)
+        # prefetches seen once: a push waits for the one after it, but flush sends it now
+        pipe.prefetch(None, {})
+        rec.gate.clear()
+        pipe.submit(_push(3))
+        rec.gate.set()
+        pipe.flush(10)
+        assert len(rec.calls) == 4 and rec.calls[-1]["grads"] is not None
+    finally:
+        pipe.close()
