@@ -83,8 +83,9 @@ def require_finite(t: torch.Tensor, what: str) -> None:
     if t.numel() == 0:
         return
     if t.dtype in (torch.float32, torch.float64):  # numpy: a torch call costs more here
-        if np.isfinite(t.numpy().sum()):
-            return
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is checked below
+            if np.isfinite(t.numpy().sum()):
+                return
     elif torch.isfinite(t.sum()):
         return
     if not bool(torch.isfinite(t).all()):
