@@ -10,12 +10,13 @@
 Dense tensors are placed on the PS by `ps.partition` (by name, balanced by size) and moved
 over the ZeroMQ data plane, one request per PS in parallel. An `ElasticEmbedding` holds no
 parameter locally: its forward pulls the rows of the ids in the batch, and `push` sends their
-gradients as rows. `push` is also the acknowledgement point of the SDK: once it has returned,
+gradients as rows, with the dense gradients, in one `Step` message per PS (worker_sdk/ps_steps.py). `push` is also the acknowledgement point of the SDK: once it has returned,
 every record delivered to the loop before it started counts as trained (worker_sdk.ack).
 
 The pipelined step (worker_sdk/pipeline.py): `prefetch(next_ids)` fetches the next batch's dense
 parameters and embedding rows while the current batch computes, and `push(model, wait=False)`
-sends in the background with at most `max_inflight` pushes unanswered. Records are acknowledged
+sends in the background with at most `max_inflight` pushes unanswered; a push and the prefetch
+given after it leave together, one Step per PS. Records are acknowledged
 when their push is answered; a push that failed is raised at the next call and its records
 are never acknowledged.
 """
