@@ -36,6 +36,7 @@ leases and worker processes only read.
 from __future__ import annotations
 
 import sys
+from collections import deque
 from typing import Any, Callable, Iterator
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -209,7 +210,8 @@ class ElasticDataset(IterableDataset):
 
     def batches(self, batch_size: int, drop_last: bool = False,
                 collate_fn: Callable[[list], Any] | None = None,
-                prefetch: Callable[[Any], None] | None = None) -> Iterator[Any]:
+                prefetch: Callable[[Any], None] | None = None,
+                prefetch_ahead: int = 1) -> Iterator[Any]:
         """Yield batches of `batch_size` records: read by ranges when the dataset can, else
         record by record and collated like a DataLoader's (`default_collate` or `collate_fn`;
         a collate_fn needs the record path).
@@ -220,11 +222,17 @@ class ElasticDataset(IterableDataset):
         records count as done without being trained (skipped on purpose, as a DataLoader's
         drop_last skips them).
 
-        prefetch: called with the next batch as soon as it is read, one batch ahead of the loop
-        (e.g. `lambda b: client.prefetch(b[0])`, so the PS fetches its rows while this batch
-        computes). A batch read ahead is not delivered until it is yielded."""
+        prefetch: called with each batch `prefetch_ahead` batches ahead of the loop, first thing
+        when the loop asks for a batch (e.g. `lambda b: client.prefetch(b[0])`, so the PS
+        fetches its rows while this batch computes); the batch after it is read ahead then. A
+        batch read ahead is not delivered until it is yielded. With `PSClient(max_inflight=2)`
+        give `prefetch_ahead=2`: each step's data then rides with the push of two steps before,
+        so two steps' messages are on their way at once (the parameters a step computes on
+        then miss the last two pushes instead of one)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if prefetch_ahead < 1:
+            raise ValueError(f"prefetch_ahead must be >= 1, got {prefetch_ahead}")
         self._refuse_worker_processes()
         reader = self.reader
         if collate_fn is not None:
@@ -232,7 +240,7 @@ class ElasticDataset(IterableDataset):
                 raise ValueError("collate_fn applies to record-by-record datasets; this one is "
                                  "read by ranges, its batches come out of its reader")
             reader = readers.RecordReader(reader.source, collate_fn)
-        return self._batches(batch_size, drop_last, reader, prefetch)
+        return self._batches(batch_size, drop_last, reader, prefetch, prefetch_ahead)
 
     def plan_batch(self, batch_size: int) -> tuple[list[Piece], Any]:
         """Lease positions for one batch: (pieces, why it is short: END, a Wait or None).
@@ -258,27 +266,38 @@ class ElasticDataset(IterableDataset):
         kept = [p for p in pieces if self.stream.holds(p)]
         return kept, sum(p.count for p in kept)
 
-    def _batches(self, batch_size: int, drop_last: bool, reader, prefetch) -> Iterator[Any]:
+    def _batches(self, batch_size: int, drop_last: bool, reader, prefetch,
+                 depth: int) -> Iterator[Any]:
         stream = self.stream
         this_pass = stream.begin_pass()
-        ahead = None  # (pieces, batch) read one batch ahead, not delivered
+        # With a prefetch hook, batches read ahead and not delivered, in order: [pieces, batch,
+        # hooked]. The next batch is handed to the hook first thing in a step (right after the
+        # loop gave its last push, so the two go to the PS as one message without waiting for
+        # a read), and the one after it is read then, while that message is on its way.
+        ahead: deque[list] = deque()
         while stream.current(this_pass):
             stream.next_step()
-            if ahead is not None:
-                (pieces, batch), ahead = ahead, None
+            if ahead:
+                pieces, batch, hooked = ahead.popleft()
                 short = None
             else:
-                pieces, short = self.plan_batch(batch_size)
-                batch = None
+                (pieces, short), batch, hooked = self.plan_batch(batch_size), None, False
             if pieces and (short is None or not drop_last):
                 if batch is None:
                     batch = self._read(reader, pieces)
-                    if prefetch is not None:
-                        prefetch(batch)  # every batch is prefetched once, in order
                 if prefetch is not None:
-                    ahead = self._read_ahead(batch_size, reader)
-                    if ahead is not None:
-                        prefetch(ahead[1])
+                    if not hooked:
+                        prefetch(batch)  # every batch is prefetched once, in order
+                    for i in range(depth):
+                        if len(ahead) == i:
+                            self._read_ahead(batch_size, reader, ahead)
+                            if len(ahead) == i:
+                                break
+                        if not ahead[i][2]:
+                            prefetch(ahead[i][1])
+                            ahead[i][2] = True
+                    if len(ahead) == depth:
+                        self._read_ahead(batch_size, reader, ahead)
                 stream.deliver(pieces)
                 yield batch
                 continue
@@ -298,14 +317,15 @@ class ElasticDataset(IterableDataset):
                 self.stream.unread(p)
             raise
 
-    def _read_ahead(self, batch_size: int, reader):
-        """The next full batch, read now; None (nothing taken) when it would be short."""
+    def _read_ahead(self, batch_size: int, reader, ahead: deque) -> None:
+        """Read the next full batch now and append it to `ahead` (not hooked yet); nothing is
+        taken when it would be short."""
         pieces, short = self.plan_batch(batch_size)
         if short is not None:
             for p in reversed(pieces):
                 self.stream.unread(p)
-            return None
-        return pieces, self._read(reader, pieces)
+            return
+        ahead.append([pieces, self._read(reader, pieces), False])
 
     def loader(self, batch_size: int, num_workers: int = 0, **kwargs) -> Iterator[Any]:
         """A torch DataLoader whose batches the main process leases (worker_sdk/loader.py)."""

@@ -1,20 +1,30 @@
-"""The pipelined step: one background thread that talks to the PS set while the loop computes.
+"""The pipelined step: background threads that talk to the PS set while the loop computes.
 
-It runs jobs in the order they were given, on its own `DataClient` (a client is not
-thread-safe): *prefetches* (the next step's dense parameters and embedding rows) and *pushes*
-(`PSClient.push(wait=False)`). The order matters: a prefetch given before a push reads the
-parameters without that push, one given after reads them with it. A push and the prefetch
-given right after it go out together, as one `Step` per PS (worker_sdk/ps_steps.py): the
-thread holds a push up to COALESCE_S for that prefetch while the loop's prefetches follow its
-pushes, and sends it alone otherwise (and at once on `flush`).
+They take jobs in the order they were given: *prefetches* (the next step's dense parameters
+and embedding rows) and *pushes* (`PSClient.push(wait=False)`). The order matters: a prefetch
+given after a push is sent with it or after it, so it reads the parameters with that push; one
+given before it is taken before it (with several lanes, both may be on their way at once). A push
+and the prefetch given right after it go out together, as one `Step` per PS
+(worker_sdk/ps_steps.py): the thread that takes a push holds it up to COALESCE_S for that
+prefetch while the loop's prefetches follow its pushes, and sends it alone otherwise (and at
+once on `flush`).
+
+There are `max_inflight` such threads (*lanes*), each with its own `DataClient` (a client is
+not thread-safe, and each has its own client_id, so each one's requests stay in order and
+at most once on every PS): with 2, the next step's Step is on its way while the last one's is
+still being answered, so the worker's two threads and the PS share the cores instead of
+waiting on each other. A PS may then apply two of this worker's steps in either order, as it
+does the steps of two workers.
 
 Promises:
 * At most `max_inflight` pushes are unanswered; `submit` waits for room.
-* A push acknowledges its records (`ack.trained(mark)`) only once every PS answered it.
+* A push acknowledges its records (`ack.trained(mark)`) only once every PS answered it, and
+  pushes are settled in the order they were given: one answered early waits for the ones
+  before it, so a mark never covers the records of a push that is not answered.
 * A push that fails (a PS unreachable after every retry, a refusal) is kept and raised at the
   caller's next call; the records in flight are abandoned at once (`ack.abandon`: their leases
-  are reported FAILED with the trained prefix), and the pushes queued after it are dropped
-  unsent, so no later mark can acknowledge them.
+  are reported FAILED with the trained prefix), the pushes queued after it are dropped unsent,
+  and those already sent acknowledge nothing, so no later mark can acknowledge them.
 * A failed prefetch is not an error: the caller pulls synchronously instead.
 """
 from __future__ import annotations
@@ -40,7 +50,7 @@ MAX_PREFETCHED = 4  # prefetches kept for coming steps (a loop reads at most one
 # How long the background thread holds a push for the prefetch that follows it, to send both
 # as one message: about the time a loop takes to read its next batch.
 COALESCE_S = 0.02
-_STOP, _KICK, _NOTHING = object(), object(), object()  # queue markers
+_STOP, _KICK, _NOTHING, _DROPPED = object(), object(), object(), object()  # markers
 
 
 class PushFailed(RuntimeError):
@@ -53,6 +63,7 @@ class PushJob:
     versions: dict[str, int]  # parameter versions the gradients were computed from
     grads: dict[str, torch.Tensor]
     rows: list[tuple[str, torch.Tensor, torch.Tensor]]  # (table, ids, row grads)
+    order: int = 0  # its place among the pushes given (set by `submit`)
 
 
 @dataclass
@@ -70,20 +81,25 @@ class _Prefetch:
 class Pipeline:
     def __init__(self, make_client: Callable[[], DataClient], max_inflight: int = 1):
         self._make_client = make_client
-        self._client: DataClient | None = None
+        self._lanes = max_inflight  # one background thread per push that may be in flight
         self._owner: dict[str, int] = {}
         self._jobs: "queue.Queue[object]" = queue.Queue()
+        self._take = threading.Lock()  # one lane at a time takes jobs (and pairs them)
+        self._held = _NOTHING  # a job a lane took while pairing but did not send: next in line
         self._room = threading.Semaphore(max_inflight)
-        self._idle = threading.Condition()
+        self._idle = threading.Condition()  # guards what follows, down to _stale
         self._unanswered = 0
+        self._given = 0  # pushes given so far (the next one's order)
+        self._next_settle = 0  # order of the next push to settle
+        self._answered: dict[int, tuple[PushJob, object]] = {}  # answered early: order -> outcome
+        self._stale = 0
         self._failure: BaseException | None = None
         self._raised = False
         self._prefetched: deque[_Prefetch] = deque()  # in the order of their steps
-        self._stale = 0
         self.max_staleness = 0
         self.wait_pull_s = 0.0
         self.wait_push_s = 0.0
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._closed = False
         self._expect_prefetch = False  # prefetches follow pushes: hold a push for one
 
@@ -104,6 +120,8 @@ class Pipeline:
         self.wait_push_s += time.perf_counter() - started
         with self._idle:
             self._unanswered += 1
+            job.order = self._given
+            self._given += 1
         self._put(job)
 
     def prefetch(self, names: list[str] | None, ids: dict[str, torch.Tensor]) -> None:
@@ -158,7 +176,7 @@ class Pipeline:
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every push given so far is answered; raise a failure."""
         started = time.perf_counter()
-        if self._thread is not None:
+        if self._threads:
             self._jobs.put(_KICK)  # a push held for a prefetch goes now
         with self._idle:
             self._idle.wait_for(lambda: self._unanswered == 0, timeout_s)
@@ -166,7 +184,8 @@ class Pipeline:
         self.raise_failure()
 
     def take_stale(self) -> int:
-        stale, self._stale = self._stale, 0
+        with self._idle:
+            stale, self._stale = self._stale, 0
         return stale
 
     def timeline(self) -> dict[str, float]:
@@ -174,42 +193,62 @@ class Pipeline:
 
     def close(self) -> None:
         self._closed = True
-        if self._thread is not None:
+        if self._threads:
             self._jobs.put(_STOP)
-            self._thread.join(timeout=10)
+            for thread in self._threads:
+                thread.join(timeout=10)
 
     def _put(self, job) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="elastic-ps-io",
-                                            daemon=True)
-            self._thread.start()
+        if not self._threads:
+            self._threads = [threading.Thread(target=self._run, name=f"elastic-ps-io-{i}",
+                                              daemon=True) for i in range(self._lanes)]
+            for thread in self._threads:
+                thread.start()
         self._jobs.put(job)
 
-    # ---- the background thread ----------------------------------------------------------------
+    # ---- the background threads ---------------------------------------------------------------
 
     def _run(self) -> None:
-        pending = _NOTHING
+        lane: list[DataClient] = []  # this thread's client, made on first use
         try:
             while True:
-                job = self._jobs.get() if pending is _NOTHING else pending
-                pending = _NOTHING
-                if job is _STOP:
-                    return
-                if isinstance(job, PushJob):
-                    # a loop that prefetches gives the next prefetch right after this push
-                    # (ds.batches reads the batch after next and calls the hook): wait for it
-                    # a moment, and send both as one Step per PS
-                    following = self._following()
-                    if isinstance(following, _Prefetch):
-                        self._step(job, following)
-                        continue
-                    self._step(job, None)
-                    pending = following
-                elif isinstance(job, _Prefetch):
-                    self._step(None, job)
+                with self._take:
+                    push, fetch = self._next_pair()
+                    if push is _STOP:
+                        self._held = _STOP  # for the other lanes
+                        return
+                if push is not None or fetch is not None:
+                    self._step(lane, push, fetch)
         finally:
-            if self._client is not None:
-                self._client.close()
+            for client in lane:
+                client.close()
+
+    def _data(self, lane: list[DataClient]) -> DataClient:
+        if not lane:
+            lane.append(self._make_client())
+        if self._owner and lane[0].owner != self._owner:
+            lane[0].owner = dict(self._owner)
+        return lane[0]
+
+    def _next_pair(self):
+        """Under `_take`: the next (push, prefetch) to send as one Step (either may be None),
+        or (_STOP, None)."""
+        job = self._jobs.get() if self._held is _NOTHING else self._held
+        self._held = _NOTHING
+        if job is _STOP:
+            return _STOP, None
+        if isinstance(job, PushJob):
+            # a loop that prefetches gives the next prefetch right after this push
+            # (ds.batches calls the hook first thing in the next step): wait for it a
+            # moment, and send both as one Step per PS
+            following = self._following()
+            if isinstance(following, _Prefetch):
+                return job, following
+            self._held = following
+            return job, None
+        if isinstance(job, _Prefetch):
+            return None, job
+        return None, None  # _KICK: nothing held any more
 
     def _following(self):
         """The next job when it comes within COALESCE_S (only while prefetches follow pushes),
@@ -227,20 +266,17 @@ class Pipeline:
         except queue.Empty:
             return _NOTHING
 
-    def _data(self) -> DataClient:
-        if self._client is None:
-            self._client = self._make_client()
-        if self._owner and self._client.owner != self._owner:
-            self._client.owner = dict(self._owner)
-        return self._client
-
-    def _step(self, push: PushJob | None, fetch: _Prefetch | None) -> None:
+    def _step(self, lane: list[DataClient], push: PushJob | None,
+              fetch: _Prefetch | None) -> None:
         """Send a push and/or a prefetch (one Step per PS), and settle both."""
         if push is not None and self._failure is not None:
-            self._settled(push)  # queued after a failed push: dropped unsent, never acked
+            self._settle(push, _DROPPED)  # after a failed push: dropped unsent, never acked
             push = None
+            if fetch is None:
+                return
+        found = {}
         try:
-            data = self._data()
+            data = self._data(lane)
             names = unique = None
             if fetch is not None:
                 if self._owner or fetch.names is not None:
@@ -251,38 +287,50 @@ class Pipeline:
                 unique = {table: u for table, (u, _) in found.items()}
             outcome = data.step(push.grads if push else None, push.versions if push else None,
                                 push.rows if push else (), pull=names, pull_rows=unique)
-        except StaleGradient as exc:
+        except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
             if push is not None:
-                self._stale += 1  # dropped by the PS; the next step pulls anyway
-                log.info("stale gradient refused in the background (%s)", exc)
-                # no PS applied any of the step: no rows, no acknowledgement
-                ack.abandon(f"the step's gradient was refused as stale: {exc.message}")
-            self._settled(push, fetch)
-            return
-        except BaseException as exc:  # noqa: BLE001 - kept and raised at the caller's next call
-            if push is not None:
-                log.warning("a background push failed: %s", exc)
-                self._failure = exc
-                ack.abandon(f"push failed: {exc}")
-            else:  # not an error: the caller pulls synchronously instead
+                self._settle(push, exc)
+            elif not isinstance(exc, StaleGradient):  # not an error: the caller pulls instead
                 log.info("prefetch failed (%s); pulling synchronously", exc)
-            self._settled(push, fetch)
+            if fetch is not None:
+                fetch.done.set()
             return
-        if push is not None:
-            if outcome.push is not None:
-                self.max_staleness = max(self.max_staleness, outcome.push.max_staleness)
-            ack.trained(push.mark)
         if fetch is not None:
             if outcome.dense is not None:
                 fetch.dense, fetch.versions = dict(outcome.dense), dict(outcome.versions)
             fetch.rows = {t: (*found[t], rows) for t, rows in outcome.rows.items()}
-        self._settled(push, fetch)
-
-    def _settled(self, push: PushJob | None, fetch: _Prefetch | None = None) -> None:
-        if push is not None:
-            with self._idle:
-                self._unanswered -= 1
-                self._idle.notify_all()
-            self._room.release()
-        if fetch is not None:
             fetch.done.set()
+        if push is not None:
+            self._settle(push, outcome)
+
+    def _settle(self, push: PushJob, outcome) -> None:
+        """A push was answered (a StepOutcome), refused or failed (the exception), or dropped
+        unsent: settle it, and every push after it that was answered already, in order."""
+        with self._idle:
+            self._answered[push.order] = (push, outcome)
+            while self._next_settle in self._answered:
+                job, got = self._answered.pop(self._next_settle)
+                self._next_settle += 1
+                self._settle_one(job, got)
+                self._unanswered -= 1
+                self._room.release()
+            self._idle.notify_all()
+
+    def _settle_one(self, job: PushJob, outcome) -> None:
+        """Under `_idle`, in the order the pushes were given."""
+        if isinstance(outcome, StaleGradient):
+            self._stale += 1  # dropped by the PS; the next step pulls anyway
+            log.info("stale gradient refused in the background (%s)", outcome)
+            # no PS applied any of the step: no rows, no acknowledgement
+            ack.abandon(f"the step's gradient was refused as stale: {outcome.message}")
+        elif isinstance(outcome, BaseException):
+            if self._failure is None:
+                log.warning("a background push failed: %s", outcome)
+                self._failure = outcome
+                ack.abandon(f"push failed: {outcome}")
+        elif outcome is _DROPPED or self._failure is not None:
+            pass  # after a failure: applied or not, its records are never acknowledged
+        else:
+            if outcome.push is not None:
+                self.max_staleness = max(self.max_staleness, outcome.push.max_staleness)
+            ack.trained(job.mark)

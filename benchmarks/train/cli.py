@@ -25,7 +25,7 @@ from benchmarks import report
 from benchmarks.train import elastic, local
 
 RUNS = ("local-tensor", "local-record", "elastic-1w", "elastic-2w", "elastic-1w-plain",
-        "elastic-1w-backup")
+        "elastic-1w-backup", "elastic-1w-inflight1")
 DEFAULT_RUNS = RUNS[:4]
 FLOORS = {256: 0.35, 1024: 0.5}
 
@@ -37,14 +37,18 @@ def make_data(out: Path, records: int, test_records: int, seed: int = 2026) -> N
           "--seed", str(seed)])
 
 
-def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float) -> dict:
+def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float,
+        max_inflight: int) -> dict:
     if kind == "local-tensor":
         return local.train(data, batch, epochs, lr, records=False)
     if kind == "local-record":
         return local.train(data, batch, epochs, lr, records=True)
     workers = int(kind.split("-")[1][0])
+    if kind.endswith("inflight1"):
+        max_inflight = 1
     return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers,
-                       plain=kind.endswith("plain"), backups=int(kind.endswith("backup")))
+                       plain=kind.endswith("plain"), backups=int(kind.endswith("backup")),
+                       max_inflight=max_inflight)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,9 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--test-records", type=int, default=50_000)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--max-inflight", type=int, default=2,
+                   help="pushes in flight (and batches prefetched ahead) of the elastic workers")
     p.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS), choices=RUNS,
                    help="elastic-1w-plain: one worker without prefetch, synchronous pushes; "
-                   "elastic-1w-backup: one worker, a backup per PS index (--ps-replicas 1)")
+                   "elastic-1w-backup: one worker, a backup per PS index (--ps-replicas 1); "
+                   "elastic-1w-inflight1: one worker, one push in flight, prefetching one "
+                   "batch ahead")
     p.add_argument("--json", help="write every measurement here")
     a = p.parse_args(argv)
     print(f"bench_train on {report.machine()}, commit {report.git_commit('worker_sdk')}")
@@ -70,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(a.rounds):
             for batch in a.batches:
                 for kind in a.runs:
-                    got = one(kind, data, tmp / f"round{r}", batch, a.epochs, a.lr)
+                    got = one(kind, data, tmp / f"round{r}", batch, a.epochs, a.lr,
+                              a.max_inflight)
                     results.setdefault(batch, {}).setdefault(kind, []).append(got)
                     print(f"round {r + 1} batch {batch:5d} {kind:13s} "
                           f"{got['records_per_s']:9.0f} records/s  AUC {got['auc']:.4f}"

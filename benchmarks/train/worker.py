@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.plain:
         prefetch = None
     batches = (ds.loader(a.batch, num_workers=a.num_workers, prefetch=prefetch)
-               if a.num_workers else ds.batches(a.batch, prefetch=prefetch))
+               if a.num_workers else ds.batches(a.batch, prefetch=prefetch,
+                                                prefetch_ahead=a.max_inflight))
     it = iter(batches)
     records = steps = 0
     read_s = 0.0

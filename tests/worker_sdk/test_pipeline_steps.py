@@ -5,10 +5,12 @@ A recording client stands in for DataClient (the pipeline only calls `step` and 
 from __future__ import annotations
 
 import threading
+import time
 
+import pytest
 import torch
 
-from worker_sdk.pipeline import Pipeline, PushJob
+from worker_sdk.pipeline import Pipeline, PushFailed, PushJob
 from worker_sdk.ps_data import StepOutcome
 
 
@@ -77,6 +79,112 @@ def test_without_prefetches_a_push_goes_alone_and_flush_does_not_wait_for_one():
         pipe.submit(_push(3))
         rec.gate.set()
         pipe.flush(10)
-        assert len(rec.calls) == 4 and rec.calls[-1]["grads"] is not None
+        # flush waits for the pushes; the prefetch given before it may still be on its way in
+        # the other lane (the two are sent at once)
+        assert sum(c["grads"] is not None for c in rec.calls) == 3, rec.calls
+    finally:
+        pipe.close()
+
+
+class Acks:
+    """Stands in for worker_sdk.ack in the pipeline: records what it acknowledges."""
+
+    def __init__(self):
+        self.events: list[tuple[str, object]] = []
+
+    def trained(self, mark=None):
+        self.events.append(("trained", mark))
+
+    def abandon(self, message=""):
+        self.events.append(("abandon", message))
+
+
+class Gated(Recorder):
+    """Each call waits for its own gate (by call number), so the test picks the answer order."""
+
+    def __init__(self, fail: set[int] = frozenset()):
+        super().__init__()
+        self.gates = [threading.Event() for _ in range(8)]
+        self.started = [threading.Event() for _ in range(8)]
+        self.fail = fail
+        self.lock = threading.Lock()
+
+    def step(self, grads=None, versions=None, rows=(), pull=None, pull_rows=None):
+        with self.lock:
+            n = len(self.calls)
+            self.calls.append(dict(grads=grads))
+        self.started[n].set()
+        assert self.gates[n].wait(10), f"call {n} was never let through"
+        if n in self.fail:
+            raise ConnectionError(f"call {n} failed")
+        return StepOutcome()
+
+
+def test_two_lanes_send_two_steps_at_once_and_settle_the_pushes_in_order(monkeypatch):
+    import worker_sdk.pipeline as pipeline
+
+    acks = Acks()
+    monkeypatch.setattr(pipeline, "ack", acks)
+    rec = Gated()
+    pipe = Pipeline(lambda: rec, max_inflight=2)
+    try:
+        pipe.submit(_push(1))
+        pipe.submit(_push(2))
+        # both are on their way before either is answered: one per lane
+        assert rec.started[0].wait(10) and rec.started[1].wait(10)
+        rec.gates[1].set()  # the second push is answered first ...
+        time.sleep(0.2)
+        assert acks.events == []  # ... and acknowledges nothing before the first is answered
+        rec.gates[0].set()
+        pipe.flush(10)
+        assert acks.events == [("trained", 1), ("trained", 2)]
+    finally:
+        for gate in rec.gates:
+            gate.set()
+        pipe.close()
+
+
+def test_a_push_answered_after_a_failed_one_acknowledges_nothing(monkeypatch):
+    import worker_sdk.pipeline as pipeline
+
+    acks = Acks()
+    monkeypatch.setattr(pipeline, "ack", acks)
+    rec = Gated(fail={0})
+    pipe = Pipeline(lambda: rec, max_inflight=2)
+    try:
+        pipe.submit(_push(1))
+        pipe.submit(_push(2))
+        assert rec.started[0].wait(10) and rec.started[1].wait(10)
+        rec.gates[1].set()  # applied by the PS, answered ...
+        rec.gates[0].set()  # ... but the push before it failed
+        with pytest.raises(PushFailed):
+            pipe.flush(10)
+        assert [kind for kind, _ in acks.events] == ["abandon"]
+        pipe.submit(_push(3))  # given after the failure: dropped unsent
+        pipe.flush(10)
+        assert len(rec.calls) == 2 and [kind for kind, _ in acks.events] == ["abandon"]
+    finally:
+        for gate in rec.gates:
+            gate.set()
+        pipe.close()
+
+
+def test_a_lane_whose_client_cannot_be_made_fails_the_push_instead_of_hanging(monkeypatch):
+    import worker_sdk.pipeline as pipeline
+
+    acks = Acks()
+    monkeypatch.setattr(pipeline, "ack", acks)
+
+    def broken():
+        raise ConnectionError("no PS list from the master")
+
+    pipe = Pipeline(broken, max_inflight=2)
+    try:
+        job = pipe.prefetch(None, {"t": torch.tensor([1])})
+        pipe.submit(_push(1))
+        with pytest.raises(PushFailed):
+            pipe.flush(10)
+        assert pipe.take_rows("t", torch.tensor([1])) is None  # failed prefetch: pull instead
+        assert job is None and [kind for kind, _ in acks.events] == ["abandon"]
     finally:
         pipe.close()

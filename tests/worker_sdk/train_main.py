@@ -59,7 +59,8 @@ def main() -> None:
     ack.trained = trained
     prefetch = lambda batch: client.prefetch(batch % 50)  # noqa: E731
     batches = (ds.loader(a.batch, num_workers=a.num_workers, prefetch=prefetch)
-               if a.num_workers else ds.batches(a.batch, prefetch=prefetch))
+               if a.num_workers else ds.batches(a.batch, prefetch=prefetch,
+                                                prefetch_ahead=a.max_inflight))
     for batch in batches:
         client.pull(full)
         full["head"](full["emb"](batch % 50)).sum().backward()
