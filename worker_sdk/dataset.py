@@ -275,6 +275,8 @@ class ElasticDataset(IterableDataset):
         # loop gave its last push, so the two go to the PS as one message without waiting for
         # a read), and the one after it is read then, while that message is on its way.
         ahead: deque[list] = deque()
+        if prefetch is not None:
+            stream.lease_ahead = True  # nor does the loop wait for the master's GetShard
         while stream.current(this_pass):
             stream.next_step()
             if ahead:

@@ -114,12 +114,16 @@ class LeaseStream:
         tls_ca: str | None = None,
         auth_token: str | None = None,
         cancel: threading.Event | None = None,
+        lease_ahead: bool = False,
         stub=None,
     ):
         """spec: the dataset to create (or check) on the master, or the name of one that
         already exists (then `records()` is unavailable: the stream does not know its layout).
         master: "host:port" or a MasterClient shared with other streams.
         cancel: an event that abandons retries and waits (default: the SIGTERM flag).
+        lease_ahead: lease the next shards in the background once less than half a shard's
+        worth of held positions is left unread, so that the reader does not wait for the master
+        (`ElasticDataset.batches` with a prefetch hook turns it on: the fast path).
         stub: an in-process master for tests (see MasterClient)."""
         try:
             self.ack_mode = AckMode(ack)
@@ -159,6 +163,10 @@ class LeaseStream:
         self.closed = False
         self._pass = 0
         self._close_lock = threading.Lock()
+        self.lease_ahead = lease_ahead
+        self._ahead: threading.Thread | None = None  # a GetShard made ahead of need, in flight
+        self._ahead_ok = True  # the last GetShard granted leases: worth asking ahead again
+        self._lease_size = 0  # the largest lease granted: asking ahead starts below this
         self._sigterm = handle_sigterm and preempt.install(self)
         _open.add(self)
 
@@ -208,9 +216,12 @@ class LeaseStream:
                 preempt.checkpoint()
                 got = self.table.take_run(limit)
                 if got is not None:
+                    self._maybe_lease_ahead()
                     return Piece(*got)
                 if self.ended:
                     return END
+                if self._join_ahead():
+                    continue  # the lease asked ahead granted something: read it
                 status = self._lease_more()
                 if status is None:
                     continue
@@ -219,11 +230,51 @@ class LeaseStream:
                 preempt.checkpoint()
                 raise
 
+    # ---- leasing ahead --------------------------------------------------------------------------
+    # A GetShard waits for the master's commit (milliseconds): asked when the reader runs dry,
+    # the training loop waits for it every few steps. Asked in the background while a shard's
+    # worth of positions is still unread, it is answered before the reader needs it. Only
+    # grants are taken from it; a WAIT, END or error is left to the reader's own GetShard,
+    # which handles them as it always does (and asking ahead resumes once one grants again).
+
+    def _maybe_lease_ahead(self) -> None:
+        if self._ahead is not None and not self._ahead.is_alive():
+            self._join_ahead()
+        if (not self.lease_ahead or self._ahead is not None or not self._ahead_ok
+                or self.ended or self.closed or self.cancel.is_set()
+                or 2 * self.table.unread_positions() >= self._lease_size):
+            return
+        self._ahead = threading.Thread(target=self._grant_ahead, name="elastic-ps-lease-ahead",
+                                       daemon=True)
+        self._ahead.start()
+
+    def _grant_ahead(self) -> None:
+        try:
+            self._ahead_ok = self._grant() is None
+        except BaseException as exc:  # noqa: BLE001 - the reader's own GetShard will see it
+            self._ahead_ok = False
+            log.info("dataset %r: leasing ahead failed (%s); the reader will ask itself",
+                     self.name, exc)
+
+    def _join_ahead(self) -> bool:
+        """Wait for a GetShard asked ahead; True when it granted leases."""
+        if self._ahead is None:
+            return False
+        self._ahead.join()
+        self._ahead = None
+        return self._ahead_ok
+
+    def _settle_ahead(self, timeout_s: float) -> None:
+        """Closing: let a GetShard asked ahead end first, so that the leave hands back what it
+        granted (the leave waits for the same lock anyway)."""
+        ahead = self._ahead
+        if ahead is not None and ahead is not threading.current_thread():
+            ahead.join(timeout_s)
+
     def _lease_more(self) -> Wait | _End | None:
         """One GetShard (carrying the pending reports); None when it granted leases."""
         try:
-            response, uncertain = self.client.get_shard(self.name, self.max_shards,
-                                                        cancel=self.cancel)
+            response = self._grant()
         except MasterError as exc:
             if exc.reason != Reason.UNKNOWN_DATASET or self.spec is None:
                 raise
@@ -231,23 +282,32 @@ class LeaseStream:
                         "creating it again", self.name)
             self.client.create_dataset(self.spec)
             return None
-        leases = list(response.leases)
-        if uncertain:
-            leases += self._orphans(leases)
-        for lease in leases:
-            s = lease.shard
-            self.table.add(lease.lease_id, s.epoch, s.index, s.start, s.end)
-        if leases:
+        self._ahead_ok = response is None
+        if response is None:
             return None
         if response.status == pb.GetShardResponse.END:
             self._finish()
             return END
         return Wait(max(response.retry_after_ms, 10) / 1000.0)
 
+    def _grant(self) -> pb.GetShardResponse | None:
+        """One GetShard; None when it granted leases (now in the table), else its answer."""
+        response, uncertain = self.client.get_shard(self.name, self.max_shards,
+                                                    cancel=self.cancel)
+        leases = list(response.leases)
+        if uncertain:
+            leases += self._orphans(leases)
+        for lease in leases:
+            s = lease.shard
+            self.table.add(lease.lease_id, s.epoch, s.index, s.start, s.end)
+            self._lease_size = max(self._lease_size, s.end - s.start)
+        return None if leases else response
+
     def _orphans(self, granted: list[pb.Lease]) -> list[pb.Lease]:
         """Leases granted by an attempt whose answer was lost: the master holds them for us, so
         we take them up (otherwise they would sit idle until their lease timeout)."""
-        known = {lease.lease_id for lease in granted} | set(self.table.leases)
+        with self.table.lock:
+            known = {lease.lease_id for lease in granted} | set(self.table.leases)
         try:
             mine = self.client.worker_leases(self.name)
         except ElasticError as exc:
@@ -344,6 +404,7 @@ class LeaseStream:
                 return
             self.closed = True
         _open.discard(self)
+        self._settle_ahead(CLOSE_RETRY_S)
         try:
             ack_ledger.flush(CLOSE_RETRY_S)  # let pushes in flight be answered and acknowledged
             if self.pass_over and not error and not self.push_acks:
@@ -382,6 +443,7 @@ class LeaseStream:
             self.closed = True
         _open.discard(self)
         self.table.freeze()
+        self._settle_ahead(2.0)  # cancelled by the SIGTERM flag; what it granted goes back too
         try:
             # the process is going away: leave even on a shared client
             quick = RetryPolicy(total_s=2.0, call_timeout_s=1.0)

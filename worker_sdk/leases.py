@@ -204,6 +204,12 @@ class LeaseTable:
             return sum(lease.delivered - lease.trained for lease in self.leases.values()
                        if lease.failed is None)
 
+    def unread_positions(self) -> int:
+        """Positions of held leases not yet taken out by the reader."""
+        with self.lock:
+            return sum(lease.size - lease.read for lease in self.leases.values()
+                       if lease.failed is None)
+
     def buffered(self) -> int:
         with self.lock:
             return sum(lease.read - lease.delivered for lease in self.leases.values())

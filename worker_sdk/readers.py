@@ -39,7 +39,12 @@ def _tensor(x) -> torch.Tensor:
 
 def _pick(array, index):
     """array[index] for a slice or an int64 index array; a tensor indexes with a tensor."""
-    if isinstance(index, slice) or not isinstance(array, torch.Tensor):
+    if isinstance(index, slice):
+        return array[index]
+    if isinstance(array, np.ndarray):
+        # np.take gathers rows several times faster than fancy indexing (a memmap too)
+        return np.take(array, index, axis=0)
+    if not isinstance(array, torch.Tensor):
         return array[index]
     return array[torch.from_numpy(np.ascontiguousarray(index))]
 

@@ -43,9 +43,12 @@ class ClickLog(torch.utils.data.Dataset):
         return self._batch(np.asarray(index, dtype=np.int64))
 
     def _batch(self, index):
-        cat, dense, y = self._columns
-        return (torch.from_numpy(cat[index] + self.offsets),
-                torch.from_numpy(np.array(dense[index])), torch.from_numpy(np.array(y[index])))
+        if isinstance(index, slice):
+            cat, dense, y = (np.array(c[index]) for c in self._columns)
+        else:  # np.take gathers rows several times faster than fancy indexing
+            cat, dense, y = (np.take(c, index, axis=0) for c in self._columns)
+        cat += self.offsets
+        return torch.from_numpy(cat), torch.from_numpy(dense), torch.from_numpy(y)
 
     def tensors(self):
         """The whole split as tensors (for evaluation)."""

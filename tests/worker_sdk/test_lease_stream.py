@@ -215,3 +215,36 @@ def test_joining_an_existing_dataset_by_name():
         n += item.count
     assert n == 20 and master.epochs("d")[0].records_done == 20
     stream.close()
+
+
+def test_leasing_ahead_asks_in_the_background_before_the_reader_runs_dry():
+    import threading
+
+    master = LocalMaster()
+    stream = _stream(master, _spec(epochs=2, shuffle=True, seed=4), max_shards=1,
+                     lease_ahead=True)
+    callers = []
+    real = stream.client.get_shard
+
+    def get_shard(*args, **kw):
+        callers.append(threading.current_thread().name)
+        return real(*args, **kw)
+
+    stream.client.get_shard = get_shard
+    seen = drain(stream, limit=3)
+    assert collections.Counter(seen) == {i: 2 for i in range(100)}  # every record, once
+    # the reader asked for the first lease (and the END) itself; every other grant was asked
+    # ahead, while half a shard was still unread
+    ahead = [c for c in callers if c == "elastic-ps-lease-ahead"]
+    assert len(ahead) >= 19 and callers.count(threading.current_thread().name) <= 2, callers
+    assert all(e.records_done == 100 and e.duplicates == 0 for e in master.epochs("d").values())
+    stream.close()
+
+
+def test_a_lease_asked_ahead_when_nothing_is_left_leaves_the_end_to_the_reader():
+    master = LocalMaster()
+    stream = _stream(master, _spec(n=20, size=10), max_shards=1, lease_ahead=True)
+    seen = drain(stream, limit=4)
+    assert sorted(seen) == list(range(20)) and stream.ended
+    assert master.epochs("d")[0].records_done == 20
+    stream.close()
