@@ -38,17 +38,17 @@ def make_data(out: Path, records: int, test_records: int, seed: int = 2026) -> N
 
 
 def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float,
-        max_inflight: int) -> dict:
+        max_inflight: int, prefetch_ahead: int) -> dict:
     if kind == "local-tensor":
         return local.train(data, batch, epochs, lr, records=False)
     if kind == "local-record":
         return local.train(data, batch, epochs, lr, records=True)
     workers = int(kind.split("-")[1][0])
     if kind.endswith("inflight1"):
-        max_inflight = 1
+        max_inflight = prefetch_ahead = 1
     return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers,
                        plain=kind.endswith("plain"), backups=int(kind.endswith("backup")),
-                       max_inflight=max_inflight)
+                       max_inflight=max_inflight, prefetch_ahead=prefetch_ahead)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--max-inflight", type=int, default=2,
-                   help="pushes in flight (and batches prefetched ahead) of the elastic workers")
+                   help="pushes in flight of the elastic workers (one I/O lane each)")
+    p.add_argument("--prefetch-ahead", type=int, default=1,
+                   help="batches ahead whose data the elastic workers prefetch: 2 lets two "
+                   "steps' messages overlap, and the parameters then miss two pushes")
     p.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS), choices=RUNS,
                    help="elastic-1w-plain: one worker without prefetch, synchronous pushes; "
                    "elastic-1w-backup: one worker, a backup per PS index (--ps-replicas 1); "
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             for batch in a.batches:
                 for kind in a.runs:
                     got = one(kind, data, tmp / f"round{r}", batch, a.epochs, a.lr,
-                              a.max_inflight)
+                              a.max_inflight, a.prefetch_ahead)
                     results.setdefault(batch, {}).setdefault(kind, []).append(got)
                     print(f"round {r + 1} batch {batch:5d} {kind:13s} "
                           f"{got['records_per_s']:9.0f} records/s  AUC {got['auc']:.4f}"

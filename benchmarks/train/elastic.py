@@ -16,7 +16,7 @@ from cluster.launch import Launcher
 
 def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: int = 1,
         num_ps: int = 2, max_inflight: int = 1, shard_size: int = 8192,
-        plain: bool = False, backups: int = 0) -> dict:
+        plain: bool = False, backups: int = 0, prefetch_ahead: int = 1) -> dict:
     """`backups` per PS index (--ps-replicas): every push is answered only after they applied
     it too, so this measures what a backup costs training."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -36,6 +36,7 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
             "-m", "benchmarks.train.worker", "--master", master.address, "--data", data,
             "--batch", str(batch), "--epochs", str(epochs), "--lr", str(lr),
             "--shard-size", str(shard_size), "--max-inflight", str(max_inflight),
+            "--prefetch-ahead", str(prefetch_ahead),
             "--name", f"w{w}", "--start-when", str(go), "--out", str(out),
             *(["--plain"] if plain else []), name=f"w{w}")
             for w, out in enumerate(outs)]

@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-inflight", type=int, default=1)
+    p.add_argument("--prefetch-ahead", type=int, default=1,
+                   help="batches ahead of the loop whose data is prefetched (ds.batches)")
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (ds.loader)")
     p.add_argument("--plain", action="store_true",
                    help="no prefetch, synchronous pushes (the plain path, for comparison)")
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         prefetch = None
     batches = (ds.loader(a.batch, num_workers=a.num_workers, prefetch=prefetch)
                if a.num_workers else ds.batches(a.batch, prefetch=prefetch,
-                                                prefetch_ahead=a.max_inflight))
+                                                prefetch_ahead=a.prefetch_ahead))
     it = iter(batches)
     records = steps = 0
     read_s = 0.0
