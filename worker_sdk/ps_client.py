@@ -15,9 +15,9 @@ every record delivered to the loop before it started counts as trained (worker_s
 
 The pipelined step (worker_sdk/pipeline.py): `prefetch(next_ids)` fetches the next batch's dense
 parameters and embedding rows while the current batch computes, and `push(model, wait=False)`
-sends in the background with at most `max_inflight` pushes unanswered; a push and the prefetch
-given after it leave together, one Step per PS. Records are acknowledged
-when their push is answered; a push that failed is raised at the next call and its records
+sends in the background with at most `max_inflight` pushes unanswered (one lane each); a push
+and the prefetch given after it leave together, one Step per PS. Records are acknowledged
+when their push is answered, in the order the pushes were given; a push that failed is raised at the next call and its records
 are never acknowledged.
 """
 from __future__ import annotations
@@ -103,7 +103,8 @@ class PSClient:
                  discovery_timeout_s: float = 60.0, max_inflight: int = 1,
                  tls_ca: str | None = None, auth_token: str | None = None,
                  retry_budget_s: float = RETRY_BUDGET_S):
-        """max_inflight: pushes `push(wait=False)` may leave unanswered (a further push waits).
+        """max_inflight: pushes `push(wait=False)` may leave unanswered (a further push waits);
+        each has its own background lane, so that many steps' messages may be on their way.
         retry_budget_s: how long one call keeps retrying a PS that does not answer before it
         raises PSUnavailable (worker_sdk.ps_data).
         tls_ca, auth_token: as MasterClient's (None: ELASTIC_PS_TLS_CA,
@@ -114,7 +115,7 @@ class PSClient:
                        discovery_timeout_s=discovery_timeout_s, tls_ca=tls_ca,
                        auth_token=auth_token, retry_budget_s=retry_budget_s)
         self.data = DataClient(**options)
-        # the background thread's own client: a DataClient is not thread-safe
+        # each background lane makes its own client: a DataClient is not thread-safe
         self.pipeline = Pipeline(lambda: DataClient(**options), max_inflight)
         self.pushes = 0
         self.stale_refusals = 0
