@@ -4,6 +4,7 @@ A recording client stands in for DataClient (the pipeline only calls `step` and 
 `owner`); what is checked is the order and grouping of the calls, and what each settles."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -120,41 +121,39 @@ class Gated(Recorder):
         return StepOutcome()
 
 
-def test_two_lanes_send_two_steps_at_once_and_settle_the_pushes_in_order(monkeypatch):
+@contextlib.contextmanager
+def _two_pushes_in_flight(monkeypatch, fail=frozenset()):
+    """Two lanes, two pushes given, both on their way and neither answered yet."""
     import worker_sdk.pipeline as pipeline
 
     acks = Acks()
     monkeypatch.setattr(pipeline, "ack", acks)
-    rec = Gated()
+    rec = Gated(fail)
     pipe = Pipeline(lambda: rec, max_inflight=2)
     try:
         pipe.submit(_push(1))
         pipe.submit(_push(2))
         # both are on their way before either is answered: one per lane
         assert rec.started[0].wait(10) and rec.started[1].wait(10)
-        rec.gates[1].set()  # the second push is answered first ...
-        time.sleep(0.2)
-        assert acks.events == []  # ... and acknowledges nothing before the first is answered
-        rec.gates[0].set()
-        pipe.flush(10)
-        assert acks.events == [("trained", 1), ("trained", 2)]
+        yield pipe, rec, acks
     finally:
         for gate in rec.gates:
             gate.set()
         pipe.close()
 
 
-def test_a_push_answered_after_a_failed_one_acknowledges_nothing(monkeypatch):
-    import worker_sdk.pipeline as pipeline
+def test_two_lanes_send_two_steps_at_once_and_settle_the_pushes_in_order(monkeypatch):
+    with _two_pushes_in_flight(monkeypatch) as (pipe, rec, acks):
+        rec.gates[1].set()  # the second push is answered first ...
+        time.sleep(0.2)
+        assert acks.events == []  # ... and acknowledges nothing before the first is answered
+        rec.gates[0].set()
+        pipe.flush(10)
+        assert acks.events == [("trained", 1), ("trained", 2)]
 
-    acks = Acks()
-    monkeypatch.setattr(pipeline, "ack", acks)
-    rec = Gated(fail={0})
-    pipe = Pipeline(lambda: rec, max_inflight=2)
-    try:
-        pipe.submit(_push(1))
-        pipe.submit(_push(2))
-        assert rec.started[0].wait(10) and rec.started[1].wait(10)
+
+def test_a_push_answered_after_a_failed_one_acknowledges_nothing(monkeypatch):
+    with _two_pushes_in_flight(monkeypatch, fail={0}) as (pipe, rec, acks):
         rec.gates[1].set()  # applied by the PS, answered ...
         rec.gates[0].set()  # ... but the push before it failed
         with pytest.raises(PushFailed):
@@ -163,10 +162,6 @@ def test_a_push_answered_after_a_failed_one_acknowledges_nothing(monkeypatch):
         pipe.submit(_push(3))  # given after the failure: dropped unsent
         pipe.flush(10)
         assert len(rec.calls) == 2 and [kind for kind, _ in acks.events] == ["abandon"]
-    finally:
-        for gate in rec.gates:
-            gate.set()
-        pipe.close()
 
 
 def test_a_lane_whose_client_cannot_be_made_fails_the_push_instead_of_hanging(monkeypatch):
