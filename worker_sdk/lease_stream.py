@@ -232,8 +232,8 @@ class LeaseStream:
 
     # ---- leasing ahead --------------------------------------------------------------------------
     # A GetShard waits for the master's commit (milliseconds): asked when the reader runs dry,
-    # the training loop waits for it every few steps. Asked in the background while a shard's
-    # worth of positions is still unread, it is answered before the reader needs it. Only
+    # the training loop waits for it every few steps. Asked in the background while half a
+    # shard's worth of positions is still unread, it is answered before the reader needs it. Only
     # grants are taken from it; a WAIT, END or error is left to the reader's own GetShard,
     # which handles them as it always does (and asking ahead resumes once one grants again).
 
