@@ -225,10 +225,10 @@ class ElasticDataset(IterableDataset):
         prefetch: called with each batch `prefetch_ahead` batches ahead of the loop, first thing
         when the loop asks for a batch (e.g. `lambda b: client.prefetch(b[0])`, so the PS
         fetches its rows while this batch computes); the batch after it is read ahead then. A
-        batch read ahead is not delivered until it is yielded. With `PSClient(max_inflight=2)`
-        give `prefetch_ahead=2`: each step's data then rides with the push of two steps before,
-        so two steps' messages are on their way at once (the parameters a step computes on
-        then miss the last two pushes instead of one)."""
+        batch read ahead is not delivered until it is yielded. With `PSClient(max_inflight=2)`,
+        `prefetch_ahead=2` lets each step's data ride with the push of two steps before, so two
+        steps' messages are on their way at once; the parameters a step computes on then miss
+        the last two pushes instead of one, which costs some AUC (docs/benchmarks.md)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if prefetch_ahead < 1:

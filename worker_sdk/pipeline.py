@@ -87,9 +87,12 @@ class Pipeline:
         self._take = threading.Lock()  # one lane at a time takes jobs (and pairs them)
         self._held = _NOTHING  # a job a lane took while pairing but did not send: next in line
         self._room = threading.Semaphore(max_inflight)
-        self._idle = threading.Condition()  # guards what follows, down to _stale
+        self._idle = threading.Condition()  # guards the two counts below
         self._unanswered = 0
         self._given = 0  # pushes given so far (the next one's order)
+        # One lane at a time settles, in order; acknowledging may report to the master, so
+        # this is not `_idle`, which `submit` and `flush` take.
+        self._settling = threading.Lock()  # guards what follows, down to _stale
         self._next_settle = 0  # order of the next push to settle
         self._answered: dict[int, tuple[PushJob, object]] = {}  # answered early: order -> outcome
         self._stale = 0
@@ -184,7 +187,7 @@ class Pipeline:
         self.raise_failure()
 
     def take_stale(self) -> int:
-        with self._idle:
+        with self._settling:
             stale, self._stale = self._stale, 0
         return stale
 
@@ -306,18 +309,19 @@ class Pipeline:
     def _settle(self, push: PushJob, outcome) -> None:
         """A push was answered (a StepOutcome), refused or failed (the exception), or dropped
         unsent: settle it, and every push after it that was answered already, in order."""
-        with self._idle:
+        with self._settling:
             self._answered[push.order] = (push, outcome)
             while self._next_settle in self._answered:
                 job, got = self._answered.pop(self._next_settle)
                 self._next_settle += 1
                 self._settle_one(job, got)
-                self._unanswered -= 1
+                with self._idle:
+                    self._unanswered -= 1
+                    self._idle.notify_all()
                 self._room.release()
-            self._idle.notify_all()
 
     def _settle_one(self, job: PushJob, outcome) -> None:
-        """Under `_idle`, in the order the pushes were given."""
+        """Under `_settling`, in the order the pushes were given."""
         if isinstance(outcome, StaleGradient):
             self._stale += 1  # dropped by the PS; the next step pulls anyway
             log.info("stale gradient refused in the background (%s)", outcome)
