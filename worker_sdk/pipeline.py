@@ -1,41 +1,46 @@
-"""The pipelined step: background threads that talk to the PS set while the loop computes.
+"""The pipelined step: Steps sent at once and answered while the loop computes, without threads.
 
-They take jobs in the order they were given: *prefetches* (the next step's dense parameters
-and embedding rows) and *pushes* (`PSClient.push(wait=False)`). The order matters: a prefetch
-given after a push is sent with it or after it, so it reads the parameters with that push; one
-given before it is taken before it (with several lanes, both may be on their way at once). A push
-and the prefetch given right after it go out together, as one `Step` per PS
-(worker_sdk/ps_steps.py): the thread that takes a push holds it up to COALESCE_S for that
-prefetch while the loop's prefetches follow its pushes, and sends it alone otherwise (and at
-once on `flush`).
+The loop gives *pushes* (`PSClient.push(wait=False)`) and *prefetches* (the next step's dense
+parameters and embedding rows). Each goes out as a `Step` per PS (worker_sdk/ps_steps.py) as
+soon as it is given, from the caller's thread: `DataClient.begin_step` sends and returns, and
+the answers are collected when the loop needs them (its next pull or forward, room for a
+push, `flush`). ZeroMQ's own I/O thread moves the bytes meanwhile, so the PS work while the
+loop computes, and no Python thread of ours competes with the loop for the GIL or a core: on
+two cores, handing each step to a background thread cost more than the overlap won.
 
-There are `max_inflight` such threads (*lanes*), each with its own `DataClient` (a client is
-not thread-safe, and each has its own client_id, so each one's requests stay in order and
-at most once on every PS): with 2, the next step's Step is on its way while the last one's is
-still being answered, so the worker's two threads and the PS share the cores instead of
-waiting on each other. A PS may then apply two of this worker's steps in either order, as it
-does the steps of two workers.
+A push and the prefetch given right after it go out together, one Step per PS: once the loop
+has shown that prefetches follow its pushes (`ds.batches` calls the hook first thing in the
+next step), a push is held until the next call (a prefetch takes it along; any other call
+sends it alone first). A prefetch given after a push therefore reads the parameters with that
+push; one given before it, without.
+
+Every Step in flight has its own `DataClient` (made on first need; a client has one call
+outstanding at most, and each has its own client_id, so each one's requests stay in order and
+at most once on every PS). With `max_inflight` 2, a step's Step may leave while the last one's
+is unanswered; a PS may then apply two of this worker's steps in either order, as it does the
+steps of two workers.
 
 Promises:
-* At most `max_inflight` pushes are unanswered; `submit` waits for room.
-* A push acknowledges its records (`ack.trained(mark)`) only once every PS answered it, and
-  pushes are settled in the order they were given: one answered early waits for the ones
-  before it, so a mark never covers the records of a push that is not answered.
+* At most `max_inflight` pushes are unanswered; `submit` collects the oldest for room.
+* Answers are collected oldest first, so pushes settle in the order given: a push acknowledges
+  its records (`ack.trained(mark)`) only once every PS answered it and every push before it
+  settled.
 * A push that fails (a PS unreachable after every retry, a refusal) is kept and raised at the
   caller's next call; the records in flight are abandoned at once (`ack.abandon`: their leases
-  are reported FAILED with the trained prefix), the pushes queued after it are dropped unsent,
-  and those already sent acknowledge nothing, so no later mark can acknowledge them.
+  are reported FAILED with the trained prefix), pushes given after it are dropped unsent, and
+  those already sent acknowledge nothing, so no later mark can acknowledge them.
 * A failed prefetch is not an error: the caller pulls synchronously instead.
+* Thread-safe: the SIGTERM path flushes from its own thread (worker_sdk/preempt.py); calls
+  are serialized by one lock.
 """
 from __future__ import annotations
 
 import logging
-import queue
-from collections import deque
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -47,10 +52,7 @@ log = logging.getLogger(__name__)
 
 
 MAX_PREFETCHED = 4  # prefetches kept for coming steps (a loop reads at most one or two ahead)
-# How long the background thread holds a push for the prefetch that follows it, to send both
-# as one message: about the time a loop takes to read its next batch.
-COALESCE_S = 0.02
-_STOP, _KICK, _NOTHING, _DROPPED = object(), object(), object(), object()  # markers
+_DROPPED = object()  # marker: a push never sent
 
 
 class PushFailed(RuntimeError):
@@ -63,14 +65,13 @@ class PushJob:
     versions: dict[str, int]  # parameter versions the gradients were computed from
     grads: dict[str, torch.Tensor]
     rows: list[tuple[str, torch.Tensor, torch.Tensor]]  # (table, ids, row grads)
-    order: int = 0  # its place among the pushes given (set by `submit`)
 
 
 @dataclass
 class _Prefetch:
     names: list[str] | None  # dense tensors to fetch (None: every one of the layout)
     ids: dict[str, torch.Tensor]  # table -> ids of the next batch
-    done: threading.Event = field(default_factory=threading.Event)
+    done: bool = False  # answered, or failed (then `dense` and `rows` stay empty)
     dense: dict[str, torch.Tensor] | None = None
     versions: dict[str, int] | None = None
     dense_used: bool = False
@@ -78,23 +79,27 @@ class _Prefetch:
     rows: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
+@dataclass
+class _Flight:
+    """A Step sent and not collected yet."""
+
+    client: DataClient
+    pending: object  # ps_steps.PendingStep
+    push: PushJob | None
+    fetch: _Prefetch | None
+    inverse: dict[str, tuple[torch.Tensor, torch.Tensor]]  # table -> (unique, inverse)
+
+
 class Pipeline:
     def __init__(self, make_client: Callable[[], DataClient], max_inflight: int = 1):
         self._make_client = make_client
-        self._lanes = max_inflight  # one background thread per push that may be in flight
+        self._max_inflight = max_inflight
         self._owner: dict[str, int] = {}
-        self._jobs: "queue.Queue[object]" = queue.Queue()
-        self._take = threading.Lock()  # one lane at a time takes jobs (and pairs them)
-        self._held = _NOTHING  # a job a lane took while pairing but did not send: next in line
-        self._room = threading.Semaphore(max_inflight)
-        self._idle = threading.Condition()  # guards the two counts below
-        self._unanswered = 0
-        self._given = 0  # pushes given so far (the next one's order)
-        # One lane at a time settles, in order; acknowledging may report to the master, so
-        # this is not `_idle`, which `submit` and `flush` take.
-        self._settling = threading.Lock()  # guards what follows, down to _stale
-        self._next_settle = 0  # order of the next push to settle
-        self._answered: dict[int, tuple[PushJob, object]] = {}  # answered early: order -> outcome
+        self._lock = threading.RLock()
+        self._free: list[DataClient] = []  # clients with no call outstanding
+        self._flights: deque[_Flight] = deque()  # oldest first
+        self._held: PushJob | None = None  # a push waiting for the prefetch after it
+        self._expect_prefetch = False  # prefetches follow pushes: hold a push for one
         self._stale = 0
         self._failure: BaseException | None = None
         self._raised = False
@@ -102,9 +107,6 @@ class Pipeline:
         self.max_staleness = 0
         self.wait_pull_s = 0.0
         self.wait_push_s = 0.0
-        self._threads: list[threading.Thread] = []
-        self._closed = False
-        self._expect_prefetch = False  # prefetches follow pushes: hold a push for one
 
     def set_layout(self, owner: dict[str, int]) -> None:
         self._owner = dict(owner)
@@ -118,76 +120,81 @@ class Pipeline:
                              "steps in flight were not acknowledged") from self._failure
 
     def submit(self, job: PushJob) -> None:
-        started = time.perf_counter()
-        self._room.acquire()
-        self.wait_push_s += time.perf_counter() - started
-        with self._idle:
-            self._unanswered += 1
-            job.order = self._given
-            self._given += 1
-        self._put(job)
+        with self._lock:
+            self._send_held()
+            started = time.perf_counter()
+            while self._pushes_unanswered() >= self._max_inflight:
+                self._collect()
+            self.wait_push_s += time.perf_counter() - started
+            if self._expect_prefetch:
+                self._held = job  # the loop's next call is its prefetch: both go as one Step
+            else:
+                self._send(job, None)
 
     def prefetch(self, names: list[str] | None, ids: dict[str, torch.Tensor]) -> None:
-        """Fetch in the background for a coming step. Prefetches are used in the order they
-        were given, one per step: the next pull takes the oldest one's dense tensors, the
-        next forward of each table its rows."""
+        """Fetch for a coming step (sent now, with the push given just before, if any).
+        Prefetches are used in the order they were given, one per step: the next pull takes
+        the oldest one's dense tensors, the next forward of each table its rows."""
         job = _Prefetch(names, {t: torch.as_tensor(v, dtype=torch.int64) for t, v in ids.items()})
-        self._expect_prefetch = True
-        self._prefetched.append(job)
-        while len(self._prefetched) > MAX_PREFETCHED:
-            self._prefetched.popleft()  # never used: the loop does not pull every step
-        self._put(job)
-
-    def _forget_used(self) -> None:
-        while self._prefetched and self._prefetched[0].dense_used \
-                and not self._prefetched[0].ids:
-            self._prefetched.popleft()
+        with self._lock:
+            self._expect_prefetch = True
+            self._prefetched.append(job)
+            while len(self._prefetched) > MAX_PREFETCHED:
+                self._prefetched.popleft()  # never used: the loop does not pull every step
+            push, self._held = self._held, None
+            self._send(push, job)
 
     def take_dense(self, names: list[str]):
         """(tensors, versions) of the oldest prefetch whose dense tensors are unused, waiting
         for it; None when there is none (or it failed)."""
-        job = next((j for j in self._prefetched if not j.dense_used), None)
-        if job is None:
-            return None
-        self._wait(job)
-        job.dense_used = True
-        self._forget_used()
-        if job.dense is None or not set(names) <= set(job.dense):
-            return None
-        return {n: job.dense[n] for n in names}, {n: job.versions[n] for n in names}
+        with self._lock:
+            self._send_held()  # a pull without a prefetch: the push goes first
+            job = next((j for j in self._prefetched if not j.dense_used), None)
+            if job is None:
+                return None
+            self._wait(job)
+            job.dense_used = True
+            self._forget_used()
+            if job.dense is None or not set(names) <= set(job.dense):
+                return None
+            return {n: job.dense[n] for n in names}, {n: job.versions[n] for n in names}
 
     def take_rows(self, table: str, ids: torch.Tensor):
         """(unique ids, inverse, rows) of `table` from the oldest prefetch that has rows for
         it, when it was given these ids; else None."""
-        job = next((j for j in self._prefetched if table in j.ids), None)
-        if job is None:
-            return None
-        given = job.ids[table]
-        self._wait(job)
-        got = job.rows.pop(table, None)
-        job.ids = {t: v for t, v in job.ids.items() if t != table}
-        self._forget_used()
+        with self._lock:
+            self._send_held()
+            job = next((j for j in self._prefetched if table in j.ids), None)
+            if job is None:
+                return None
+            given = job.ids[table]
+            self._wait(job)
+            got = job.rows.pop(table, None)
+            job.ids = {t: v for t, v in job.ids.items() if t != table}
+            self._forget_used()
         if got is None or given.shape != ids.shape or not torch.equal(given, ids):
             return None  # checked by value: the caller may have changed its tensor since
         return got
 
-    def _wait(self, job: _Prefetch) -> None:
-        started = time.perf_counter()
-        job.done.wait()
-        self.wait_pull_s += time.perf_counter() - started
-
     def flush(self, timeout_s: float | None = None) -> None:
-        """Wait until every push given so far is answered; raise a failure."""
+        """Send a held push and collect every Step in flight; raise a failure. `timeout_s`
+        bounds the wait for another thread's call to finish first (each answer is waited for
+        within the client's retry budget)."""
         started = time.perf_counter()
-        if self._threads:
-            self._jobs.put(_KICK)  # a push held for a prefetch goes now
-        with self._idle:
-            self._idle.wait_for(lambda: self._unanswered == 0, timeout_s)
+        if not self._lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
+            self.wait_push_s += time.perf_counter() - started
+            return
+        try:
+            self._send_held()
+            while self._flights:
+                self._collect()
+        finally:
+            self._lock.release()
         self.wait_push_s += time.perf_counter() - started
         self.raise_failure()
 
     def take_stale(self) -> int:
-        with self._settling:
+        with self._lock:
             stale, self._stale = self._stale, 0
         return stale
 
@@ -195,133 +202,101 @@ class Pipeline:
         return {"wait_pull_s": self.wait_pull_s, "wait_push_s": self.wait_push_s}
 
     def close(self) -> None:
-        self._closed = True
-        if self._threads:
-            self._jobs.put(_STOP)
-            for thread in self._threads:
-                thread.join(timeout=10)
+        with self._lock:
+            clients = self._free + [f.client for f in self._flights]
+            self._free, self._flights = [], deque()
+        for client in clients:
+            client.close()
 
-    def _put(self, job) -> None:
-        if not self._threads:
-            self._threads = [threading.Thread(target=self._run, name=f"elastic-ps-io-{i}",
-                                              daemon=True) for i in range(self._lanes)]
-            for thread in self._threads:
-                thread.start()
-        self._jobs.put(job)
+    # ---- sending and collecting (under the lock) --------------------------------------------
 
-    # ---- the background threads ---------------------------------------------------------------
+    def _pushes_unanswered(self) -> int:
+        return sum(f.push is not None for f in self._flights)
 
-    def _run(self) -> None:
-        lane: list[DataClient] = []  # this thread's client, made on first use
-        try:
-            while True:
-                with self._take:
-                    push, fetch = self._next_pair()
-                    if push is _STOP:
-                        self._held = _STOP  # for the other lanes
-                        return
-                if push is not None or fetch is not None:
-                    self._step(lane, push, fetch)
-        finally:
-            for client in lane:
-                client.close()
+    def _send_held(self) -> None:
+        if self._held is not None:
+            push, self._held = self._held, None
+            self._send(push, None)
 
-    def _data(self, lane: list[DataClient]) -> DataClient:
-        if not lane:
-            lane.append(self._make_client())
-        if self._owner and lane[0].owner != self._owner:
-            lane[0].owner = dict(self._owner)
-        return lane[0]
+    def _client(self) -> DataClient:
+        client = self._free.pop() if self._free else self._make_client()
+        if self._owner and client.owner != self._owner:
+            client.owner = dict(self._owner)
+        return client
 
-    def _next_pair(self):
-        """Under `_take`: the next (push, prefetch) to send as one Step (either may be None),
-        or (_STOP, None)."""
-        job = self._jobs.get() if self._held is _NOTHING else self._held
-        self._held = _NOTHING
-        if job is _STOP:
-            return _STOP, None
-        if isinstance(job, PushJob):
-            # a loop that prefetches gives the next prefetch right after this push
-            # (ds.batches calls the hook first thing in the next step): wait for it a
-            # moment, and send both as one Step per PS
-            following = self._following()
-            if isinstance(following, _Prefetch):
-                return job, following
-            self._held = following
-            return job, None
-        if isinstance(job, _Prefetch):
-            return None, job
-        return None, None  # _KICK: nothing held any more
-
-    def _following(self):
-        """The next job when it comes within COALESCE_S (only while prefetches follow pushes),
-        else _NOTHING."""
-        if not self._expect_prefetch:
-            return self._next(0)
-        job = self._next(COALESCE_S)
-        if job is _NOTHING or job is _KICK or isinstance(job, PushJob):
-            self._expect_prefetch = False  # until the next prefetch
-        return job
-
-    def _next(self, timeout: float):
-        try:
-            return self._jobs.get(timeout=timeout) if timeout else self._jobs.get_nowait()
-        except queue.Empty:
-            return _NOTHING
-
-    def _step(self, lane: list[DataClient], push: PushJob | None,
-              fetch: _Prefetch | None) -> None:
-        """Send a push and/or a prefetch (one Step per PS), and settle both."""
+    def _send(self, push: PushJob | None, fetch: _Prefetch | None) -> None:
+        """Send a push and/or a prefetch as one Step per PS; failing to, settle both now."""
         if push is not None and self._failure is not None:
             self._settle(push, _DROPPED)  # after a failed push: dropped unsent, never acked
             push = None
-            if fetch is None:
-                return
-        found = {}
+        if push is None and fetch is None:
+            return
+        client = None
         try:
-            data = self._data(lane)
+            client = self._client()
             names = unique = None
+            inverse = {}
             if fetch is not None:
                 if self._owner or fetch.names is not None:
                     names = fetch.names or list(self._owner)
                 # the forward of these ids needs the inverse too: computed once, here
-                found = {table: torch.unique(ids.reshape(-1), return_inverse=True)
-                         for table, ids in fetch.ids.items()}
-                unique = {table: u for table, (u, _) in found.items()}
-            outcome = data.step(push.grads if push else None, push.versions if push else None,
-                                push.rows if push else (), pull=names, pull_rows=unique)
+                inverse = {table: torch.unique(ids.reshape(-1), return_inverse=True)
+                           for table, ids in fetch.ids.items()}
+                unique = {table: u for table, (u, _) in inverse.items()}
+            pending = client.begin_step(push.grads if push else None,
+                                        push.versions if push else None,
+                                        push.rows if push else (), pull=names, pull_rows=unique)
         except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
-            if push is not None:
-                self._settle(push, exc)
-            elif not isinstance(exc, StaleGradient):  # not an error: the caller pulls instead
-                log.info("prefetch failed (%s); pulling synchronously", exc)
-            if fetch is not None:
-                fetch.done.set()
+            if client is not None:
+                self._free.append(client)
+            while push is not None and self._flights:
+                self._collect()  # the pushes before this one settle first
+            self._failed(push, fetch, exc)
             return
+        self._flights.append(_Flight(client, pending, push, fetch, inverse))
+
+    def _collect(self) -> None:
+        """Wait for the oldest Step in flight and settle it."""
+        flight = self._flights.popleft()
+        try:
+            outcome = flight.pending.result()
+        except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
+            self._free.append(flight.client)
+            self._failed(flight.push, flight.fetch, exc)
+            return
+        self._free.append(flight.client)
+        fetch = flight.fetch
         if fetch is not None:
             if outcome.dense is not None:
                 fetch.dense, fetch.versions = dict(outcome.dense), dict(outcome.versions)
-            fetch.rows = {t: (*found[t], rows) for t, rows in outcome.rows.items()}
-            fetch.done.set()
+            fetch.rows = {t: (*flight.inverse[t], rows) for t, rows in outcome.rows.items()}
+            fetch.done = True
+        if flight.push is not None:
+            self._settle(flight.push, outcome)
+
+    def _failed(self, push: PushJob | None, fetch: _Prefetch | None,
+                exc: BaseException) -> None:
         if push is not None:
-            self._settle(push, outcome)
+            self._settle(push, exc)
+        elif not isinstance(exc, StaleGradient):  # not an error: the caller pulls instead
+            log.info("prefetch failed (%s); pulling synchronously", exc)
+        if fetch is not None:
+            fetch.done = True
 
-    def _settle(self, push: PushJob, outcome) -> None:
+    def _wait(self, job: _Prefetch) -> None:
+        started = time.perf_counter()
+        while not job.done and self._flights:
+            self._collect()
+        self.wait_pull_s += time.perf_counter() - started
+
+    def _forget_used(self) -> None:
+        while self._prefetched and self._prefetched[0].dense_used \
+                and not self._prefetched[0].ids:
+            self._prefetched.popleft()
+
+    def _settle(self, job: PushJob, outcome) -> None:
         """A push was answered (a StepOutcome), refused or failed (the exception), or dropped
-        unsent: settle it, and every push after it that was answered already, in order."""
-        with self._settling:
-            self._answered[push.order] = (push, outcome)
-            while self._next_settle in self._answered:
-                job, got = self._answered.pop(self._next_settle)
-                self._next_settle += 1
-                self._settle_one(job, got)
-                with self._idle:
-                    self._unanswered -= 1
-                    self._idle.notify_all()
-                self._room.release()
-
-    def _settle_one(self, job: PushJob, outcome) -> None:
-        """Under `_settling`, in the order the pushes were given."""
+        unsent; pushes settle in the order given (flights are collected oldest first)."""
         if isinstance(outcome, StaleGradient):
             self._stale += 1  # dropped by the PS; the next step pulls anyway
             log.info("stale gradient refused in the background (%s)", outcome)

@@ -44,7 +44,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 import zmq
@@ -90,6 +90,40 @@ class PushOutcome:
 RETRY_BUDGET_S = 30.0  # how long one call keeps retrying a PS that does not answer
 
 
+class PendingCall:
+    """A call whose requests are sent and whose answers are not collected yet
+    (`DataClient.begin_call`)."""
+
+    def __init__(self, exchange):
+        self._exchange = exchange
+        self._result = None
+        self._error: BaseException | None = None
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def wait(self) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
+        """The answers (as `_call` returns them), waiting and retrying as `_call` does; raises
+        what `_call` raises. Waiting again returns (or raises) the same."""
+        if not self._done:
+            try:
+                next(self._exchange)
+            except StopIteration as stop:
+                self._result = stop.value
+            except BaseException as exc:
+                self._error = exc
+            else:  # the exchange yields only once
+                self._error = RuntimeError("a data-plane exchange yielded twice")
+            finally:
+                self._done = True
+                self._exchange = None
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
 class DataClient(StepCalls):
     def __init__(self, endpoints: Sequence[str] | None = None, *, master: str | None = None,
                  client_id: str | None = None, timeout_s: float = 10.0, max_attempts: int = 8,
@@ -115,10 +149,9 @@ class DataClient(StepCalls):
         if endpoints is not None and len(keys) != len(endpoints):
             raise ValueError("give one server key per endpoint")
         self._stub = None  # a Master stub kept for re-routing (made on first use)
-        self._resolve: Callable[[], list[Route]] = (
-            (lambda: [Route(e, k) for e, k in zip(endpoints, keys)]) if endpoints is not None
-            else (lambda: master_routes(master, discovery_timeout_s, stub=self._master_stub(),
-                                        **self._lookup)))
+        self._given = [Route(e, k) for e, k in zip(endpoints, keys)] \
+            if endpoints is not None else None
+        self._discovery_timeout_s = discovery_timeout_s
         self.client_id = client_id or uuid.uuid4().hex
         self.timeout_s = timeout_s
         self.max_attempts = max_attempts
@@ -142,6 +175,14 @@ class DataClient(StepCalls):
         # PS index -> whether it refuses stale pushes (learnt from init and pull answers);
         # a PS not heard from yet is assumed to (a push then checks first: see `push`)
         self.staleness_checked: dict[int, bool] = {}
+
+    def _resolve(self) -> list[Route]:
+        # a method, not a lambda over self: a client in a reference cycle is freed by the
+        # garbage collector, whose finalizers find its sockets open and hang in zmq's term()
+        if self._given is not None:
+            return list(self._given)
+        return master_routes(self.master, self._discovery_timeout_s,
+                             stub=self._master_stub(), **self._lookup)
 
     @property
     def _lookup(self) -> dict:
@@ -343,6 +384,19 @@ class DataClient(StepCalls):
         """Send each PS its request (same seq) and collect the answers, retrying what is not
         answered (or answered with a retryable code) within the retry budget. Raises PSError
         for a refusal whose reason is not in `allow`, PSUnavailable when the budget is spent."""
+        return self.begin_call(requests, allow).wait()
+
+    def begin_call(self, requests: dict[int, tuple[ps_pb2.DataRequest, list]],
+                   allow: tuple[Reason, ...] = ()) -> "PendingCall":
+        """`_call` in two halves: this sends the requests and returns at once; the returned
+        call's `wait()` collects the answers (retrying as `_call` does). The client must make
+        no other call before that `wait()` has returned: the answers come on its sockets."""
+        exchange = self._exchange(requests, allow)
+        next(exchange)  # up to the first sends
+        return PendingCall(exchange)
+
+    def _exchange(self, requests, allow):
+        """`_call`'s body as a generator: it yields once, after its first sends."""
         seq = self.next_seq()
         for req, _ in requests.values():
             req.client_id, req.seq, req.token = self.client_id, seq, self._token
@@ -362,6 +416,8 @@ class DataClient(StepCalls):
                     req.generation = self._conns[index].generation
                     wire[index] = [req.SerializeToString(), *frames]
                 waiting[self._conns[index].send(wire[index])] = index
+            if attempt == 1:
+                yield  # sent: the caller may compute until it needs the answers
             poller = zmq.Poller()
             for sock in waiting:
                 poller.register(sock, zmq.POLLIN)

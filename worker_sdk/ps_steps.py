@@ -49,7 +49,18 @@ class StepCalls:
         rows of `pull_rows` (table -> 1-D ids), every PS in one message. Raises
         StaleGradient when a PS refused the push as too stale: then no PS applied any of the
         step's mutations, and nothing was read."""
-        from .ps_data import PushOutcome, _dense
+        return self.begin_step(grads, versions, rows, pull, pull_rows).result()
+
+    def begin_step(self, grads: Mapping[str, torch.Tensor] | None = None,
+                   versions: Mapping[str, int] | None = None,
+                   rows: Sequence[tuple[str, torch.Tensor, torch.Tensor]] = (),
+                   pull: Sequence[str] | None = None,
+                   pull_rows: Mapping[str, torch.Tensor] | None = None) -> "PendingStep":
+        """`step` in two halves: this sends the Step and returns; `result()` of what it returns
+        waits for the answers (and raises what `step` raises). No other call of this client
+        may come before that `result()`. Do not change the gradients before it either: they
+        are sent from their own memory."""
+        from .ps_data import _dense
 
         versions = self.versions if versions is None else versions
         grads = {n: _dense(g) for n, g in grads.items()} if grads else None
@@ -102,9 +113,16 @@ class StepCalls:
                     step.pull_rows.add(table=table)
                     frames[2].append(as_buffer(sub))
         if not requests:
-            return StepOutcome(dense={} if pull is not None else None)
+            return PendingStep(self, None, grads, push_groups, pull, wanted, sizes)
         calls = {i: (req, [*f[0], *f[1], *f[2]]) for i, (req, f) in requests.items()}
-        answers = self._call(calls, allow=(Reason.STALE_GRADIENT,))
+        pending = self.begin_call(calls, allow=(Reason.STALE_GRADIENT,))
+        return PendingStep(self, pending, grads, push_groups, pull, wanted, sizes)
+
+    def _step_outcome(self, answers, grads, push_groups, pull, wanted, sizes) -> StepOutcome:
+        from .ps_data import PushOutcome
+
+        if answers is None:
+            return StepOutcome(dense={} if pull is not None else None)
         out = StepOutcome(push=PushOutcome() if grads else None)
         stale = []
         for index, (resp, frames) in answers.items():
@@ -151,3 +169,21 @@ class StepCalls:
                 merged.index_copy_(0, pos, values)
             out.rows[table] = merged
         return out
+
+
+class PendingStep:
+    """A Step sent and not answered yet (`StepCalls.begin_step`)."""
+
+    def __init__(self, client: StepCalls, pending, *context):
+        self._client = client
+        self._pending = pending  # ps_data.PendingCall, None: nothing was sent
+        self._context = context
+
+    @property
+    def done(self) -> bool:
+        """Whether `result()` has collected the answers already."""
+        return self._pending is None or self._pending.done
+
+    def result(self) -> StepOutcome:
+        answers = None if self._pending is None else self._pending.wait()
+        return self._client._step_outcome(answers, *self._context)

@@ -129,4 +129,4 @@ def test_a_failed_background_push_is_raised_at_the_next_call_and_acknowledges_no
         epoch = master.dataset("f").epochs[0]
         assert epoch.records_done == 20  # only the step whose push was answered
     finally:
-        client.data.close()
+        client.close()

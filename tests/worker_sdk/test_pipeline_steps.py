@@ -1,90 +1,50 @@
-"""The pipeline's background thread without a network: which Step messages it sends.
+"""The pipeline without a network: which Step messages it sends, when, and what each settles.
 
-A recording client stands in for DataClient (the pipeline only calls `step` and reads
-`owner`); what is checked is the order and grouping of the calls, and what each settles."""
+A recording client stands in for DataClient (the pipeline only calls `begin_step`, the
+`result()` of what it returns, and reads `owner`); what is checked is the order and grouping
+of the calls, when answers are collected, and what each push acknowledges."""
 from __future__ import annotations
 
-import contextlib
 import threading
-import time
 
 import pytest
 import torch
 
+import worker_sdk.pipeline as pipeline
 from worker_sdk.pipeline import Pipeline, PushFailed, PushJob
 from worker_sdk.ps_data import StepOutcome
 
 
+class Pending:
+    def __init__(self, rec: "Recorder", n: int, outcome):
+        self.rec, self.n, self.outcome = rec, n, outcome
+
+    def result(self):
+        self.rec.collected.append(self.n)
+        if self.n in self.rec.fail:
+            raise ConnectionError(f"call {self.n} failed")
+        return self.outcome
+
+
 class Recorder:
-    def __init__(self):
+    """Records each Step sent; answers are made when sent and handed out when collected."""
+
+    def __init__(self, fail: frozenset = frozenset()):
         self.owner: dict[str, int] = {}
         self.calls: list[dict] = []
-        self.gate = threading.Event()
-        self.gate.set()
+        self.collected: list[int] = []  # call numbers, in the order their answers were taken
+        self.fail = fail
 
-    def step(self, grads=None, versions=None, rows=(), pull=None, pull_rows=None):
-        assert self.gate.wait(10), "the test never opened the gate"
+    def begin_step(self, grads=None, versions=None, rows=(), pull=None, pull_rows=None):
         self.calls.append(dict(grads=grads, rows=list(rows), pull=pull,
                                pull_rows=dict(pull_rows or {})))
         out = StepOutcome(dense={n: torch.zeros(1) for n in pull} if pull is not None else None,
                           versions={n: len(self.calls) for n in pull or ()})
         out.rows = {t: torch.zeros(len(ids), 2) for t, ids in (pull_rows or {}).items()}
-        return out
+        return Pending(self, len(self.calls) - 1, out)
 
     def close(self):
         pass
-
-
-def _push(mark: int) -> PushJob:
-    return PushJob(mark=mark, versions={"w": 0}, grads={"w": torch.ones(1)},
-                   rows=[("t", torch.tensor([1, 2]), torch.ones(2, 2))])
-
-
-def test_a_push_and_the_prefetch_after_it_leave_as_one_step():
-    rec = Recorder()
-    pipe = Pipeline(lambda: rec, max_inflight=1)
-    pipe.set_layout({"w": 0})
-    try:
-        pipe.prefetch(None, {"t": torch.tensor([3, 1, 3])})    # step 1's data: reads only
-        pipe.submit(_push(1))                                   # step 1's push ...
-        pipe.prefetch(None, {"t": torch.tensor([5, 4])})       # ... and step 3's data
-        pipe.flush(10)
-        assert len(rec.calls) == 2, rec.calls
-        first, second = rec.calls
-        assert first["grads"] is None and first["pull"] == ["w"]
-        assert first["pull_rows"]["t"].tolist() == [1, 3]       # unique, sorted
-        assert second["grads"] is not None and second["rows"][0][0] == "t"
-        assert second["pull"] == ["w"] and second["pull_rows"]["t"].tolist() == [4, 5]
-        # the forward finds its rows with the inverse computed in the background
-        unique, inverse, rows = pipe.take_rows("t", torch.tensor([3, 1, 3]))
-        assert unique.tolist() == [1, 3] and inverse.tolist() == [1, 0, 1]
-        assert rows.shape == (2, 2)
-        assert pipe.take_rows("t", torch.tensor([5, 5])) is None  # not the ids prefetched
-    finally:
-        pipe.close()
-
-
-def test_without_prefetches_a_push_goes_alone_and_flush_does_not_wait_for_one():
-    rec = Recorder()
-    pipe = Pipeline(lambda: rec, max_inflight=2)
-    pipe.set_layout({"w": 0})
-    try:
-        pipe.submit(_push(1))
-        pipe.submit(_push(2))
-        pipe.flush(10)
-        assert [c["pull"] for c in rec.calls] == [None, None]
-        assert all(c["grads"] is not None for c in rec.calls)
-        # prefetches seen once: a push waits for the one after it, but flush sends it now
-        pipe.prefetch(None, {})
-        rec.gate.clear()
-        pipe.submit(_push(3))
-        rec.gate.set()
-        pipe.flush(10)
-        # flush waits for the pushes; the prefetch given before it may still be on its way in
-        # the other lane (the two are sent at once)
-        assert sum(c["grads"] is not None for c in rec.calls) == 3, rec.calls
-    finally:
-        pipe.close()
 
 
 class Acks:
@@ -100,86 +60,138 @@ class Acks:
         self.events.append(("abandon", message))
 
 
-class Gated(Recorder):
-    """Each call waits for its own gate (by call number), so the test picks the answer order."""
-
-    def __init__(self, fail: set[int] = frozenset()):
-        super().__init__()
-        self.gates = [threading.Event() for _ in range(8)]
-        self.started = [threading.Event() for _ in range(8)]
-        self.fail = fail
-        self.lock = threading.Lock()
-
-    def step(self, grads=None, versions=None, rows=(), pull=None, pull_rows=None):
-        with self.lock:
-            n = len(self.calls)
-            self.calls.append(dict(grads=grads))
-        self.started[n].set()
-        assert self.gates[n].wait(10), f"call {n} was never let through"
-        if n in self.fail:
-            raise ConnectionError(f"call {n} failed")
-        return StepOutcome()
+@pytest.fixture
+def acks(monkeypatch) -> Acks:
+    recorded = Acks()
+    monkeypatch.setattr(pipeline, "ack", recorded)
+    return recorded
 
 
-@contextlib.contextmanager
-def _two_pushes_in_flight(monkeypatch, fail=frozenset()):
-    """Two lanes, two pushes given, both on their way and neither answered yet."""
-    import worker_sdk.pipeline as pipeline
+def _push(mark: int) -> PushJob:
+    return PushJob(mark=mark, versions={"w": 0}, grads={"w": torch.ones(1)},
+                   rows=[("t", torch.tensor([1, 2]), torch.ones(2, 2))])
 
-    acks = Acks()
-    monkeypatch.setattr(pipeline, "ack", acks)
-    rec = Gated(fail)
+
+def test_a_push_and_the_prefetch_after_it_leave_as_one_step(acks):
+    rec = Recorder()
+    pipe = Pipeline(lambda: rec, max_inflight=1)
+    pipe.set_layout({"w": 0})
+    pipe.prefetch(None, {"t": torch.tensor([3, 1, 3])})    # step 1's data: reads only
+    pipe.submit(_push(1))                                   # step 1's push ...
+    assert len(rec.calls) == 1  # ... held for the prefetch that follows it
+    pipe.prefetch(None, {"t": torch.tensor([5, 4])})       # ... and step 3's data
+    pipe.flush(10)
+    assert len(rec.calls) == 2, rec.calls
+    first, second = rec.calls
+    assert first["grads"] is None and first["pull"] == ["w"]
+    assert first["pull_rows"]["t"].tolist() == [1, 3]       # unique, sorted
+    assert second["grads"] is not None and second["rows"][0][0] == "t"
+    assert second["pull"] == ["w"] and second["pull_rows"]["t"].tolist() == [4, 5]
+    # the forward finds its rows with the inverse computed when the prefetch was sent
+    unique, inverse, rows = pipe.take_rows("t", torch.tensor([3, 1, 3]))
+    assert unique.tolist() == [1, 3] and inverse.tolist() == [1, 0, 1]
+    assert rows.shape == (2, 2)
+    assert pipe.take_rows("t", torch.tensor([5, 5])) is None  # not the ids prefetched
+    assert acks.events == [("trained", 1)]
+
+
+def test_steps_leave_at_once_and_are_collected_only_when_needed(acks):
+    rec = Recorder()
+    pipe = Pipeline(lambda: rec, max_inflight=1)
+    pipe.set_layout({"w": 0})
+    pipe.prefetch(None, {"t": torch.tensor([1])})
+    assert len(rec.calls) == 1 and rec.collected == []  # sent, not waited for
+    assert pipe.take_dense(["w"]) is not None  # the loop's pull collects it
+    assert rec.collected == [0]
+    pipe.submit(_push(1))
+    pipe.prefetch(None, {"t": torch.tensor([2])})
+    assert rec.collected == [0] and acks.events == []  # in flight while the loop computes
+    pipe.take_rows("t", torch.tensor([1]))  # the first prefetch's rows: nothing to wait for
+    assert rec.collected == [0]
+    assert pipe.take_dense(["w"]) is not None
+    assert rec.collected == [0, 1] and acks.events == [("trained", 1)]
+
+
+def test_without_prefetches_a_push_goes_at_once_and_flush_sends_a_held_one(acks):
+    rec = Recorder()
     pipe = Pipeline(lambda: rec, max_inflight=2)
-    try:
-        pipe.submit(_push(1))
-        pipe.submit(_push(2))
-        # both are on their way before either is answered: one per lane
-        assert rec.started[0].wait(10) and rec.started[1].wait(10)
-        yield pipe, rec, acks
-    finally:
-        for gate in rec.gates:
-            gate.set()
-        pipe.close()
+    pipe.set_layout({"w": 0})
+    pipe.submit(_push(1))
+    pipe.submit(_push(2))
+    assert [c["pull"] for c in rec.calls] == [None, None]  # each sent alone, at once
+    assert rec.collected == []  # two in flight: room for both
+    pipe.submit(_push(3))
+    assert rec.collected == [0]  # room for the third: the oldest is collected
+    pipe.flush(10)
+    assert rec.collected == [0, 1, 2]
+    assert acks.events == [("trained", 1), ("trained", 2), ("trained", 3)]
+    # once prefetches follow pushes, a push waits for the next one; flush sends it alone
+    pipe.prefetch(None, {})
+    pipe.submit(_push(4))
+    assert len(rec.calls) == 4
+    pipe.flush(10)
+    assert len(rec.calls) == 5 and rec.calls[-1]["pull"] is None
+    assert acks.events[-1] == ("trained", 4)
 
 
-def test_two_lanes_send_two_steps_at_once_and_settle_the_pushes_in_order(monkeypatch):
-    with _two_pushes_in_flight(monkeypatch) as (pipe, rec, acks):
-        rec.gates[1].set()  # the second push is answered first ...
-        time.sleep(0.2)
-        assert acks.events == []  # ... and acknowledges nothing before the first is answered
-        rec.gates[0].set()
+def test_a_pull_without_a_prefetch_sends_the_held_push_first(acks):
+    rec = Recorder()
+    pipe = Pipeline(lambda: rec, max_inflight=1)
+    pipe.prefetch(None, {})
+    pipe.take_dense(["w"])
+    pipe.submit(_push(1))  # held: prefetches followed pushes so far
+    assert pipe.take_dense(["w"]) is None  # no prefetch to take: the caller pulls itself ...
+    assert rec.calls[-1]["grads"] is not None  # ... after the push left
+
+
+def test_pushes_settle_in_order_and_after_a_failure_acknowledge_nothing(acks):
+    rec = Recorder(fail=frozenset({0}))
+    pipe = Pipeline(lambda: rec, max_inflight=2)
+    pipe.submit(_push(1))
+    pipe.submit(_push(2))  # both on their way before either is answered
+    assert len(rec.calls) == 2 and rec.collected == []
+    with pytest.raises(PushFailed):
         pipe.flush(10)
-        assert acks.events == [("trained", 1), ("trained", 2)]
+    # the second was answered (applied by the PS) but the one before it failed
+    assert rec.collected == [0, 1]
+    assert [kind for kind, _ in acks.events] == ["abandon"]
+    pipe.submit(_push(3))  # given after the failure: dropped unsent
+    pipe.flush(10)
+    assert len(rec.calls) == 2 and [kind for kind, _ in acks.events] == ["abandon"]
 
 
-def test_a_push_answered_after_a_failed_one_acknowledges_nothing(monkeypatch):
-    with _two_pushes_in_flight(monkeypatch, fail={0}) as (pipe, rec, acks):
-        rec.gates[1].set()  # applied by the PS, answered ...
-        rec.gates[0].set()  # ... but the push before it failed
-        with pytest.raises(PushFailed):
-            pipe.flush(10)
-        assert [kind for kind, _ in acks.events] == ["abandon"]
-        pipe.submit(_push(3))  # given after the failure: dropped unsent
-        pipe.flush(10)
-        assert len(rec.calls) == 2 and [kind for kind, _ in acks.events] == ["abandon"]
-
-
-def test_a_lane_whose_client_cannot_be_made_fails_the_push_instead_of_hanging(monkeypatch):
-    import worker_sdk.pipeline as pipeline
-
-    acks = Acks()
-    monkeypatch.setattr(pipeline, "ack", acks)
-
+def test_a_push_whose_client_cannot_be_made_fails_instead_of_hanging(acks):
     def broken():
         raise ConnectionError("no PS list from the master")
 
     pipe = Pipeline(broken, max_inflight=2)
-    try:
-        job = pipe.prefetch(None, {"t": torch.tensor([1])})
-        pipe.submit(_push(1))
-        with pytest.raises(PushFailed):
+    pipe.prefetch(None, {"t": torch.tensor([1])})
+    pipe.submit(_push(1))
+    with pytest.raises(PushFailed):
+        pipe.flush(10)
+    assert pipe.take_rows("t", torch.tensor([1])) is None  # failed prefetch: pull instead
+    assert [kind for kind, _ in acks.events] == ["abandon"]
+
+
+def test_another_thread_flushes_what_the_loop_left_in_flight(acks):
+    """SIGTERM's hand-back flushes from its own thread (worker_sdk/preempt.py)."""
+    rec = Recorder()
+    pipe = Pipeline(lambda: rec, max_inflight=2)
+    pipe.prefetch(None, {})
+    pipe.submit(_push(1))
+    pipe.prefetch(None, {})
+    pipe.submit(_push(2))  # held
+    errors: list[BaseException] = []
+
+    def flush():
+        try:
             pipe.flush(10)
-        assert pipe.take_rows("t", torch.tensor([1])) is None  # failed prefetch: pull instead
-        assert job is None and [kind for kind, _ in acks.events] == ["abandon"]
-    finally:
-        pipe.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=flush)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive() and errors == []
+    assert acks.events == [("trained", 1), ("trained", 2)]
+    assert rec.collected == [0, 1, 2]
