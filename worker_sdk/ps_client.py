@@ -13,12 +13,13 @@ parameter locally: its forward pulls the rows of the ids in the batch, and `push
 gradients as rows, with the dense gradients, in one `Step` message per PS (worker_sdk/ps_steps.py). `push` is also the acknowledgement point of the SDK: once it has returned,
 every record delivered to the loop before it started counts as trained (worker_sdk.ack).
 
-The pipelined step (worker_sdk/pipeline.py): `prefetch(next_ids)` fetches the next batch's dense
-parameters and embedding rows while the current batch computes, and `push(model, wait=False)`
-sends in the background with at most `max_inflight` pushes unanswered (one lane each); a push
-and the prefetch given after it leave together, one Step per PS. Records are acknowledged
-when their push is answered, in the order the pushes were given; a push that failed is raised at the next call and its records
-are never acknowledged.
+The pipelined step (worker_sdk/pipeline.py): `prefetch(next_ids)` sends the request for the
+next batch's dense parameters and embedding rows, answered while the current batch computes,
+and `push(model, wait=False)` returns at once with at most `max_inflight` pushes unanswered; a
+push and the prefetch given after it leave together, one Step per PS, from the caller's thread
+(no background thread). Records are acknowledged when their push is answered, in the order the
+pushes were given; a push that failed is raised at the next call and its records are never
+acknowledged.
 """
 from __future__ import annotations
 
@@ -103,8 +104,8 @@ class PSClient:
                  discovery_timeout_s: float = 60.0, max_inflight: int = 1,
                  tls_ca: str | None = None, auth_token: str | None = None,
                  retry_budget_s: float = RETRY_BUDGET_S):
-        """max_inflight: pushes `push(wait=False)` may leave unanswered (a further push waits);
-        each has its own background lane, so that many steps' messages may be on their way.
+        """max_inflight: pushes `push(wait=False)` may leave unanswered (a further push first
+        collects the oldest answer); each message in flight has its own connection.
         retry_budget_s: how long one call keeps retrying a PS that does not answer before it
         raises PSUnavailable (worker_sdk.ps_data).
         tls_ca, auth_token: as MasterClient's (None: ELASTIC_PS_TLS_CA,
@@ -115,7 +116,7 @@ class PSClient:
                        discovery_timeout_s=discovery_timeout_s, tls_ca=tls_ca,
                        auth_token=auth_token, retry_budget_s=retry_budget_s)
         self.data = DataClient(**options)
-        # each background lane makes its own client: a DataClient is not thread-safe
+        # one client per message in flight: a client has one call outstanding at most
         self.pipeline = Pipeline(lambda: DataClient(**options), max_inflight)
         self.pushes = 0
         self.stale_refusals = 0
@@ -158,9 +159,10 @@ class PSClient:
         self.pipeline.set_layout(self.data.owner)
 
     def prefetch(self, next_ids=None, model: nn.Module | None = None) -> None:
-        """Start fetching the next step's dense parameters (all of them, or `model`'s) and the
-        embedding rows of `next_ids` (a tensor of ids for a model with one ElasticEmbedding,
-        or {table: ids}) in the background. The next `pull` and the embeddings' next forward
+        """Send the request for the next step's dense parameters (all of them, or `model`'s)
+        and the embedding rows of `next_ids` (a tensor of ids for a model with one
+        ElasticEmbedding, or {table: ids}), and return. The next `pull` and the embeddings'
+        next forward
         use what was fetched (rows only when the forward's ids are the ones given here)."""
         self.pipeline.raise_failure()
         names = [n for n, _ in model.named_parameters()] if model is not None else None
@@ -211,8 +213,9 @@ class PSClient:
         """Send the gradients of the last backward (dense and embedding rows) and clear them.
 
         wait=True: the push is answered before this returns, and every record delivered to the
-        loop before this call counts as trained. wait=False: it is sent in the background (this
-        waits only while `max_inflight` pushes are unanswered) and those records count as
+        loop before this call counts as trained. wait=False: it is sent without waiting for the
+        answer (with the next prefetch, when the loop prefetches; this waits only while
+        `max_inflight` pushes are unanswered) and those records count as
         trained once it is answered; a failure is raised at the next call (pull, push,
         prefetch, flush), and the records in flight are then never acknowledged (their leases
         are reported FAILED with what was trained before).
@@ -235,7 +238,7 @@ class PSClient:
         if not wait:
             self.pipeline.submit(job)
             return None
-        self.pipeline.flush()  # in order: earlier background pushes first
+        self.pipeline.flush()  # in order: earlier pushes in flight first
         started = time.perf_counter()
         try:
             outcome = self.data.step(job.grads or None, job.versions, job.rows).push
@@ -252,7 +255,8 @@ class PSClient:
         return outcome
 
     def flush(self, timeout_s: float | None = None) -> None:
-        """Wait until every background push is answered; raise the first failure."""
+        """Send a push still held and wait until every push is answered; raise the first
+        failure."""
         self.pipeline.flush(timeout_s)
         self.stale_refusals += self.pipeline.take_stale()
         self.max_staleness_seen = max(self.max_staleness_seen, self.pipeline.max_staleness)

@@ -3,8 +3,8 @@
     python -m benchmarks.train.worker --master HOST:PORT --data DIR --batch 1024 --out F.json
 
 It loads everything, waits for `--start-when` (so that several workers start together), then
-trains like examples/ctr/train.py (range reads, the next batch's rows prefetched, pushes in the
-background) and writes its records, wall time and step timeline to `--out`: seconds reading
+trains like examples/ctr/train.py (range reads, the next batch's rows prefetched, pushes that
+do not wait for their answers) and writes its records, wall time and step timeline to `--out`: seconds reading
 (waiting for the next batch, leasing included), waiting on pulls (dense and rows not yet
 there), waiting on pushes (room for the next one, the last ones answered), computing (the rest).
 """

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="read DIR/train.parquet (make_ctr_data.py --parquet) with ParquetReader "
                         "instead of the numpy memmaps")
     p.add_argument("--max-inflight", type=int, default=1,
-                   help="pushes sent in the background and not yet answered")
+                   help="pushes sent and not yet answered")
     p.add_argument("--eval", action="store_true", help="only evaluate the current model")
     p.add_argument("--log-every", type=float, default=5.0, help="seconds between progress lines")
     p.add_argument("--start-when", metavar="PATH",
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     failures_in_a_row = 0
     # the fast path: ClickLog reads a leased range in one call (read/take), the next batch's
     # embedding rows and dense parameters are fetched while this one computes, and pushes go
-    # out in the background (a batch counts as trained once its push is answered)
+    # out without waiting for their answers (a batch counts as trained once its push is answered)
     prefetch = lambda batch: client.prefetch(batch[0])  # noqa: E731
     batches = (ds.loader(args.batch_size, num_workers=args.num_workers, prefetch=prefetch)
                if args.num_workers else ds.batches(args.batch_size, prefetch=prefetch))
