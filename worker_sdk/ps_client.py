@@ -35,7 +35,7 @@ from ps.embedding import TableSpec
 from ps.partition import check_row_ids
 
 from . import ack
-from .pipeline import Pipeline, PushJob
+from .pipeline import Pipeline, PushJob, unique_inverse
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class PSClient:
         got = self.pipeline.take_rows(table, ids)
         if got is not None:
             return got
-        unique, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
+        unique, inverse = unique_inverse(ids)
         started = time.perf_counter()
         rows = self.data.pull_rows(table, unique).clone()
         self.pipeline.wait_pull_s += time.perf_counter() - started
