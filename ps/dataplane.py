@@ -49,6 +49,12 @@ log = logging.getLogger(__name__)
 # Below this size a tensor is copied into the reply (cheaper than a tracked zero-copy frame).
 ZERO_COPY_MIN_BYTES = 64 * 1024
 POLL_MS = 100
+# threads=AUTO: one handler thread, and AUTO_THREADS while this PS is a primary with backups
+# (each mutation's handler then waits for the backups' acknowledgement, and the others keep
+# serving). One handler is faster otherwise: several of them on a few cores take turns at the
+# GIL for every request (bench_train and bench_ps, docs/benchmarks.md).
+AUTO = -1
+AUTO_THREADS = 4
 CLIENT_KINDS = frozenset({"init_parameters", "pull", "push", "pull_rows", "push_rows", "step"})
 # `recv_into` needs a buffer: the frames of a refused over-long message are read into this
 # one byte (and so truncated and dropped) instead of each becoming an object.
@@ -104,7 +110,7 @@ def _export(t: torch.Tensor):
 
 
 class DataPlane:
-    def __init__(self, store: ParamStore, host: str = "0.0.0.0", port: int = 0, threads: int = 4,
+    def __init__(self, store: ParamStore, host: str = "0.0.0.0", port: int = 0, threads: int = AUTO,
                  max_frame_bytes: int = 2**31, ipc_path: str = "", ipc_optional: bool = False,
                  token: str = "", curve_keypair: tuple[bytes, bytes] | None = None,
                  replica=None, on_failure: Callable[[str], None] | None = None):
@@ -119,19 +125,21 @@ class DataPlane:
         # ps.replica.ReplicaNode: decides by this PS's role what is served (None: standalone)
         self.replica = replica
         if replica is not None:
-            replica.bind(self.dispatch)
+            replica.bind(self.dispatch, self.grow)
         self.ipc_path = ipc_path
         self.ipc_optional = ipc_optional
         self.local_endpoint = ""
         self.store = store
         self.host = host
         self.port = port
-        self.threads = threads
+        self.auto = threads == AUTO
+        self.threads = 1 if self.auto else threads
         self.max_frame_bytes = max_frame_bytes
         self.ctx = zmq.Context(io_threads=1)
         self._backend_addr = f"inproc://ps-data-{uuid.uuid4().hex}"
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._grow_lock = threading.Lock()
         self.frontend: zmq.Socket | None = None
         self.bound_port = 0
 
@@ -203,11 +211,31 @@ class DataPlane:
                 self._ended("the data plane proxy")
 
         self._threads.append(threading.Thread(target=proxy, name="ps-data-proxy", daemon=True))
-        for i in range(self.threads):
-            self._threads.append(
-                threading.Thread(target=self._serve, name=f"ps-data-{i}", daemon=True))
-        for t in self._threads:
-            t.start()
+        self._threads[0].start()
+        self._add_handlers(self.threads)
+
+    def _add_handlers(self, n: int) -> None:
+        with self._grow_lock:
+            for _ in range(n):
+                t = threading.Thread(target=self._serve, name=f"ps-data-{len(self._threads) - 1}",
+                                     daemon=True)
+                self._threads.append(t)
+                t.start()
+
+    def grow(self) -> None:
+        """With threads=AUTO: serve with AUTO_THREADS handlers from now on (a primary with
+        backups); otherwise nothing changes."""
+        if not self.auto or self._stop.is_set():
+            return
+        with self._grow_lock:
+            if not self._threads:  # not serving yet: start() starts them all
+                self.threads = AUTO_THREADS
+                return
+            missing = AUTO_THREADS - (len(self._threads) - 1)  # less the proxy
+        if missing > 0:
+            log.info("serving with %d data plane handler threads (a primary with backups)",
+                     AUTO_THREADS)
+            self._add_handlers(missing)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving: handler threads finish the request in hand, then sockets close.

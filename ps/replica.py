@@ -77,11 +77,15 @@ class ReplicaNode:
         # (generation, in_sync) -> the lease granted, in seconds
         self.report: Callable[[int, list[str]], float] | None = None
         self._dispatch: Callable[[str, ps_pb2.DataRequest, list], list] | None = None
+        self._grow: Callable[[], None] = lambda: None
         self._lock = threading.Lock()
 
-    def bind(self, dispatch: Callable[[str, ps_pb2.DataRequest, list], list]) -> None:
-        """The data plane's own handler of a decoded request (kind, request, frames)."""
+    def bind(self, dispatch: Callable[[str, ps_pb2.DataRequest, list], list],
+             grow: Callable[[], None] = lambda: None) -> None:
+        """The data plane's own handler of a decoded request (kind, request, frames), and how
+        to give it more handler threads (a primary with backups waits for them in handlers)."""
         self._dispatch = dispatch
+        self._grow = grow
 
     # -- the gate ------------------------------------------------------------------------------
 
@@ -125,6 +129,8 @@ class ReplicaNode:
     def on_role(self, role: str, generation: int, primary: ps_pb2.PSInfo, replicas: int) -> None:
         with self._lock:
             self.replicas = replicas
+            if role == Role.PRIMARY and replicas > 0:
+                self._grow()
             if role == Role.PRIMARY:
                 if self.role == Role.PRIMARY and self.generation == generation:
                     return

@@ -34,7 +34,7 @@ class PSSettings:
     checkpoint_interval: float = 30.0
     keep_checkpoints: int = 3
     max_staleness: int = -1
-    threads: int = 4
+    threads: int = -1  # dataplane.AUTO
     grpc_threads: int = 8
     register_interval: float = 2.0
     max_frame_mb: int = 2048
@@ -102,7 +102,8 @@ def parse(argv: list[str] | None = None) -> PSSettings:
            "refuse a gradient more than this many versions stale (FAILED_PRECONDITION, "
            "reason STALE_GRADIENT); -1: accept any")
     p.flag("--threads", d.threads,
-           "data plane handler threads (0: one thread serves the socket directly)")
+           "data plane handler threads (0: one thread serves the socket directly; -1: one "
+           "handler, 4 while this PS is a primary with backups)")
     p.flag("--grpc-threads", d.grpc_threads, "gRPC handler threads")
     p.flag("--register-interval", d.register_interval,
            "seconds between checks that the master still lists this PS")
@@ -156,8 +157,8 @@ def check(s: PSSettings) -> list[str]:
         problems.append("--keep-checkpoints must be >= 1")
     if s.max_staleness < -1:
         problems.append("--max-staleness must be >= 0, or -1 for no limit")
-    if s.threads < 0 or s.grpc_threads < 2:
-        problems.append("--threads must be >= 0 and --grpc-threads >= 2")
+    if s.threads < -1 or s.grpc_threads < 2:
+        problems.append("--threads must be >= -1 (-1: automatic) and --grpc-threads >= 2")
     if s.register_interval <= 0:
         problems.append("--register-interval must be > 0")
     if s.max_frame_mb < 1:

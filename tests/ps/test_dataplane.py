@@ -346,3 +346,31 @@ def test_an_empty_tensor_with_huge_dimensions_is_refused_not_internal(inproc_ps)
     meta = ps_pb2.TensorMeta(name="w", dtype="float32", shape=[0, 2**40, 2**40])
     resp, _ = _raw(ps, _req(push=ps_pb2.Push(tensors=[meta], versions=[0])), b"")
     assert resp.code == ps_pb2.DataResponse.Code.INVALID_ARGUMENT, resp
+
+
+def test_auto_threads_serve_with_one_handler_and_four_for_a_primary_with_backups():
+    from protos import master_pb2
+    from ps.dataplane import AUTO, AUTO_THREADS, DataPlane
+    from ps.replica import ReplicaNode, Role
+
+    store = ParamStore()
+    node = ReplicaNode(store, zmq.Context.instance(), "", "instance", data_address="")
+    plane = DataPlane(store, host="127.0.0.1", port=0, threads=AUTO, replica=node)
+    plane.bind()
+    plane.start()
+    try:
+        handlers = lambda: [t for t in plane._threads if t.name != "ps-data-proxy"]  # noqa: E731
+        assert len(handlers()) == 1
+        node.on_role(Role.PRIMARY, 1, master_pb2.PSInfo(), replicas=0)
+        assert len(handlers()) == 1  # a primary without backups never waits in a handler
+        with _client(f"tcp://127.0.0.1:{plane.bound_port}".split()) as c:
+            c.init_parameters({"w": torch.zeros(3)}, "sgd", lr=1.0)
+            node.on_role(Role.PRIMARY, 1, master_pb2.PSInfo(), replicas=1)
+            assert len(handlers()) == AUTO_THREADS and all(t.is_alive() for t in handlers())
+            node.on_role(Role.PRIMARY, 1, master_pb2.PSInfo(), replicas=1)
+            assert len(handlers()) == AUTO_THREADS  # once
+            assert torch.equal(c.pull(["w"])["w"], torch.zeros(3))  # still served
+    finally:
+        plane.stop()
+        if node.primary is not None:
+            node.primary.close()
