@@ -262,11 +262,15 @@ class Pipeline:
         except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
             if client is not None:
                 self._free.append(client)
-            while push is not None and self._flights:
+            while push is not None and self._flights and isinstance(exc, Exception):
                 self._collect()  # the pushes before this one settle first
             self._failed(push, fetch, exc)
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit: the push is failed, the caller stops
             return
         self._flights.append(_Flight(client, pending, push, fetch, inverse))
+        while len(self._flights) > self._max_inflight + MAX_PREFETCHED:
+            self._collect()  # prefetches never pulled: bounded like the ones kept
 
     def _collect(self) -> None:
         """Wait for the oldest Step in flight and settle it."""
@@ -276,6 +280,8 @@ class Pipeline:
         except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
             self._free.append(flight.client)
             self._failed(flight.push, flight.fetch, exc)
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit: the push is failed, the caller stops
             return
         self._free.append(flight.client)
         fetch = flight.fetch

@@ -195,3 +195,40 @@ def test_another_thread_flushes_what_the_loop_left_in_flight(acks):
     assert not thread.is_alive() and errors == []
     assert acks.events == [("trained", 1), ("trained", 2)]
     assert rec.collected == [0, 1, 2]
+
+
+def test_prefetches_never_pulled_keep_a_bounded_number_of_steps_in_flight(acks):
+    made: list[Recorder] = []
+
+    def make():
+        made.append(Recorder())
+        return made[-1]
+
+    pipe = Pipeline(make, max_inflight=2)
+    for i in range(50):
+        pipe.prefetch(None, {"t": torch.tensor([i])})
+    # each Step in flight holds a client; the oldest are collected to make room
+    assert len(made) <= 2 + pipeline.MAX_PREFETCHED + 1
+    assert len(pipe._flights) <= 2 + pipeline.MAX_PREFETCHED
+
+
+def test_an_interrupt_while_collecting_fails_the_push_and_reaches_the_caller(acks):
+    class Interrupted(Recorder):
+        def begin_step(self, *args, **kwargs):
+            pending = super().begin_step(*args, **kwargs)
+
+            def result():
+                raise KeyboardInterrupt
+
+            pending.result = result
+            return pending
+
+    rec = Interrupted()
+    pipe = Pipeline(lambda: rec, max_inflight=1)
+    pipe.submit(_push(1))
+    with pytest.raises(KeyboardInterrupt):
+        pipe.flush(10)
+    # applied or not, the push's records are never acknowledged; the next call says why
+    assert [kind for kind, _ in acks.events] == ["abandon"]
+    with pytest.raises(PushFailed):
+        pipe.raise_failure()
