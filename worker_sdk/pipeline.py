@@ -66,6 +66,8 @@ def unique_inverse(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         unique, inverse = np.unique(flat.numpy(), return_inverse=True)
         return torch.from_numpy(unique), torch.from_numpy(inverse.reshape(-1))
     return torch.unique(flat, return_inverse=True)
+
+
 _DROPPED = object()  # marker: a push never sent
 
 

@@ -100,10 +100,6 @@ class PendingCall:
         self._error: BaseException | None = None
         self._done = False
 
-    @property
-    def done(self) -> bool:
-        return self._done
-
     def wait(self) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
         """The answers (as `_call` returns them), waiting and retrying as `_call` does; raises
         what `_call` raises. Waiting again returns (or raises) the same."""

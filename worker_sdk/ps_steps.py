@@ -179,11 +179,6 @@ class PendingStep:
         self._pending = pending  # ps_data.PendingCall, None: nothing was sent
         self._context = context
 
-    @property
-    def done(self) -> bool:
-        """Whether `result()` has collected the answers already."""
-        return self._pending is None or self._pending.done
-
     def result(self) -> StepOutcome:
         answers = None if self._pending is None else self._pending.wait()
         return self._client._step_outcome(answers, *self._context)
