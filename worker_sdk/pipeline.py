@@ -137,7 +137,9 @@ class Pipeline:
 
     def submit(self, job: PushJob) -> None:
         with self._lock:
-            self._send_held()
+            if self._held is not None:  # no prefetch came after the last push: stop holding
+                self._expect_prefetch = False
+                self._send_held()
             started = time.perf_counter()
             while self._pushes_unanswered() >= self._max_inflight:
                 self._collect()
@@ -164,9 +166,10 @@ class Pipeline:
         """(tensors, versions) of the oldest prefetch whose dense tensors are unused, waiting
         for it; None when there is none (or it failed)."""
         with self._lock:
-            self._send_held()  # a pull without a prefetch: the push goes first
+            self._send_held()  # a pull before the prefetch: the push goes first
             job = next((j for j in self._prefetched if not j.dense_used), None)
             if job is None:
+                self._expect_prefetch = False  # this loop pulls without prefetching
                 return None
             self._wait(job)
             job.dense_used = True

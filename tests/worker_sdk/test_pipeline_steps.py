@@ -232,3 +232,18 @@ def test_an_interrupt_while_collecting_fails_the_push_and_reaches_the_caller(ack
     assert [kind for kind, _ in acks.events] == ["abandon"]
     with pytest.raises(PushFailed):
         pipe.raise_failure()
+
+
+def test_a_loop_that_stops_prefetching_stops_having_its_pushes_held(acks):
+    rec = Recorder()
+    pipe = Pipeline(lambda: rec, max_inflight=2)
+    pipe.prefetch(None, {})
+    pipe.take_dense(["w"])
+    pipe.submit(_push(1))  # held for the prefetch that usually follows
+    assert len(rec.calls) == 1
+    pipe.submit(_push(2))  # none came: the held push goes, and pushes are no longer held
+    assert len(rec.calls) == 3 and all(c["grads"] is not None for c in rec.calls[1:])
+    pipe.submit(_push(3))
+    assert len(rec.calls) == 4  # sent at once
+    pipe.flush(10)
+    assert acks.events == [("trained", 1), ("trained", 2), ("trained", 3)]
