@@ -11,7 +11,7 @@ two cores, handing each step to a background thread cost more than the overlap w
 A push and the prefetch given right after it go out together, one Step per PS: once the loop
 has shown that prefetches follow its pushes (`ds.batches` calls the hook first thing in the
 next step), a push is held until the next call (a prefetch takes it along; any other call
-sends it alone first). A prefetch given after a push therefore reads the parameters with that
+sends it alone first, and pushes then go at once until the loop prefetches again). A prefetch given after a push therefore reads the parameters with that
 push; one given before it, without.
 
 Every Step in flight has its own `DataClient` (made on first need; a client has one call
