@@ -212,15 +212,16 @@ class DataPlane:
 
         self._threads.append(threading.Thread(target=proxy, name="ps-data-proxy", daemon=True))
         self._threads[0].start()
-        self._add_handlers(self.threads)
+        with self._grow_lock:
+            self._add_handlers(self.threads)
 
     def _add_handlers(self, n: int) -> None:
-        with self._grow_lock:
-            for _ in range(n):
-                t = threading.Thread(target=self._serve, name=f"ps-data-{len(self._threads) - 1}",
-                                     daemon=True)
-                self._threads.append(t)
-                t.start()
+        """Under _grow_lock."""
+        for _ in range(n):
+            t = threading.Thread(target=self._serve, name=f"ps-data-{len(self._threads) - 1}",
+                                 daemon=True)
+            self._threads.append(t)
+            t.start()
 
     def grow(self) -> None:
         """With threads=AUTO: serve with AUTO_THREADS handlers from now on (a primary with
@@ -232,10 +233,10 @@ class DataPlane:
                 self.threads = AUTO_THREADS
                 return
             missing = AUTO_THREADS - (len(self._threads) - 1)  # less the proxy
-        if missing > 0:
-            log.info("serving with %d data plane handler threads (a primary with backups)",
-                     AUTO_THREADS)
-            self._add_handlers(missing)
+            if missing > 0:  # counted and added under one lock: two calls add them once
+                log.info("serving with %d data plane handler threads (a primary with "
+                         "backups)", AUTO_THREADS)
+                self._add_handlers(missing)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving: handler threads finish the request in hand, then sockets close.

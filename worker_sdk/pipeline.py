@@ -283,12 +283,12 @@ class Pipeline:
         try:
             outcome = flight.pending.result()
         except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
-            self._free.append(flight.client)
             self._failed(flight.push, flight.fetch, exc)
             if not isinstance(exc, Exception):
                 raise  # KeyboardInterrupt, SystemExit: the push is failed, the caller stops
             return
-        self._free.append(flight.client)
+        finally:
+            self._free.append(flight.client)  # its call is over, answered or not
         fetch = flight.fetch
         if fetch is not None:
             if outcome.dense is not None:
