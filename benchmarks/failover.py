@@ -26,7 +26,7 @@ import torch
 
 from cluster.launch import Launcher
 from protos import master_pb2 as pb
-from worker_sdk.ps_data import DataClient
+from worker_sdk.ps.data_client import DataClient
 
 from .report import git_commit, machine, write_json
 

@@ -1,7 +1,7 @@
 """Worker killed -> its data handed to another worker, with the master's defaults.
 
 A real master (default flags: 1 s heartbeats, 3 s worker timeout) and a simulated worker
-process (`python -m worker_sdk.simworker`, which heartbeats like the SDK) that holds leases while it
+process (`python -m worker_sdk.data.simworker`, which heartbeats like the SDK) that holds leases while it
 "trains" slowly. The worker is SIGKILLed at a random moment of its heartbeat cycle; a second
 worker, already waiting, records when it receives a lease of one of the victim's shards.
 DESIGN.md's target: at most 3 s.
@@ -19,7 +19,7 @@ import threading
 import time
 
 from cluster.launch import Launcher
-from worker_sdk.simworker import SimWorker
+from worker_sdk.data.simworker import SimWorker
 from protos import master_pb2 as pb
 
 
@@ -37,7 +37,7 @@ def trial(launcher: Launcher, address: str, stub, n: int) -> float:
     dataset = f"handover-{n}"
     stub.CreateDataset(pb.DatasetSpec(name=dataset, num_records=4000, shard_size=100,
                                       num_epochs=1), timeout=5)
-    victim = launcher.python("-m", "worker_sdk.simworker", "--master", address, "--dataset",
+    victim = launcher.python("-m", "worker_sdk.data.simworker", "--master", address, "--dataset",
                              dataset, "--name", "victim", "--max-shards", "40",
                              "--seconds-per-record", "0.1", name="victim")
     try:

@@ -26,7 +26,7 @@ from cluster.certs import make_tls_files
 from cluster.launch import Launcher
 from protos import master_pb2, master_pb2_grpc, ps_pb2, ps_pb2_grpc
 from rpckit import auth
-from worker_sdk.ps_data import DataClient
+from worker_sdk.ps.data_client import DataClient
 
 TOKEN = "bench-token-0123456789abcdef"
 MODES = ("plain", "token", "tls+token")

@@ -201,7 +201,7 @@ class LocalCluster:
         from examples.ctr.dataset import ClickLog
         from examples.ctr.evaluate import evaluate
         from examples.ctr.model import build_model
-        from worker_sdk.ps_client import PSClient
+        from worker_sdk.ps.client import PSClient
 
         if self._evaluator is None:
             test = ClickLog(self.data, "test")

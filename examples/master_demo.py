@@ -25,7 +25,7 @@ from protos import master_pb2_grpc as pb_grpc
 
 def start_worker(launcher: Launcher, address: str, name: str, dataset: str,
                  spr: float) -> Proc:
-    return launcher.python("-m", "worker_sdk.simworker", "--master", address, "--dataset", dataset,
+    return launcher.python("-m", "worker_sdk.data.simworker", "--master", address, "--dataset", dataset,
                            "--name", name, "--seconds-per-record", str(spr), name=name)
 
 

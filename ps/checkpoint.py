@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from .params import ParamStore
-from .wire import as_buffer
+from pswire.frames import as_buffer
 
 log = logging.getLogger(__name__)
 

@@ -34,14 +34,14 @@ from google.protobuf.message import DecodeError
 
 from protos import ps_pb2
 
-from .embedding import TableSpec
+from pswire.tables import TableSpec
 from rpckit import auth
 from rpckit.errors import Reason, ServiceError, invalid
 from .limits import Limits, too_large
-from .optim import config_from_pb
+from pswire.optimizers import config_from_pb
 from .params import ParamStore
 from .steps import StepParts
-from .wire import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number, error_response,
+from pswire.frames import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number, error_response,
                    from_frame, meta_of)
 
 log = logging.getLogger(__name__)

@@ -8,19 +8,15 @@ Rows live in one growing [capacity, dim] float32 tensor; a dict maps id -> slot.
 from __future__ import annotations
 
 import hashlib
-import math
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from rpckit.errors import invalid
+from pswire.tables import TableSpec
 from .limits import too_large
 from .optim import RowOptimizer
 
-INITIALIZERS = ("normal", "uniform", "zeros")
-MAX_DIM = 65_536
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -37,35 +33,6 @@ def _splitmix64(z: np.ndarray) -> np.ndarray:
 def _unit(bits: np.ndarray) -> np.ndarray:
     """Uniform float64 in (0, 1] from 64 random bits (53 of them)."""
     return ((bits >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    name: str
-    dim: int
-    initializer: str = "normal"
-    init_a: float = 0.0
-    init_b: float = 0.01
-    seed: int = 0
-    num_embeddings: int = 0  # ids must be below it; 0: unbounded
-
-    def check(self) -> None:
-        if not self.name:
-            raise invalid("a table needs a name")
-        if self.num_embeddings < 0:
-            raise invalid(f"table {self.name!r}: num_embeddings must be >= 0 (0: unbounded), "
-                          f"got {self.num_embeddings}")
-        if not 0 < self.dim <= MAX_DIM:
-            raise invalid(f"table {self.name!r}: dim must be in 1..{MAX_DIM}, got {self.dim}")
-        if self.initializer not in INITIALIZERS:
-            raise invalid(f"table {self.name!r}: initializer {self.initializer!r} is not one of "
-                          f"{', '.join(INITIALIZERS)}")
-        if not (math.isfinite(self.init_a) and math.isfinite(self.init_b)):
-            raise invalid(f"table {self.name!r}: init_a and init_b must be finite")
-        if self.initializer == "normal" and self.init_b < 0:
-            raise invalid(f"table {self.name!r}: normal std (init_b) must be >= 0")
-        if self.initializer == "uniform" and self.init_b < self.init_a:
-            raise invalid(f"table {self.name!r}: uniform needs init_a <= init_b")
 
 
 def initial_rows(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:

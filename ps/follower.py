@@ -45,7 +45,9 @@ class Upstream:
 def warm_up() -> None:
     """Make the first optimizer now: torch imports a lot on the first one (seconds on a busy
     machine), which must not happen while the primary waits for this backup's answer."""
-    from .optim import make_config, make_dense, step_dense
+    from pswire.optimizers import make_config
+
+    from .optim import make_dense, step_dense
 
     for name in ("sgd", "adagrad", "adam"):
         value = torch.zeros(1)

@@ -44,9 +44,10 @@ from .gate import Gate
 from .snapshots import Snapshots
 from .steps import Steps
 from .limits import Limits, check_names
-from .optim import RowOptimizer, make_dense, row_config, step_dense, validate_dense
-from .partition import MAX_ROW_ID
-from .wire import DTYPE_NAMES, FLOAT_DTYPES, require_finite
+from .optim import RowOptimizer, make_dense, step_dense
+from pswire.optimizers import row_config, validate_dense
+from pswire.partition import MAX_ROW_ID
+from pswire.frames import DTYPE_NAMES, FLOAT_DTYPES, require_finite
 
 STALENESS_BUCKET_CAP = 64
 # Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still

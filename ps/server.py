@@ -14,9 +14,9 @@ from rpckit import server as rpc_server
 from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
 
 from .checkpoint import Checkpointer
-from .optim import config_to_pb
+from pswire.optimizers import config_to_pb
 from .params import ParamStore
-from .wire import meta_of
+from pswire.frames import meta_of
 
 log = logging.getLogger(__name__)
 SERVICE = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"].full_name

@@ -24,7 +24,7 @@ import torch
 
 from rpckit.errors import invalid, quote
 from .limits import check_names, too_large
-from .wire import DTYPE_NAMES, require_finite
+from pswire.frames import DTYPE_NAMES, require_finite
 
 
 @dataclass

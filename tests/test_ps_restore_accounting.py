@@ -14,7 +14,7 @@ from protos import master_pb2 as pb
 from protos import ps_pb2, ps_pb2_grpc
 from tests.master.test_standby import _wait
 from worker_sdk import PSClient
-from worker_sdk.ps_data import DataClient
+from worker_sdk.ps.data_client import DataClient
 
 SHARD = 10
 BEFORE, AFTER = 4, 3  # shards trained before the checkpoint, and after it (lost)

@@ -24,7 +24,7 @@ from rpckit.errors import Reason, reason_of
 from cluster.certs import make_tls_files
 from rpckit.errors import ServiceError
 from worker_sdk import ElasticDataset, PSClient
-from worker_sdk.ps_data import DataClient, PSUnavailable
+from worker_sdk.ps.data_client import DataClient, PSUnavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

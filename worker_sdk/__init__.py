@@ -1,22 +1,28 @@
 """The worker SDK: lease data from the elastic-ps master and train on it, elastically.
 
-Two layers. The lease protocol, without torch: `MasterClient` (worker_sdk/master_client.py: the
-registered worker's calls, retries, heartbeats), `LeaseStream` (worker_sdk/lease_stream.py: one
-dataset's leases as pieces, the ack rule, hand-back), `worker_sdk.ack` (the ack ledger) and
-`SimWorker` (worker_sdk/simworker.py). The torch face: `ElasticDataset` (worker_sdk/dataset.py),
-`worker_sdk.readers`, `PSClient` and `ElasticEmbedding` (worker_sdk/ps_client.py).
-See docs/worker_sdk.md.
+Two subpackages, by role:
+
+- `worker_sdk.data`: the data side. The lease protocol, without torch: `MasterClient` (the
+  registered worker's calls, retries, heartbeats), `LeaseStream` (one dataset's leases as
+  pieces, the ack rule, hand-back), `ack` (the ack ledger), `SimWorker`; the torch face:
+  `ElasticDataset`, `readers`, the DataLoader adapter.
+- `worker_sdk.ps`: the model side. `PSClient` and `ElasticEmbedding` (the training loop's
+  face), the pipelined step, and `DataClient` (the data-plane client of a PS set), built on
+  the wire contract in `pswire`.
+
+The public names are re-exported here. See docs/worker_sdk.md.
 """
-from . import ack
+from .data import ack
 from .errors import (Cancelled, DatasetSpecMismatch, ElasticError, MasterError,
                      MasterUnavailable)
-from .master_client import MasterClient
+from .data.master_client import MasterClient
 
 # torch is imported only when a torch-facing name is first used, so the lease protocol
 # (master_client, leases, errors) works on a host without torch.
-_LAZY = {"ElasticDataset": ".dataset", "PSClient": ".ps_client",
-         "ElasticEmbedding": ".ps_client", "LeaseStream": ".lease_stream",
-         "SimWorker": ".simworker", "ArrayReader": ".readers", "ParquetReader": ".readers"}
+_LAZY = {"ElasticDataset": ".data.dataset", "PSClient": ".ps.client",
+         "ElasticEmbedding": ".ps.client", "LeaseStream": ".data.lease_stream",
+         "SimWorker": ".data.simworker", "ArrayReader": ".data.readers",
+         "ParquetReader": ".data.readers", "DataClient": ".ps.data_client"}
 
 
 def __getattr__(name: str):
@@ -32,6 +38,6 @@ def __getattr__(name: str):
 
 __all__ = [
     "ElasticDataset", "PSClient", "ElasticEmbedding", "MasterClient", "LeaseStream",
-    "SimWorker", "ArrayReader", "ParquetReader", "ack", "ElasticError",
+    "SimWorker", "ArrayReader", "ParquetReader", "DataClient", "ack", "ElasticError",
     "MasterError", "MasterUnavailable", "DatasetSpecMismatch", "Cancelled",
 ]

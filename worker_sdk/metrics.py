@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from rpckit.metrics import PREFIX, Metrics, MetricsPortInUse
 
-from . import ack
+from .data import ack
 
 log = logging.getLogger(__name__)
 ENV = "ELASTIC_PS_METRICS_PORT"
@@ -75,8 +75,7 @@ class WorkerCollector:
                                     "pushes a PS refused as too stale")
         pull_s = push_s = 0.0
         n_push = n_stale = 0
-        with ack._lock:
-            clients = list(ack._flushers)  # the PSClients of this process
+        clients = ack.LEDGER.flushers()  # the PSClients of this process's ledger
         for client in clients:
             timeline = client.timeline()
             pull_s += timeline.get("wait_pull_s", 0.0)

@@ -52,8 +52,8 @@ def _peak_mb() -> float:
 def _store(mb: int):
     import torch
 
-    from ps.embedding import TableSpec
-    from ps.optim import make_config
+    from pswire.tables import TableSpec
+    from pswire.optimizers import make_config
     from ps.params import ParamStore
 
     quarter = mb * 2**20 // 4  # bytes of each: dense, its state, rows, their accumulators

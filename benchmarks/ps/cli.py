@@ -9,7 +9,7 @@ Dense: each worker process loops `pull` all parameters + `push` a gradient of th
 configuration the systems run one after another, and the rounds alternate them again, so they
 share the machine's conditions:
 
-- `elastic-ps`: the real `python -m ps --standalone`, and `worker_sdk.ps_data.DataClient` (SGD applied
+- `elastic-ps`: the real `python -m ps --standalone`, and `worker_sdk.ps.data_client.DataClient` (SGD applied
   per push with torch.optim under per-tensor locks, zero-copy ZeroMQ frames);
 - `grpc-raw`: grpcio moving the same bytes, raw bytes methods (no protobuf), 1 MiB chunks
   streamed both ways; the server keeps the pushed bytes in a buffer and applies nothing;

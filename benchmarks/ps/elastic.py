@@ -1,5 +1,5 @@
 """elastic-ps in the PS benchmark: the real `python -m ps --standalone` and
-`worker_sdk.ps_data.DataClient` workers, dense (pull all + push a gradient) and embedding
+`worker_sdk.ps.data_client.DataClient` workers, dense (pull all + push a gradient) and embedding
 (pull_rows + push_rows)."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from cluster.launch import Launcher
 def worker_elastic(args) -> None:
     import torch
 
-    from worker_sdk.ps_data import DataClient
+    from worker_sdk.ps.data_client import DataClient
 
     shapes = model_shapes(args.params)
     grads = {n: torch.full(s, 1.0) for n, s in shapes}
@@ -34,7 +34,7 @@ def worker_elastic(args) -> None:
 def worker_embedding(args) -> None:
     import torch
 
-    from worker_sdk.ps_data import DataClient
+    from worker_sdk.ps.data_client import DataClient
 
     c = DataClient([args.endpoint], timeout_s=120)
     g = torch.Generator().manual_seed(args.rank)
@@ -80,8 +80,8 @@ def run_elastic(work: Path, params: int, workers: int, seconds: float, role: str
 def _init_elastic(endpoint: str, params: int, role: str) -> None:
     import torch
 
-    from worker_sdk.ps_data import DataClient
-    from ps.embedding import TableSpec
+    from worker_sdk.ps.data_client import DataClient
+    from pswire.tables import TableSpec
 
     with DataClient([endpoint], timeout_s=120) as c:
         if role == "embedding":

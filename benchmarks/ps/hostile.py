@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             line = proc.stdout.readline()
             endpoint = re.search(r"data (\S+)", line).group(1)
-            from worker_sdk.ps_data import DataClient
+            from worker_sdk.ps.data_client import DataClient
             import torch
 
             with DataClient([endpoint], timeout_s=60) as c:

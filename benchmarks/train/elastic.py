@@ -81,7 +81,7 @@ def _auc(master: str, data: str) -> float:
     from examples.ctr.dataset import ClickLog
     from examples.ctr.evaluate import evaluate
     from examples.ctr.model import build_model
-    from worker_sdk.ps_client import PSClient
+    from worker_sdk.ps.client import PSClient
 
     test = ClickLog(data, "test")
     model = build_model(test.meta)

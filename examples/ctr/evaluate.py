@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:  # torch is imported only by those that evaluate a model
     from examples.ctr.data import ClickLog
     from examples.ctr.model import CTRModel
-    from worker_sdk.ps_client import PSClient
+    from worker_sdk.ps.client import PSClient
 
 
 def auc(scores: np.ndarray, labels: np.ndarray) -> float:

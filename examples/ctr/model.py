@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from worker_sdk.ps_client import ElasticEmbedding
+from worker_sdk.ps.client import ElasticEmbedding
 
 
 class CTRModel(nn.Module):

@@ -29,7 +29,7 @@ from examples.ctr.dataset import ClickLog
 from examples.ctr.evaluate import evaluate
 from examples.ctr.model import build_model
 from worker_sdk import ElasticDataset, ParquetReader
-from worker_sdk.ps_client import PSClient
+from worker_sdk.ps.client import PSClient
 
 log = logging.getLogger("train_ctr")
 

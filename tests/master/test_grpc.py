@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from cluster.launch import LISTENING
-from worker_sdk.simworker import SimWorker
+from worker_sdk.data.simworker import SimWorker
 from master.store import Store
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc

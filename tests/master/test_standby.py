@@ -206,7 +206,7 @@ def test_a_clean_stop_hands_over_at_once(master_factory, tmp_path):
 
 
 def test_the_sdk_follows_the_leader_from_a_standby_listed_first(master_factory, tmp_path):
-    from worker_sdk.master_client import MasterClient
+    from worker_sdk.data.master_client import MasterClient
 
     a, b = _pair(master_factory, f"sqlite:///{tmp_path / 'shared.db'}")
     client = MasterClient(f"{b.address},{a.address}", name="sdk", heartbeat=False)

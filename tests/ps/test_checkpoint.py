@@ -9,8 +9,8 @@ import torch
 
 from ps.checkpoint import (CheckpointDir, Checkpointer, CorruptCheckpoint, OtherPSCount, decode,
                            encode)
-from ps.embedding import TableSpec
-from ps.optim import make_config
+from pswire.tables import TableSpec
+from pswire.optimizers import make_config
 from ps.params import ParamStore
 
 

@@ -1,4 +1,4 @@
-"""The PS-facing side of the SDK (worker_sdk.ps_data.DataClient) against real data planes:
+"""The PS-facing side of the SDK (worker_sdk.ps.data_client.DataClient) against real data planes:
 all-or-nothing staleness over several PS, sparse gradients, another model, a PS that dies."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch import nn
 
 from protos import ps_pb2, ps_pb2_grpc
 from ps.params import ParamStore
-from worker_sdk.ps_data import DataClient, PSError, PSUnavailable, StaleGradient
+from worker_sdk.ps.data_client import DataClient, PSError, PSUnavailable, StaleGradient
 
 
 def _two_ps(inproc_ps, max_staleness: int):
@@ -126,7 +126,7 @@ def test_a_push_waits_for_a_ps_restarted_within_the_budget_and_logs_once(launche
         seen = len(caplog.records)  # a PS just started may answer "pending" at first
         result: list = []
         pusher = threading.Thread(target=lambda: result.append(c.push({"w": torch.ones(1000)})))
-        with caplog.at_level(logging.INFO, logger="worker_sdk.ps_data"):
+        with caplog.at_level(logging.INFO, logger="worker_sdk.ps.data_client"):
             pusher.start()
             ps.start()
             pusher.join(90)
@@ -158,7 +158,7 @@ class _Ledger:
 def test_a_stale_step_pushes_no_rows_and_acknowledges_nothing(launcher, inproc_ps, wait):
     from protos import master_pb2, master_pb2_grpc
     from worker_sdk import ack
-    from worker_sdk.ps_client import ElasticEmbedding, PSClient
+    from worker_sdk.ps.client import ElasticEmbedding, PSClient
 
     master = launcher.master()
     ps = _two_ps(inproc_ps, max_staleness=0)

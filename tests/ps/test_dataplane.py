@@ -9,7 +9,7 @@ import torch
 import zmq
 
 from protos import ps_pb2
-from worker_sdk.ps_data import DataClient, PSUnavailable, StaleGradient
+from worker_sdk.ps.data_client import DataClient, PSUnavailable, StaleGradient
 from rpckit.errors import ServiceError as PSError
 from ps.params import ParamStore
 
@@ -279,7 +279,7 @@ def test_refusals_raise_ps_error_with_the_code(inproc_ps):
 def test_same_host_socket_is_used_when_offered_and_dropped_when_it_fails(tmp_path, inproc_ps):
     import socket as pysocket
 
-    from worker_sdk.ps_data import _Connection
+    from pswire.connection import Connection as _Connection
 
     path = tmp_path / "ps.sock"
     listener = pysocket.socket(pysocket.AF_UNIX)

@@ -9,10 +9,10 @@ import zmq
 
 from protos import ps_pb2
 from ps.dataplane import DataPlane
-from ps.embedding import TableSpec
+from pswire.tables import TableSpec
 from ps.params import ParamStore
 from rpckit.errors import Reason, ServiceError
-from worker_sdk.ps_data import DataClient, PSUnavailable
+from worker_sdk.ps.data_client import DataClient, PSUnavailable
 
 TOKEN = "data-plane-token"
 TABLE = TableSpec("emb", 4, "normal", 0.0, 0.1, seed=1)

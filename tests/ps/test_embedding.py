@@ -7,7 +7,8 @@ import torch
 
 from ps.embedding import Table, TableSpec, initial_rows
 from rpckit.errors import ServiceError as PSError
-from ps.optim import RowOptimizer, make_config
+from ps.optim import RowOptimizer
+from pswire.optimizers import make_config
 from ps.params import ParamStore
 
 

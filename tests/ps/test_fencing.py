@@ -13,7 +13,7 @@ from cluster.certs import make_tls_files
 from protos import ps_pb2, ps_pb2_grpc
 from rpckit import auth
 from tests.ps.test_replicas import listing, ps_status, start_pair, wait_until
-from worker_sdk.ps_data import DataClient
+from worker_sdk.ps.data_client import DataClient
 
 pytestmark = pytest.mark.slow
 TOKEN = "replication-token-5d1e"

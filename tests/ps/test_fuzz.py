@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protos import ps_pb2, ps_pb2_grpc
-from ps.embedding import TableSpec
+from pswire.tables import TableSpec
 from ps.limits import Limits
 from ps.params import ParamStore
-from ps.wire import DTYPES
-from worker_sdk.ps_data import DataClient
+from pswire.frames import DTYPES
+from worker_sdk.ps.data_client import DataClient
 
 CODE = ps_pb2.DataResponse.Code
 BUGS = (CODE.UNKNOWN, CODE.INTERNAL)

@@ -11,10 +11,10 @@ import zmq
 
 from protos import ps_pb2
 from ps.dataplane import DataPlane
-from ps.embedding import TableSpec
+from pswire.tables import TableSpec
 from ps.limits import Limits
 from ps.params import ParamStore
-from worker_sdk.ps_data import DataClient, PSError
+from worker_sdk.ps.data_client import DataClient, PSError
 
 CODE = ps_pb2.DataResponse.Code
 

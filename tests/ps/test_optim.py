@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rpckit.errors import ServiceError as PSError
-from ps.optim import make_config
+from pswire.optimizers import make_config
 from ps.params import ParamStore
 
 CASES = [

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from ps.applied import AppliedTable, Duplicate
-from ps.embedding import TableSpec
+from pswire.tables import TableSpec
 from rpckit.errors import ServiceError as PSError
-from ps.optim import make_config
+from pswire.optimizers import make_config
 from ps.params import ParamStore
 
 SGD1 = make_config("sgd", lr=1.0)

@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from ps import partition
+from pswire import partition
 
 
 def test_every_tensor_placed_once_and_balanced():

@@ -12,8 +12,8 @@ import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import master_pb2, master_pb2_grpc, ps_pb2, ps_pb2_grpc
-from ps import partition
-from worker_sdk.ps_data import DataClient
+from pswire import partition
+from worker_sdk.ps.data_client import DataClient
 from ps.embedding import TableSpec, initial_rows
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import zmq
 
 from protos import master_pb2, ps_pb2, ps_pb2_grpc
 from rpckit import auth
-from worker_sdk.ps_data import DataClient
+from worker_sdk.ps.data_client import DataClient
 
 pytestmark = pytest.mark.slow
 
@@ -115,7 +115,7 @@ def test_steps_are_replicated_whole_and_survive_the_primary(launcher):
     """Steps (a push, a row push and reads in one message) go through the replication order:
     after the primary is SIGKILLed, the promoted backup holds every answered step's dense and
     row updates exactly once, and its reads answer them."""
-    from ps.embedding import TableSpec
+    from pswire.tables import TableSpec
 
     master, primary, backup = start_pair(launcher)
     ids = torch.tensor([0, 3, 8])

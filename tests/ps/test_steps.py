@@ -7,14 +7,14 @@ import torch
 
 from protos import ps_pb2
 from ps.dataplane import DataPlane
-from ps.embedding import TableSpec
+from pswire.tables import TableSpec
 from ps.limits import Limits
-from ps.optim import make_config
+from pswire.optimizers import make_config
 from ps.params import ParamStore
 from ps.steps import StepParts
-from ps.wire import as_buffer, meta_of
+from pswire.frames import as_buffer, meta_of
 from rpckit.errors import ServiceError
-from worker_sdk.ps_data import DataClient, StaleGradient
+from worker_sdk.ps.data_client import DataClient, StaleGradient
 
 SGD1 = make_config("sgd", lr=1.0)
 DIM = 2

@@ -25,7 +25,7 @@ def test_torch_is_really_blocked():
 
 def test_rpckit_and_master_import_without_torch():
     for module in ("rpckit.errors", "rpckit.retry", "rpckit.server", "rpckit.settings",
-                   "master.server", "worker_sdk.master_client", "worker_sdk.lease_stream",
-                   "worker_sdk.simworker"):
+                   "master.server", "worker_sdk.data.master_client", "worker_sdk.data.lease_stream",
+                   "worker_sdk.data.simworker"):
         result = _imports(module)
         assert result.returncode == 0, f"{module}: {result.stderr[-2000:]}"

@@ -18,7 +18,7 @@ from ps.dataplane import DataPlane
 from ps.params import ParamStore
 from rpckit.errors import Reason
 from worker_sdk import DatasetSpecMismatch, ElasticDataset, PSClient
-from worker_sdk.master_client import MasterClient
+from worker_sdk.data.master_client import MasterClient
 
 _counter = itertools.count()
 

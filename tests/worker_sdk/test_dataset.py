@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from worker_sdk import DatasetSpecMismatch, ElasticDataset, MasterUnavailable
-from worker_sdk.record_order import ShardLayout
+from worker_sdk.data.record_order import ShardLayout
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from protos import master_pb2 as pb
-from worker_sdk.lease_stream import END, LeaseStream, Piece, Wait
+from worker_sdk.data.lease_stream import END, LeaseStream, Piece, Wait
 from tests.worker_sdk.local_master import LocalMaster
 
 pytestmark = pytest.mark.timeout(30)

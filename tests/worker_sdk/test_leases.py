@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from worker_sdk import ack
-from worker_sdk.leases import LeaseTable, Report, Result
+from worker_sdk.data.leases import LeaseTable, Report, Result
 
 OK = Result(0, True, False, "")
 DUP = Result(0, False, True, "taken away")

@@ -12,8 +12,8 @@ import torch
 
 from tests.worker_sdk.local_master import LocalMaster
 from worker_sdk import ElasticDataset, MasterClient
-from worker_sdk.master_client import MasterClient as _MC
-from worker_sdk.readers import ArrayReader, read_batch
+from worker_sdk.data.master_client import MasterClient as _MC
+from worker_sdk.data.readers import ArrayReader, read_batch
 
 pytestmark = pytest.mark.timeout(120)
 

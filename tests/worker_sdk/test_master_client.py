@@ -7,7 +7,7 @@ import pytest
 
 from protos import master_pb2 as pb
 from worker_sdk import MasterClient, MasterError
-from worker_sdk.leases import LeaseTable, Report
+from worker_sdk.data.leases import LeaseTable, Report
 
 pytestmark = pytest.mark.timeout(60)
 

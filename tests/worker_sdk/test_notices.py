@@ -12,8 +12,8 @@ import torch
 from tests.conftest import REPO
 from worker_sdk import MasterClient
 from worker_sdk.errors import MasterUnavailable
-from worker_sdk.master_client import gave_up
-from worker_sdk.ps_data import DataClient, PSUnavailable, master_routes
+from worker_sdk.data.master_client import gave_up
+from worker_sdk.ps.data_client import DataClient, PSUnavailable, master_routes
 
 
 @pytest.mark.timeout(60)  # retried, it would take the 120 s budget
@@ -82,7 +82,7 @@ if sys.argv[1] == "configured":
     logging.basicConfig(level=logging.WARNING)
 from worker_sdk import MasterClient
 MasterClient("127.0.0.1:1", heartbeat=False).close()
-logging.getLogger("worker_sdk.master_client").info("a recovery line")
+logging.getLogger("worker_sdk.data.master_client").info("a recovery line")
 """
 
 

@@ -98,7 +98,7 @@ def test_a_failed_background_push_is_raised_at_the_next_call_and_acknowledges_no
     from torch import nn
 
     from worker_sdk import ArrayReader, ElasticDataset, ElasticEmbedding, PSClient, ack
-    from worker_sdk.pipeline import PushFailed
+    from worker_sdk.ps.pipeline import PushFailed
 
     ps = launcher.ps(master.address, index=0, num_ps=1, checkpoint_dir="ps0")
     model = nn.ModuleDict({"emb": ElasticEmbedding(None, 4, table="t"), "head": nn.Linear(4, 1)})

@@ -10,9 +10,9 @@ import threading
 import pytest
 import torch
 
-import worker_sdk.pipeline as pipeline
-from worker_sdk.pipeline import Pipeline, PushFailed, PushJob
-from worker_sdk.ps_data import StepOutcome
+import worker_sdk.ps.pipeline as pipeline
+from worker_sdk.ps.pipeline import Pipeline, PushFailed, PushJob
+from worker_sdk.ps.data_client import StepOutcome
 
 
 class Pending:
@@ -48,7 +48,7 @@ class Recorder:
 
 
 class Acks:
-    """Stands in for worker_sdk.ack in the pipeline: records what it acknowledges."""
+    """The ack ledger the pipeline is given: records what it acknowledges."""
 
     def __init__(self):
         self.events: list[tuple[str, object]] = []
@@ -61,10 +61,8 @@ class Acks:
 
 
 @pytest.fixture
-def acks(monkeypatch) -> Acks:
-    recorded = Acks()
-    monkeypatch.setattr(pipeline, "ack", recorded)
-    return recorded
+def acks() -> Acks:
+    return Acks()
 
 
 def _push(mark: int) -> PushJob:
@@ -74,7 +72,7 @@ def _push(mark: int) -> PushJob:
 
 def test_a_push_and_the_prefetch_after_it_leave_as_one_step(acks):
     rec = Recorder()
-    pipe = Pipeline(lambda: rec, max_inflight=1)
+    pipe = Pipeline(lambda: rec, acks, max_inflight=1)
     pipe.set_layout({"w": 0})
     pipe.prefetch(None, {"t": torch.tensor([3, 1, 3])})    # step 1's data: reads only
     pipe.submit(_push(1))                                   # step 1's push ...
@@ -97,7 +95,7 @@ def test_a_push_and_the_prefetch_after_it_leave_as_one_step(acks):
 
 def test_steps_leave_at_once_and_are_collected_only_when_needed(acks):
     rec = Recorder()
-    pipe = Pipeline(lambda: rec, max_inflight=1)
+    pipe = Pipeline(lambda: rec, acks, max_inflight=1)
     pipe.set_layout({"w": 0})
     pipe.prefetch(None, {"t": torch.tensor([1])})
     assert len(rec.calls) == 1 and rec.collected == []  # sent, not waited for
@@ -114,7 +112,7 @@ def test_steps_leave_at_once_and_are_collected_only_when_needed(acks):
 
 def test_without_prefetches_a_push_goes_at_once_and_flush_sends_a_held_one(acks):
     rec = Recorder()
-    pipe = Pipeline(lambda: rec, max_inflight=2)
+    pipe = Pipeline(lambda: rec, acks, max_inflight=2)
     pipe.set_layout({"w": 0})
     pipe.submit(_push(1))
     pipe.submit(_push(2))
@@ -136,7 +134,7 @@ def test_without_prefetches_a_push_goes_at_once_and_flush_sends_a_held_one(acks)
 
 def test_a_pull_without_a_prefetch_sends_the_held_push_first(acks):
     rec = Recorder()
-    pipe = Pipeline(lambda: rec, max_inflight=1)
+    pipe = Pipeline(lambda: rec, acks, max_inflight=1)
     pipe.prefetch(None, {})
     pipe.take_dense(["w"])
     pipe.submit(_push(1))  # held: prefetches followed pushes so far
@@ -146,7 +144,7 @@ def test_a_pull_without_a_prefetch_sends_the_held_push_first(acks):
 
 def test_pushes_settle_in_order_and_after_a_failure_acknowledge_nothing(acks):
     rec = Recorder(fail=frozenset({0}))
-    pipe = Pipeline(lambda: rec, max_inflight=2)
+    pipe = Pipeline(lambda: rec, acks, max_inflight=2)
     pipe.submit(_push(1))
     pipe.submit(_push(2))  # both on their way before either is answered
     assert len(rec.calls) == 2 and rec.collected == []
@@ -164,7 +162,7 @@ def test_a_push_whose_client_cannot_be_made_fails_instead_of_hanging(acks):
     def broken():
         raise ConnectionError("no PS list from the master")
 
-    pipe = Pipeline(broken, max_inflight=2)
+    pipe = Pipeline(broken, acks, max_inflight=2)
     pipe.prefetch(None, {"t": torch.tensor([1])})
     pipe.submit(_push(1))
     with pytest.raises(PushFailed):
@@ -174,9 +172,9 @@ def test_a_push_whose_client_cannot_be_made_fails_instead_of_hanging(acks):
 
 
 def test_another_thread_flushes_what_the_loop_left_in_flight(acks):
-    """SIGTERM's hand-back flushes from its own thread (worker_sdk/preempt.py)."""
+    """SIGTERM's hand-back flushes from its own thread (worker_sdk/data/preempt.py)."""
     rec = Recorder()
-    pipe = Pipeline(lambda: rec, max_inflight=2)
+    pipe = Pipeline(lambda: rec, acks, max_inflight=2)
     pipe.prefetch(None, {})
     pipe.submit(_push(1))
     pipe.prefetch(None, {})
@@ -204,7 +202,7 @@ def test_prefetches_never_pulled_keep_a_bounded_number_of_steps_in_flight(acks):
         made.append(Recorder())
         return made[-1]
 
-    pipe = Pipeline(make, max_inflight=2)
+    pipe = Pipeline(make, acks, max_inflight=2)
     for i in range(50):
         pipe.prefetch(None, {"t": torch.tensor([i])})
     # each Step in flight holds a client; the oldest are collected to make room
@@ -224,7 +222,7 @@ def test_an_interrupt_while_collecting_fails_the_push_and_reaches_the_caller(ack
             return pending
 
     rec = Interrupted()
-    pipe = Pipeline(lambda: rec, max_inflight=1)
+    pipe = Pipeline(lambda: rec, acks, max_inflight=1)
     pipe.submit(_push(1))
     with pytest.raises(KeyboardInterrupt):
         pipe.flush(10)
@@ -236,7 +234,7 @@ def test_an_interrupt_while_collecting_fails_the_push_and_reaches_the_caller(ack
 
 def test_a_loop_that_stops_prefetching_stops_having_its_pushes_held(acks):
     rec = Recorder()
-    pipe = Pipeline(lambda: rec, max_inflight=2)
+    pipe = Pipeline(lambda: rec, acks, max_inflight=2)
     pipe.prefetch(None, {})
     pipe.take_dense(["w"])
     pipe.submit(_push(1))  # held for the prefetch that usually follows

@@ -10,7 +10,7 @@ import torch
 
 from tests.worker_sdk.local_master import LocalMaster
 from worker_sdk import ArrayReader, ElasticDataset, MasterClient, ParquetReader
-from worker_sdk.readers import RangeRead, RecordReader, as_reader, read_batch
+from worker_sdk.data.readers import RangeRead, RecordReader, as_reader, read_batch
 
 pytestmark = pytest.mark.timeout(60)
 

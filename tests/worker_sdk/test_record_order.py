@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker_sdk.record_order import ShardLayout, shard_permutation
+from worker_sdk.data.record_order import ShardLayout, shard_permutation
 
 
 def test_each_shard_is_permuted_deterministically_and_independently():

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 def test_sigterm_hands_the_leases_back_and_exits_0(master, launcher):
     master.stub().CreateDataset(pb.DatasetSpec(name="sim", num_records=2000, shard_size=100,
                                                num_epochs=1), timeout=10)
-    sim = launcher.python("-m", "worker_sdk.simworker", "--master", master.address,
+    sim = launcher.python("-m", "worker_sdk.data.simworker", "--master", master.address,
                           "--dataset", "sim", "--name", "sim", "--max-shards", "3",
                           "--seconds-per-record", "0.002", name="sim")
     deadline = time.monotonic() + 60

@@ -39,24 +39,26 @@ def main() -> None:
     torch.manual_seed(0)
     full = nn.ModuleDict({"emb": ElasticEmbedding(None, 4, table="t", seed=1),
                           "head": nn.Linear(4, 1)})
-    client = PSClient(master=a.master, max_inflight=a.max_inflight)
-    client.init_parameters(full, "sgd", lr=0.01)
-    ds = ElasticDataset(ArrayReader(torch.arange(a.records)), master=a.master, name="train",
-                        shard_size=a.shard_size, num_epochs=a.epochs, shuffle=True, seed=7,
-                        max_shards=2, worker_name=a.name)
     log = open(a.log, "a")
     lock = threading.Lock()
     steps: list[tuple[int, list[int]]] = []  # (the push's mark, the step's records)
-    real_trained = ack.trained
 
-    def trained(mark=None):  # the pipeline calls this once a push is answered
-        with lock:
-            while steps and (mark is None or steps[0][0] <= mark):
-                log.write("".join(f"{r}\n" for r in steps.pop(0)[1]))
-            log.flush()
-        return real_trained(mark)
+    class LoggedLedger(ack.AckLedger):
+        """The ack ledger of this loop: logs a step's records before acknowledging them."""
 
-    ack.trained = trained
+        def trained(self, mark=None):  # the pipeline calls this once a push is answered
+            with lock:
+                while steps and (mark is None or steps[0][0] <= mark):
+                    log.write("".join(f"{r}\n" for r in steps.pop(0)[1]))
+                log.flush()
+            return super().trained(mark)
+
+    ledger = LoggedLedger()
+    client = PSClient(master=a.master, max_inflight=a.max_inflight, ledger=ledger)
+    client.init_parameters(full, "sgd", lr=0.01)
+    ds = ElasticDataset(ArrayReader(torch.arange(a.records)), master=a.master, name="train",
+                        shard_size=a.shard_size, num_epochs=a.epochs, shuffle=True, seed=7,
+                        max_shards=2, worker_name=a.name, ledger=ledger)
     prefetch = lambda batch: client.prefetch(batch % 50)  # noqa: E731
     batches = (ds.loader(a.batch, num_workers=a.num_workers, prefetch=prefetch)
                if a.num_workers else ds.batches(a.batch, prefetch=prefetch,
@@ -66,7 +68,7 @@ def main() -> None:
         full["head"](full["emb"](batch % 50)).sum().backward()
         time.sleep(a.step_s)
         with lock:
-            steps.append((ack.mark(), batch.tolist()))
+            steps.append((ledger.mark(), batch.tolist()))
         client.push(full, wait=False)
     client.flush()
     ds.close()

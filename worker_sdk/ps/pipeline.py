@@ -1,7 +1,7 @@
 """The pipelined step: Steps sent at once and answered while the loop computes, without threads.
 
 The loop gives *pushes* (`PSClient.push(wait=False)`) and *prefetches* (the next step's dense
-parameters and embedding rows). Each goes out as a `Step` per PS (worker_sdk/ps_steps.py) as
+parameters and embedding rows). Each goes out as a `Step` per PS (worker_sdk/ps/steps.py) as
 soon as it is given, from the caller's thread: `DataClient.begin_step` sends and returns, and
 the answers are collected when the loop needs them (its next pull or forward, room for a
 push, `flush`). ZeroMQ's own I/O thread moves the bytes meanwhile, so the PS work while the
@@ -23,14 +23,14 @@ steps of two workers.
 Promises:
 * At most `max_inflight` pushes are unanswered; `submit` collects the oldest for room.
 * Answers are collected oldest first, so pushes settle in the order given: a push acknowledges
-  its records (`ack.trained(mark)`) only once every PS answered it and every push before it
+  its records (`ledger.trained(mark)`, the ledger it was given) only once every PS answered it and every push before it
   settled.
 * A push that fails (a PS unreachable after every retry, a refusal) is kept and raised at the
-  caller's next call; the records in flight are abandoned at once (`ack.abandon`: their leases
+  caller's next call; the records in flight are abandoned at once (`ledger.abandon`: their leases
   are reported FAILED with the trained prefix), pushes given after it are dropped unsent, and
   those already sent acknowledge nothing, so no later mark can acknowledge them.
 * A failed prefetch is not an error: the caller pulls synchronously instead.
-* Thread-safe: the SIGTERM path flushes from its own thread (worker_sdk/preempt.py); calls
+* Thread-safe: the SIGTERM path flushes from its own thread (worker_sdk/data/preempt.py); calls
   are serialized by one lock.
 """
 from __future__ import annotations
@@ -45,9 +45,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from worker_sdk.ps_data import DataClient, StaleGradient
+from .data_client import DataClient, StaleGradient
 
-from . import ack
+from ..data.ack import AckLedger
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class PushFailed(RuntimeError):
 
 @dataclass
 class PushJob:
-    mark: int  # ack.mark() when its gradients were captured
+    mark: int  # ledger.mark() when its gradients were captured
     versions: dict[str, int]  # parameter versions the gradients were computed from
     grads: dict[str, torch.Tensor]
     rows: list[tuple[str, torch.Tensor, torch.Tensor]]  # (table, ids, row grads)
@@ -107,8 +107,12 @@ class _Flight:
 
 
 class Pipeline:
-    def __init__(self, make_client: Callable[[], DataClient], max_inflight: int = 1):
+    def __init__(self, make_client: Callable[[], DataClient], ledger: AckLedger,
+                 max_inflight: int = 1):
+        """ledger: where a settled push acknowledges its records (`trained(mark)`) and a
+        failed one abandons those in flight (`abandon`): the training loop's ack ledger."""
         self._make_client = make_client
+        self._ledger = ledger
         self._max_inflight = max_inflight
         self._owner: dict[str, int] = {}
         self._lock = threading.RLock()
@@ -325,15 +329,15 @@ class Pipeline:
             self._stale += 1  # dropped by the PS; the next step pulls anyway
             log.info("stale gradient refused in the background (%s)", outcome)
             # no PS applied any of the step: no rows, no acknowledgement
-            ack.abandon(f"the step's gradient was refused as stale: {outcome.message}")
+            self._ledger.abandon(f"the step's gradient was refused as stale: {outcome.message}")
         elif isinstance(outcome, BaseException):
             if self._failure is None:
                 log.warning("a background push failed: %s", outcome)
                 self._failure = outcome
-                ack.abandon(f"push failed: {outcome}")
+                self._ledger.abandon(f"push failed: {outcome}")
         elif outcome is _DROPPED or self._failure is not None:
             pass  # after a failure: applied or not, its records are never acknowledged
         else:
             if outcome.push is not None:
                 self.max_staleness = max(self.max_staleness, outcome.push.max_staleness)
-            ack.trained(job.mark)
+            self._ledger.trained(job.mark)

@@ -5,7 +5,7 @@ the same batched GetShard with piggybacked reports, heartbeats, retries while th
 away, re-registration, adoption of leases whose answer was lost, hand-back on SIGTERM. It joins
 a dataset that already exists (by name). Imports without torch.
 
-    python -m worker_sdk.simworker --master HOST:PORT --dataset NAME
+    python -m worker_sdk.data.simworker --master HOST:PORT --dataset NAME
 """
 from __future__ import annotations
 
@@ -97,11 +97,11 @@ class SimWorker:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m worker_sdk.simworker --master HOST:PORT --dataset NAME`: one simulated
+    """`python -m worker_sdk.data.simworker --master HOST:PORT --dataset NAME`: one simulated
     worker. SIGTERM hands its leases back (reason "preempted") and exits 0."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m worker_sdk.simworker", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m worker_sdk.data.simworker", description=main.__doc__)
     p.add_argument("--master", required=True)
     p.add_argument("--dataset", required=True)
     p.add_argument("--name", default="sim")

@@ -10,10 +10,10 @@
 Dense tensors are placed on the PS by `ps.partition` (by name, balanced by size) and moved
 over the ZeroMQ data plane, one request per PS in parallel. An `ElasticEmbedding` holds no
 parameter locally: its forward pulls the rows of the ids in the batch, and `push` sends their
-gradients as rows, with the dense gradients, in one `Step` message per PS (worker_sdk/ps_steps.py). `push` is also the acknowledgement point of the SDK: once it has returned,
+gradients as rows, with the dense gradients, in one `Step` message per PS (worker_sdk/ps/steps.py). `push` is also the acknowledgement point of the SDK: once it has returned,
 every record delivered to the loop before it started counts as trained (worker_sdk.ack).
 
-The pipelined step (worker_sdk/pipeline.py): `prefetch(next_ids)` sends the request for the
+The pipelined step (worker_sdk/ps/pipeline.py): `prefetch(next_ids)` sends the request for the
 next batch's dense parameters and embedding rows, answered while the current batch computes,
 and `push(model, wait=False)` returns at once with at most `max_inflight` pushes unanswered; a
 push and the prefetch given after it leave together, one Step per PS, from the caller's thread
@@ -30,11 +30,11 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from worker_sdk.ps_data import RETRY_BUDGET_S, DataClient, PushOutcome, StaleGradient
-from ps.embedding import TableSpec
-from ps.partition import check_row_ids
+from .data_client import RETRY_BUDGET_S, DataClient, PushOutcome, StaleGradient
+from pswire.tables import TableSpec
+from pswire.partition import check_row_ids
 
-from . import ack
+from ..data import ack
 from .pipeline import Pipeline, PushJob, unique_inverse
 
 log = logging.getLogger(__name__)
@@ -103,27 +103,31 @@ class PSClient:
     def __init__(self, master: str, *, timeout_s: float = 10.0, max_attempts: int = 8,
                  discovery_timeout_s: float = 60.0, max_inflight: int = 1,
                  tls_ca: str | None = None, auth_token: str | None = None,
-                 retry_budget_s: float = RETRY_BUDGET_S):
+                 retry_budget_s: float = RETRY_BUDGET_S, ledger: ack.AckLedger | None = None):
         """max_inflight: pushes `push(wait=False)` may leave unanswered (a further push first
         collects the oldest answer); each message in flight has its own connection.
         retry_budget_s: how long one call keeps retrying a PS that does not answer before it
-        raises PSUnavailable (worker_sdk.ps_data).
+        raises PSUnavailable (worker_sdk.ps.data_client).
         tls_ca, auth_token: as MasterClient's (None: ELASTIC_PS_TLS_CA,
-        ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE)."""
+        ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE).
+        ledger: where answered pushes acknowledge their records (and failed ones abandon
+        them): the ack ledger the training loop's ElasticDatasets use; default the process's
+        (`worker_sdk.data.ack.LEDGER`)."""
         if max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
         options = dict(master=master, timeout_s=timeout_s, max_attempts=max_attempts,
                        discovery_timeout_s=discovery_timeout_s, tls_ca=tls_ca,
                        auth_token=auth_token, retry_budget_s=retry_budget_s)
+        self.ledger = ledger or ack.LEDGER
         self.data = DataClient(**options)
         # one client per message in flight: a client has one call outstanding at most
-        self.pipeline = Pipeline(lambda: DataClient(**options), max_inflight)
+        self.pipeline = Pipeline(lambda: DataClient(**options), self.ledger, max_inflight)
         self.pushes = 0
         self.stale_refusals = 0
         self.max_staleness_seen = 0
         self._names: list[str] = []  # the dense tensors the last pull loaded
         self._tables: list[str] = []  # the model's ElasticEmbedding tables
-        ack.register_flusher(self)
+        self.ledger.register_flusher(self)
 
     def init_parameters(self, model: nn.Module, optimizer: str = "adagrad",
                         **hyperparameters) -> bool:
@@ -134,7 +138,7 @@ class PSClient:
 
         From here on this process trains through the PS, so its ElasticDatasets (ack "auto")
         count records as trained only once `push` has sent their gradients."""
-        ack.use_push_acks(True)
+        self.ledger.use_push_acks(True)
         tables = []
         self._tables = [emb.table for emb in _embeddings(model)]
         for emb in _embeddings(model):
@@ -221,13 +225,13 @@ class PSClient:
         are reported FAILED with what was trained before).
 
         A PS that refuses a gradient as too stale (`--max-staleness`) has dropped it, and
-        then no PS applied any of the step (worker_sdk.ps_data): its row gradients are not
+        then no PS applied any of the step (worker_sdk.ps.data_client): its row gradients are not
         pushed either, its records are never acknowledged (abandoned as after a failed push:
         their leases go back FAILED with what was trained before), and the client re-pulls
         (synchronously, or at the next `pull`) and counts it.
         """
         self.pipeline.raise_failure()
-        job = PushJob(mark=ack.mark(), versions=dict(self.data.versions),
+        job = PushJob(mark=self.ledger.mark(), versions=dict(self.data.versions),
                       grads={name: p.grad for name, p in model.named_parameters()
                              if p.grad is not None},
                       rows=[(emb.table, ids, grad) for emb in _embeddings(model)
@@ -245,13 +249,13 @@ class PSClient:
         except StaleGradient as exc:
             self.stale_refusals += 1
             log.info("stale gradient refused (%s); pulling fresh parameters", exc)
-            ack.abandon(f"the step's gradient was refused as stale: {exc.message}")
+            self.ledger.abandon(f"the step's gradient was refused as stale: {exc.message}")
             self.pull(model)
             return None
         if outcome is not None:
             self.max_staleness_seen = max(self.max_staleness_seen, outcome.max_staleness)
         self.pipeline.wait_push_s += time.perf_counter() - started
-        ack.trained(job.mark)
+        self.ledger.trained(job.mark)
         return outcome
 
     def flush(self, timeout_s: float | None = None) -> None:

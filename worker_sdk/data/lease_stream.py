@@ -1,7 +1,7 @@
 """LeaseStream: the worker's side of the lease protocol for one dataset, without torch.
 
 It turns the master's leases into a stream of *pieces* (runs of consecutive positions of one
-lease) and keeps the ack rule (worker_sdk/ack.py): what it hands to a training loop is
+lease) and keeps the ack rule (worker_sdk/data/ack.py): what it hands to a training loop is
 *delivered*; what the loop's finished steps cover is *trained*, and only that is reported.
 
     stream = LeaseStream(spec, master="localhost:50051")
@@ -37,7 +37,7 @@ from rpckit.retry import RetryPolicy
 
 from . import ack as ack_ledger
 from . import preempt
-from .errors import Cancelled, ElasticError, MasterError
+from ..errors import Cancelled, ElasticError, MasterError
 from .leases import HeldLease, LeaseTable
 from .master_client import MasterClient
 from .record_order import ShardLayout
@@ -48,7 +48,7 @@ CLOSE_RETRY_S = 10.0  # closing (at exit too) does not wait out the full retry b
 
 
 class AckMode(str, Enum):
-    """How the SDK learns that a step finished (see the ack rule in worker_sdk/ack.py)."""
+    """How the SDK learns that a step finished (see the ack rule in worker_sdk/data/ack.py)."""
 
     def __str__(self) -> str:  # the value in messages and logs
         return self.value
@@ -116,6 +116,7 @@ class LeaseStream:
         cancel: threading.Event | None = None,
         lease_ahead: bool = False,
         stub=None,
+        ledger: ack_ledger.AckLedger | None = None,
     ):
         """spec: the dataset to create (or check) on the master, or the name of one that
         already exists (then `records()` is unavailable: the stream does not know its layout).
@@ -124,7 +125,8 @@ class LeaseStream:
         lease_ahead: lease the next shards in the background once less than half a shard's
         worth of held positions is left unread, so that the reader does not wait for the master
         (`ElasticDataset.batches` with a prefetch hook turns it on: the fast path).
-        stub: an in-process master for tests (see MasterClient)."""
+        stub: an in-process master for tests (see MasterClient).
+        ledger: the ack ledger that says what was trained (default: the process's)."""
         try:
             self.ack_mode = AckMode(ack)
         except ValueError:
@@ -146,7 +148,8 @@ class LeaseStream:
             self._owns_client = True
         self.layout = (ShardLayout(spec.num_records, spec.shard_size, spec.shuffle, spec.seed)
                        if self.spec is not None else None)
-        self.table = LeaseTable(self.name)
+        self.table = LeaseTable(self.name, ledger)
+        self.ledger = self.table.ledger
         try:
             if self.spec is not None:
                 self.client.create_dataset(self.spec)
@@ -176,7 +179,7 @@ class LeaseStream:
     def push_acks(self) -> bool:
         """True when records are acknowledged by pushes only."""
         return self.ack_mode == AckMode.PUSH or (
-            self.ack_mode == AckMode.AUTO and ack_ledger.push_acks_enabled())
+            self.ack_mode == AckMode.AUTO and self.ledger.push_acks_enabled())
 
     def mark_trained(self) -> int:
         """The training step that consumed everything delivered so far has finished."""
@@ -363,7 +366,7 @@ class LeaseStream:
         or close()."""
         if not self.table.in_flight():
             return False
-        ack_ledger.flush(CLOSE_RETRY_S)  # pushes in flight: their answers may free the tail
+        self.ledger.flush(CLOSE_RETRY_S)  # pushes in flight: their answers may free the tail
         if not self.table.in_flight():
             return False
         log.info("dataset %r: no shard left to hand out while %d records are in training; "
@@ -406,7 +409,7 @@ class LeaseStream:
         _open.discard(self)
         self._settle_ahead(CLOSE_RETRY_S)
         try:
-            ack_ledger.flush(CLOSE_RETRY_S)  # let pushes in flight be answered and acknowledged
+            self.ledger.flush(CLOSE_RETRY_S)  # let pushes in flight be answered and acknowledged
             if self.pass_over and not error and not self.push_acks:
                 self.table.mark_trained()
             if self._owns_client:

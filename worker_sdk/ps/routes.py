@@ -2,18 +2,14 @@
 
 `master_routes` asks the master (any address of a comma-separated list; it follows the
 leader) for the primary of each PS index, its CURVE key and generation, and says what it
-waits for while the set is incomplete. `_Connection` is one DEALER socket to one PS, switched
-to the PS's same-host Unix socket when that exists here. `DataClient` (worker_sdk/ps_data.py)
-builds on both.
+waits for while the set is incomplete. `DataClient` builds on it, with one
+`pswire.connection.Connection` per PS.
 """
 from __future__ import annotations
 
-import os
-import stat
 import time
 from typing import NamedTuple
 
-import zmq
 
 from rpckit.errors import Reason, ServiceError
 
@@ -60,7 +56,7 @@ def master_routes(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
     from rpckit.channels import LeaderStub
     from rpckit.resolve import unresolvable
 
-    from .notice import WaitNotice
+    from ..notice import WaitNotice
 
     started = time.monotonic()
     deadline = started + timeout_s
@@ -95,71 +91,3 @@ def master_routes(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
     finally:
         if own:
             stub.close()
-
-
-class _Connection:
-    """One DEALER socket to one PS, created lazily and thrown away on a timeout.
-
-    `endpoint` is the PS's registered (TCP) address. When the PS announces a same-host
-    endpoint (a Unix socket) that exists on this machine, later requests go there; if it ever
-    fails to answer, the connection goes back to TCP and does not use that path again.
-    """
-
-    def __init__(self, ctx: zmq.Context, endpoint: str, prefer_local: bool = True,
-                 server_key: str = "", client_keys: tuple[bytes, bytes] | None = None):
-        self.ctx = ctx
-        self.endpoint = endpoint
-        self.server_key = server_key    # the PS's CURVE public key: encrypt, else plaintext
-        self.client_keys = client_keys  # this client's (public, secret) CURVE keys
-        self.prefer_local = prefer_local
-        self.generation = 0  # the PS generation this connection's endpoint serves
-        self.local = ""
-        self._refused: set[str] = set()
-        self.socket: zmq.Socket | None = None
-
-    @property
-    def current(self) -> str:
-        return self.local or self.endpoint
-
-    def send(self, parts: list) -> zmq.Socket:
-        if self.socket is None:
-            s = self.ctx.socket(zmq.DEALER)
-            s.setsockopt(zmq.LINGER, 0)
-            if self.server_key:
-                s.curve_serverkey = self.server_key.encode()
-                s.curve_publickey, s.curve_secretkey = self.client_keys
-            s.connect(self.current)
-            self.socket = s
-        self.socket.send_multipart(parts, copy=False)
-        return self.socket
-
-    def reset(self) -> None:
-        if self.socket is not None:
-            self.socket.close(0)
-            self.socket = None
-
-    def failed(self) -> None:
-        """No answer in time: start over, on TCP if the same-host socket was in use."""
-        if self.local:
-            self._refused.add(self.local)
-            self.local = ""
-        self.reset()
-
-    def moved(self, endpoint: str, server_key: str = "") -> None:
-        self.reset()
-        self.endpoint = endpoint
-        self.server_key = server_key
-        self.local = ""
-
-    def offer(self, local: str) -> None:
-        """The PS said it also listens on `local` (ipc://PATH): use it if it is on this host."""
-        if (not self.prefer_local or not local or local == self.local
-                or local in self._refused or not local.startswith("ipc://")):
-            return
-        try:
-            if not stat.S_ISSOCK(os.stat(local[len("ipc://"):]).st_mode):
-                return
-        except OSError:
-            return  # another machine (or a PS that is gone): stay on TCP
-        self.reset()
-        self.local = local

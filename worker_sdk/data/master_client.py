@@ -44,8 +44,8 @@ from rpckit.errors import Reason, reason_of
 from rpckit.resolve import unresolvable
 from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
 
-from . import metrics, notice
-from .errors import Cancelled, DatasetSpecMismatch, ElasticError, MasterError, MasterUnavailable
+from .. import metrics, notice
+from ..errors import Cancelled, DatasetSpecMismatch, ElasticError, MasterError, MasterUnavailable
 from .leases import LeaseTable, Outcome, Report, Result
 
 log = logging.getLogger(__name__)

@@ -40,87 +40,31 @@ A client is not thread-safe: give each thread its own (each gets its own client_
 """
 from __future__ import annotations
 
-import logging
-import time
-import uuid
-from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 import torch
 import zmq
 
 from protos import ps_pb2
+from pswire import partition
+from pswire.frames import as_buffer, check_meta, from_frame, meta_of
+from pswire.optimizers import config_to_pb, make_config
+from pswire.tables import TableSpec
+from rpckit.errors import Reason
 
-from ps import partition
-
-from ps.embedding import TableSpec
-from ps.optim import config_to_pb, make_config
-from ps.wire import as_buffer, check_meta, code_name, from_frame, meta_of
-from rpckit import auth
-from rpckit.errors import Reason, ServiceError
-from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
-
-from . import metrics, notice
+from . import steps
+from .exchange import RETRY_BUDGET_S, Exchange, PendingCall
+from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
 # re-exported: callers import the data plane's errors and lookups from here
-from .ps_routes import (PSError, PSUnavailable, Route, _Connection,  # noqa: F401
-                        master_data_plane, master_endpoints, master_routes)
-from .ps_steps import StepCalls, StepOutcome  # noqa: F401
+from .routes import (PSError, PSUnavailable, Route,  # noqa: F401
+                     master_data_plane, master_endpoints, master_routes)
 
-log = logging.getLogger(__name__)
-
-_RETRY_CODES = frozenset(code.name for code in RETRYABLE)
-REROUTE_AFTER_S = 0.3  # an unanswered request this old asks the master for a new primary
+__all__ = ["DataClient", "PendingCall", "PushOutcome", "StaleGradient", "StepOutcome",
+           "PSError", "PSUnavailable", "Route", "RETRY_BUDGET_S", "master_data_plane",
+           "master_endpoints", "master_routes"]
 
 
-class StaleGradient(ServiceError):
-    """A push was refused for staleness (--max-staleness): pull again and recompute."""
-
-    def __init__(self, message: str, versions: dict[str, int]):
-        super().__init__("FAILED_PRECONDITION", Reason.STALE_GRADIENT, message)
-        self.versions = versions
-
-
-@dataclass
-class PushOutcome:
-    versions: dict[str, int] = field(default_factory=dict)  # after the push, per tensor
-    max_staleness: int = 0
-    duplicate: bool = False  # a retry found the push already applied
-
-
-RETRY_BUDGET_S = 30.0  # how long one call keeps retrying a PS that does not answer
-
-
-class PendingCall:
-    """A call whose requests are sent and whose answers are not collected yet
-    (`DataClient.begin_call`)."""
-
-    def __init__(self, exchange):
-        self._exchange = exchange
-        self._result = None
-        self._error: BaseException | None = None
-        self._done = False
-
-    def wait(self) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
-        """The answers (as `_call` returns them), waiting and retrying as `_call` does; raises
-        what `_call` raises. Waiting again returns (or raises) the same."""
-        if not self._done:
-            try:
-                next(self._exchange)
-            except StopIteration as stop:
-                self._result = stop.value
-            except BaseException as exc:
-                self._error = exc
-            else:  # the exchange yields only once
-                self._error = RuntimeError("a data-plane exchange yielded twice")
-            finally:
-                self._done = True
-                self._exchange = None
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-
-class DataClient(StepCalls):
+class DataClient:
     def __init__(self, endpoints: Sequence[str] | None = None, *, master: str | None = None,
                  client_id: str | None = None, timeout_s: float = 10.0, max_attempts: int = 8,
                  backoff_s: float = 0.05, max_backoff_s: float = 2.0,
@@ -134,96 +78,69 @@ class DataClient(StepCalls):
         None: ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN(_FILE). server_keys: with `endpoints`,
         each PS's CURVE public key when its data plane is encrypted (GetPSStatus tells it);
         with `master`, they come from ListPS."""
-        if (endpoints is None) == (master is None):
-            raise ValueError("give either endpoints (tcp://host:port per PS) or master")
-        notice.ensure_visible()  # waits and re-routes are logged at INFO
-        metrics.maybe_serve()  # ELASTIC_PS_METRICS_PORT
-        self.master = master
-        # None: ELASTIC_PS_TLS_CA and ELASTIC_PS_AUTH_TOKEN(_FILE) (rpckit.auth)
-        self._tls_ca, self._token = auth.client_options(tls_ca, auth_token)
-        keys = list(server_keys) if server_keys is not None else [""] * len(endpoints or ())
-        if endpoints is not None and len(keys) != len(endpoints):
-            raise ValueError("give one server key per endpoint")
-        self._stub = None  # a Master stub kept for re-routing (made on first use)
-        self._given = [Route(e, k) for e, k in zip(endpoints, keys)] \
-            if endpoints is not None else None
-        self._discovery_timeout_s = discovery_timeout_s
-        self.client_id = client_id or uuid.uuid4().hex
-        self.timeout_s = timeout_s
-        self.max_attempts = max_attempts
-        self.retry = RetryPolicy(initial_s=backoff_s, max_s=max_backoff_s,
-                                 total_s=retry_budget_s, call_timeout_s=timeout_s)
-        self._own_ctx = context is None
-        self.ctx = context or zmq.Context()
-        found = self._resolve()
-        # ephemeral: a CURVE client needs a key pair, but the PS trusts the token, not the key
-        client_keys = zmq.curve_keypair() if any(r.data_public_key for r in found) else None
-        self._conns = [_Connection(self.ctx, r.data_address, prefer_local, r.data_public_key,
-                                   client_keys) for r in found]
-        for conn, route in zip(self._conns, found):
-            conn.generation = route.generation
-        self._rerouted_at = 0.0
-        if not self._conns:
-            raise ValueError("no PS endpoints")
-        self._seq = 0
+        self.exchange = Exchange(
+            endpoints, master=master, client_id=client_id, timeout_s=timeout_s,
+            max_attempts=max_attempts, backoff_s=backoff_s, max_backoff_s=max_backoff_s,
+            retry_budget_s=retry_budget_s, discovery_timeout_s=discovery_timeout_s,
+            context=context, prefer_local=prefer_local, tls_ca=tls_ca, auth_token=auth_token,
+            server_keys=server_keys)
         self.owner: dict[str, int] = {}       # dense tensor name -> PS index
         self.versions: dict[str, int] = {}    # versions of the last pull, per tensor
         # PS index -> whether it refuses stale pushes (learnt from init and pull answers);
         # a PS not heard from yet is assumed to (a push then checks first: see `push`)
         self.staleness_checked: dict[int, bool] = {}
 
-    def _resolve(self) -> list[Route]:
-        # a method, not a lambda over self: a client in a reference cycle is freed by the
-        # garbage collector, whose finalizers find its sockets open and hang in zmq's term()
-        if self._given is not None:
-            return list(self._given)
-        return master_routes(self.master, self._discovery_timeout_s,
-                             stub=self._master_stub(), **self._lookup)
-
     @property
-    def _lookup(self) -> dict:
-        return {"tls_ca": self._tls_ca, "token": self._token}
+    def client_id(self) -> str:
+        return self.exchange.client_id
 
     @property
     def num_ps(self) -> int:
-        return len(self._conns)
+        return self.exchange.num_ps
 
     @property
     def endpoints(self) -> list[str]:
         """The registered (TCP) data address of each PS."""
-        return [c.endpoint for c in self._conns]
+        return self.exchange.endpoints
 
     @property
     def transports(self) -> list[str]:
         """The endpoint each PS is reached at now (its same-host socket, or TCP)."""
-        return [c.current for c in self._conns]
-
-    def _master_stub(self):
-        if self._stub is None:
-            from protos import master_pb2_grpc
-            from rpckit.channels import LeaderStub
-
-            self._stub = LeaderStub(self.master, master_pb2_grpc.MasterStub, **self._lookup)
-        return self._stub
+        return self.exchange.transports
 
     @property
     def generations(self) -> list[int]:
         """The PS generation each index's requests go to (0: not replicated)."""
-        return [c.generation for c in self._conns]
+        return self.exchange.generations
 
     def close(self) -> None:
-        if self._stub is not None:
-            self._stub.close()
-        for c in self._conns:
-            c.reset()
-        if self._own_ctx:
-            self.ctx.term()
+        self.exchange.close()
 
     def __enter__(self) -> "DataClient":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def next_seq(self) -> int:
+        return self.exchange.next_seq()
+
+    def _call(self, requests, allow: tuple[Reason, ...] = ()) -> dict:
+        return self.exchange.call(requests, allow)
+
+    def begin_call(self, requests, allow: tuple[Reason, ...] = ()) -> PendingCall:
+        """Send now, collect later: see `Exchange.begin_call`."""
+        return self.exchange.begin_call(requests, allow)
+
+    def step(self, grads=None, versions=None, rows=(), pull=None,
+             pull_rows=None) -> StepOutcome:
+        """One training step's traffic, one message per PS: see `worker_sdk.ps.steps.step`."""
+        return steps.step(self, grads, versions, rows, pull, pull_rows)
+
+    def begin_step(self, grads=None, versions=None, rows=(), pull=None,
+                   pull_rows=None) -> steps.PendingStep:
+        """`step` in two halves: see `worker_sdk.ps.steps.begin_step`."""
+        return steps.begin_step(self, grads, versions, rows, pull, pull_rows)
 
     # -- the API ------------------------------------------------------------------------------
 
@@ -284,7 +201,7 @@ class DataClient(StepCalls):
         """Apply gradients on their PS. `versions` default to those of the last pull. Raises
         StaleGradient when a PS refused them as too stale; then no PS applied any of them."""
         versions = self.versions if versions is None else versions
-        grads = {name: _dense(g) for name, g in grads.items()}
+        grads = {name: dense_grad(g) for name, g in grads.items()}
         groups = self._group(grads, "push")
         checked = False
         if len(groups) > 1 and any(self.staleness_checked.get(i, True) for i in groups):
@@ -370,159 +287,6 @@ class DataClient(StepCalls):
                     "init_parameters or set_layout)")
             groups.setdefault(index, []).append(name)
         return groups
-
-    def next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
-
-    def _call(self, requests: dict[int, tuple[ps_pb2.DataRequest, list]],
-              allow: tuple[Reason, ...] = ()) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
-        """Send each PS its request (same seq) and collect the answers, retrying what is not
-        answered (or answered with a retryable code) within the retry budget. Raises PSError
-        for a refusal whose reason is not in `allow`, PSUnavailable when the budget is spent."""
-        return self.begin_call(requests, allow).wait()
-
-    def begin_call(self, requests: dict[int, tuple[ps_pb2.DataRequest, list]],
-                   allow: tuple[Reason, ...] = ()) -> "PendingCall":
-        """`_call` in two halves: this sends the requests and returns at once; the returned
-        call's `wait()` collects the answers (retrying as `_call` does). The client must make
-        no other call before that `wait()` has returned: the answers come on its sockets."""
-        exchange = self._exchange(requests, allow)
-        next(exchange)  # up to the first sends
-        return PendingCall(exchange)
-
-    def _exchange(self, requests, allow):
-        """`_call`'s body as a generator: it yields once, after its first sends."""
-        seq = self.next_seq()
-        for req, _ in requests.values():
-            req.client_id, req.seq, req.token = self.client_id, seq, self._token
-        wire = {}
-        results: dict[int, tuple] = {}
-        offers: dict[int, str] = {}
-        pending = set(requests)
-        backoff = Backoff(self.retry)
-        why = ""
-        attempt = 0
-        while True:
-            attempt += 1
-            waiting = {}
-            for index in pending:
-                req, frames = requests[index]
-                if req.generation != self._conns[index].generation or index not in wire:
-                    req.generation = self._conns[index].generation
-                    wire[index] = [req.SerializeToString(), *frames]
-                waiting[self._conns[index].send(wire[index])] = index
-            if attempt == 1:
-                yield  # sent: the caller may compute until it needs the answers
-            poller = zmq.Poller()
-            for sock in waiting:
-                poller.register(sock, zmq.POLLIN)
-            started = time.monotonic()
-            # one try waits timeout_s, but never past the call's retry budget
-            left = self.retry.total_s - backoff.elapsed
-            deadline = started + max(0.05, min(self.timeout_s, left))
-            while waiting:
-                left_ms = int((deadline - time.monotonic()) * 1000)
-                if left_ms <= 0:
-                    break
-                if self.master is not None:
-                    if (time.monotonic() - started >= REROUTE_AFTER_S
-                            and self._primary_moved(set(waiting.values()))):
-                        why = "a new PS primary was promoted"
-                        break
-                    left_ms = min(left_ms, int(REROUTE_AFTER_S * 1000))
-                for sock, _ in poller.poll(left_ms):
-                    frames = sock.recv_multipart(copy=False)
-                    resp = ps_pb2.DataResponse()
-                    try:
-                        resp.ParseFromString(frames[0].bytes)
-                    except Exception:  # noqa: BLE001 - not an answer we can use
-                        continue
-                    if resp.seq != seq:
-                        continue  # a late answer to an earlier request
-                    index = waiting.pop(sock)
-                    poller.unregister(sock)
-                    code = code_name(resp.code)
-                    if code in _RETRY_CODES:  # e.g. the PS is stopping: try again
-                        why = f"PS {index}: {resp.message}"
-                        continue
-                    pending.discard(index)
-                    offers[index] = resp.local_endpoint
-                    if resp.code != 0 and resp.reason not in allow:
-                        raise PSError(code, resp.reason or Reason.INTERNAL, f"PS {index} ({self._conns[index].current}): "
-                                      f"{resp.message}")
-                    results[index] = (resp, frames[1:])
-            if not pending:
-                for index, local in offers.items():
-                    self._conns[index].offer(local)
-                if attempt > 1:  # one line per recovery, not one per try
-                    log.warning("the PS answered again after %d tries (%.1fs): %s", attempt,
-                                backoff.elapsed, why)
-                return results
-            for index in waiting.values():
-                why = f"PS {index} at {self._conns[index].current} did not answer within " \
-                      f"{self.timeout_s:.1f}s"
-            delay = None if attempt >= self.max_attempts else backoff.next_delay()
-            if delay is None:
-                break
-            for index in pending:
-                self._conns[index].failed()
-            time.sleep(delay)
-            left = self.retry.total_s - backoff.elapsed
-            if left > 0:
-                self._refresh(pending, timeout_s=min(self.timeout_s, left))
-        log.info("giving up after %d tries (%.1f s): %s", attempt, backoff.elapsed, why)
-        raise PSUnavailable(
-            f"PS {', '.join(str(i) for i in sorted(pending))} did not answer for "
-            f"{backoff.elapsed:.1f}s ({attempt} tries; retry budget {self.retry.total_s:.0f}s, "
-            f"{self.max_attempts} tries): {why}. Is the PS running? A PS restarted from its "
-            "checkpoint is found again through the master while the budget lasts")
-
-    def _primary_moved(self, indexes: set[int]) -> bool:
-        """Whether the master names another primary for one of `indexes` (asked at most every
-        REROUTE_AFTER_S; the connections are moved when so)."""
-        now = time.monotonic()
-        if now - self._rerouted_at < REROUTE_AFTER_S:
-            return False
-        self._rerouted_at = now
-        before = [(c.endpoint, c.generation) for c in self._conns]
-        self._refresh(indexes, timeout_s=REROUTE_AFTER_S)
-        return any((self._conns[i].endpoint, self._conns[i].generation) != before[i]
-                   for i in indexes)
-
-    def _refresh(self, indexes: Iterable[int], timeout_s: float | None = None) -> None:
-        """Look the PS up again (a restarted PS may listen elsewhere, a backup may have been
-        promoted)."""
-        if self.master is None:
-            return
-        try:
-            found = master_routes(self.master, timeout_s=timeout_s or self.timeout_s,
-                                  stub=self._master_stub(), **self._lookup)
-        except PSUnavailable:
-            return
-        if len(found) != self.num_ps:
-            return
-        for i in indexes:
-            endpoint, key, generation = found[i]
-            conn = self._conns[i]
-            if (conn.endpoint, conn.server_key) != (endpoint, key):
-                if key and conn.client_keys is None:
-                    conn.client_keys = zmq.curve_keypair()
-                log.info("PS %d moved: %s -> %s (generation %d); re-routing", i,
-                         conn.endpoint, endpoint, generation)
-                conn.moved(endpoint, key)
-            elif generation != conn.generation:
-                log.info("PS %d: generation %d -> %d at %s; re-routing", i, conn.generation,
-                         generation, endpoint)
-            conn.generation = generation
-
-
-def _dense(g: torch.Tensor) -> torch.Tensor:
-    """A gradient as the frame of a dense tensor: a sparse one (nn.Embedding(sparse=True))
-    is coalesced (repeated rows summed) and densified, to the parameter's shape."""
-    if g.layout != torch.strided:
-        g = g.coalesce().to_dense() if g.is_sparse else g.to_dense()
-    return g.detach()
 
 
 def _rows(resp: ps_pb2.DataResponse, frames: list, n: int) -> torch.Tensor:

@@ -33,7 +33,10 @@ import sys
 import threading
 import weakref
 from enum import Enum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .ack import AckLedger
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,8 @@ PARK_TIMEOUT_S = 15.0  # a parked loop never waits longer than this for the leav
 
 
 class Member(Protocol):
+    ledger: "AckLedger"  # where its records are acknowledged (flushed at the safe point)
+
     def _preempt_busy(self) -> bool: ...
 
     def _preempt_freeze(self) -> None: ...
@@ -104,9 +109,10 @@ def checkpoint() -> None:
     if not _parked.is_set():
         # the step before this safe point may still be pushing in the background: let its
         # push be answered (and acknowledged) so that the hand-back carries it
-        from . import ack
-
-        ack.flush(GRACE_S / 2)
+        with _lock:
+            ledgers = {id(m.ledger): m.ledger for m in _members}
+        for ledger in ledgers.values():
+            ledger.flush(GRACE_S / 2)
     _parked.set()
     _left.wait(PARK_TIMEOUT_S)
     raise SystemExit(0)

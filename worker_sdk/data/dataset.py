@@ -1,5 +1,5 @@
 """ElasticDataset: a dataset read shard by shard as the master hands them out (the torch face
-of worker_sdk.lease_stream.LeaseStream).
+of worker_sdk.data.lease_stream.LeaseStream).
 
     ds = ElasticDataset(ArrayReader(x, y), master="localhost:50051", name="train",
                         shard_size=4096, num_epochs=3, shuffle=True)
@@ -15,7 +15,7 @@ One pass over `ds` covers every epoch: the master opens epoch e + 1 as soon as e
 nothing left to hand out, so `ds.epoch` (the epoch of the last record handed out) tells where you
 are. The pass ends when the master answers END; the worker then leaves with reason "finished".
 
-THE ACK RULE (worker_sdk/ack.py, docs/worker_sdk.md): a record counts as trained, and is
+THE ACK RULE (worker_sdk/data/ack.py, docs/worker_sdk.md): a record counts as trained, and is
 reported to the master, only after the training step that consumed it finished. `ack` says how
 the SDK learns that:
 
@@ -43,7 +43,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from protos import master_pb2 as pb
 
-from . import readers
+from . import ack, readers
 from .lease_stream import END, AckMode, LeaseStream, Piece, Wait
 from .master_client import MasterClient
 
@@ -85,6 +85,7 @@ class ElasticDataset(IterableDataset):
         retry_timeout_s: float | None = None,
         tls_ca: str | None = None,
         auth_token: str | None = None,
+        ledger: ack.AckLedger | None = None,
     ):
         """
         dataset: a reader (worker_sdk.readers), an object with read(start, end), a tensor or
@@ -99,9 +100,11 @@ class ElasticDataset(IterableDataset):
         worker_name, labels: how the worker registers (labels default to
             $ELASTIC_PS_WORKER_LABELS, e.g. "market=spot").
         ack: "auto", "push" or "next": see the module docstring.
-        handle_sigterm: install the SIGTERM handler (worker_sdk/preempt.py).
+        handle_sigterm: install the SIGTERM handler (worker_sdk/data/preempt.py).
         retry_timeout_s: give up on an unreachable master after this long (default 120 s).
         tls_ca, auth_token: a TLS master's CA file and the job's token.
+        ledger: the ack ledger that tells this dataset what was trained; give the same one
+            to the PSClient that pushes its steps (default: the process's, shared by all).
         """
         if ack not in ACK_MODES:
             raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
@@ -121,7 +124,7 @@ class ElasticDataset(IterableDataset):
         self.stream = LeaseStream(spec, master, max_shards=max_shards, worker_name=worker_name,
                                   labels=labels, ack=ack, handle_sigterm=handle_sigterm,
                                   retry_timeout_s=retry_timeout_s, tls_ca=tls_ca,
-                                  auth_token=auth_token)
+                                  auth_token=auth_token, ledger=ledger)
 
     # ---- the protocol's state, as before the split ------------------------------------------
 
@@ -330,7 +333,7 @@ class ElasticDataset(IterableDataset):
         ahead.append([pieces, self._read(reader, pieces), False])
 
     def loader(self, batch_size: int, num_workers: int = 0, **kwargs) -> Iterator[Any]:
-        """A torch DataLoader whose batches the main process leases (worker_sdk/loader.py)."""
+        """A torch DataLoader whose batches the main process leases (worker_sdk/data/loader.py)."""
         from .loader import ElasticLoader
 
         return ElasticLoader(self, batch_size, num_workers=num_workers, **kwargs)

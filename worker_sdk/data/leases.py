@@ -1,7 +1,7 @@
 """The leases a worker holds for one dataset, and how far each got: read, delivered, trained.
 
 Pure bookkeeping (no network): `ElasticDataset` reads positions from it, tells it what was
-delivered to the training loop, the ack ledger (`worker_sdk.ack`) tells it what was trained,
+delivered to the training loop, the ack ledger (`worker_sdk.data.ack`) tells it what was trained,
 and the master client asks it for reports and hands back the master's answers.
 
 Per lease, positions move read -> delivered -> trained, each a prefix of the lease
@@ -68,8 +68,11 @@ class Result(NamedTuple):
 
 
 class LeaseTable:
-    def __init__(self, dataset: str):
+    def __init__(self, dataset: str, ledger: ack.AckLedger | None = None):
+        """ledger: the ack ledger that tells this table what was trained (default: the
+        process's, `worker_sdk.data.ack.LEDGER`)."""
         self.dataset = dataset
+        self.ledger = ledger or ack.LEDGER
         self.lock = threading.RLock()
         self.leases: dict[int, HeldLease] = {}  # in read order
         # deliveries not yet trained, oldest first: [first sequence number, lease, count]
@@ -80,7 +83,7 @@ class LeaseTable:
         self.duplicates = 0  # reports the master refused as duplicates
         self.completed = 0  # leases reported DONE and accepted
         self.trained = 0  # records acknowledged as trained (worker metrics)
-        ack.register(self)
+        self.ledger.register(self)
 
     # ---- leases in and out --------------------------------------------------------------------
 
@@ -152,7 +155,7 @@ class LeaseTable:
         if not runs:
             return
         with self.lock:
-            seq = ack.take_sequence(sum(n for _, n in runs))
+            seq = self.ledger.take_sequence(sum(n for _, n in runs))
             for lease, n in runs:
                 lease.delivered += n
                 last = self._runs[-1] if self._runs else None
@@ -255,4 +258,4 @@ class LeaseTable:
                 self.drop(report.lease_id, result.reason or "refused")
 
     def close(self) -> None:
-        ack.unregister(self)
+        self.ledger.unregister(self)

@@ -1,0 +1,102 @@
+"""One connection to one PS's data plane, as every client of it opens it.
+
+The worker SDK (worker_sdk/ps), a backup copying its primary and a primary forwarding
+mutations to its backups (ps/replication) all talk to a PS the same way: a DEALER socket with
+LINGER 0, encrypted with CURVE when the PS registered a public key, a `DataRequest` header
+carrying the token, and a `DataResponse` whose non-zero code is a refusal with a reason.
+"""
+from __future__ import annotations
+
+import os
+import stat
+
+import zmq
+
+from protos import ps_pb2
+from rpckit.errors import Reason, ServiceError
+
+from .frames import code_name
+
+
+def dealer(ctx: zmq.Context, endpoint: str, server_key: str = "",
+           client_keys: tuple[bytes, bytes] | None = None, sndhwm: int | None = None) -> zmq.Socket:
+    """A DEALER socket connected to `endpoint`: CURVE-encrypted when `server_key` (the PS's
+    Z85 public key) is given, with `client_keys` (public, secret) or a fresh pair."""
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)  # a dead PS must never hold a close or a context's term
+    if sndhwm is not None:
+        s.setsockopt(zmq.SNDHWM, sndhwm)
+    if server_key:
+        s.curve_serverkey = server_key.encode()
+        s.curve_publickey, s.curve_secretkey = client_keys or zmq.curve_keypair()
+    s.connect(endpoint)
+    return s
+
+
+def refusal(resp: ps_pb2.DataResponse, prefix: str = "") -> ServiceError:
+    """The refusal a non-OK `DataResponse` carries, as the error clients branch on (by
+    `reason`, never by message)."""
+    return ServiceError(code_name(resp.code), resp.reason or Reason.INTERNAL,
+                        prefix + resp.message)
+
+
+class Connection:
+    """One DEALER socket to one PS, created lazily and thrown away on a timeout.
+
+    `endpoint` is the PS's registered (TCP) address. When the PS announces a same-host
+    endpoint (a Unix socket) that exists on this machine, later requests go there; if it ever
+    fails to answer, the connection goes back to TCP and does not use that path again.
+    """
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, prefer_local: bool = True,
+                 server_key: str = "", client_keys: tuple[bytes, bytes] | None = None):
+        self.ctx = ctx
+        self.endpoint = endpoint
+        self.server_key = server_key    # the PS's CURVE public key: encrypt, else plaintext
+        self.client_keys = client_keys  # this client's (public, secret) CURVE keys
+        self.prefer_local = prefer_local
+        self.generation = 0  # the PS generation this connection's endpoint serves
+        self.local = ""
+        self._refused: set[str] = set()
+        self.socket: zmq.Socket | None = None
+
+    @property
+    def current(self) -> str:
+        return self.local or self.endpoint
+
+    def send(self, parts: list) -> zmq.Socket:
+        if self.socket is None:
+            self.socket = dealer(self.ctx, self.current, self.server_key, self.client_keys)
+        self.socket.send_multipart(parts, copy=False)
+        return self.socket
+
+    def reset(self) -> None:
+        if self.socket is not None:
+            self.socket.close(0)
+            self.socket = None
+
+    def failed(self) -> None:
+        """No answer in time: start over, on TCP if the same-host socket was in use."""
+        if self.local:
+            self._refused.add(self.local)
+            self.local = ""
+        self.reset()
+
+    def moved(self, endpoint: str, server_key: str = "") -> None:
+        self.reset()
+        self.endpoint = endpoint
+        self.server_key = server_key
+        self.local = ""
+
+    def offer(self, local: str) -> None:
+        """The PS said it also listens on `local` (ipc://PATH): use it if it is on this host."""
+        if (not self.prefer_local or not local or local == self.local
+                or local in self._refused or not local.startswith("ipc://")):
+            return
+        try:
+            if not stat.S_ISSOCK(os.stat(local[len("ipc://"):]).st_mode):
+                return
+        except OSError:
+            return  # another machine (or a PS that is gone): stay on TCP
+        self.reset()
+        self.local = local

@@ -1,0 +1,308 @@
+"""Sending requests to every PS of a set and collecting the answers, retried and re-routed.
+
+`Exchange` owns one `pswire.connection.Connection` per PS index and the retry rules of the
+data plane (docs in worker_sdk/ps/data_client.py): every PS gets its request with one
+(client_id, seq), answers are collected with a bounded poll, a PS that does not answer in
+time is asked again (after re-reading its route from the master), for at most the retry
+budget. `PendingCall` is a call whose requests left and whose answers are not collected yet.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Iterable, Sequence
+
+import zmq
+
+from protos import ps_pb2
+from pswire.connection import Connection
+from pswire.frames import code_name
+from rpckit import auth
+from rpckit.errors import Reason
+from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
+
+from .. import metrics, notice
+from .routes import PSError, PSUnavailable, Route, master_routes
+
+log = logging.getLogger(__name__)
+
+_RETRY_CODES = frozenset(code.name for code in RETRYABLE)
+REROUTE_AFTER_S = 0.3  # an unanswered request this old asks the master for a new primary
+RETRY_BUDGET_S = 30.0  # how long one call keeps retrying a PS that does not answer
+
+
+class PendingCall:
+    """A call whose requests are sent and whose answers are not collected yet
+    (`DataClient.begin_call`)."""
+
+    def __init__(self, exchange):
+        self._exchange = exchange
+        self._result = None
+        self._error: BaseException | None = None
+        self._done = False
+
+    def wait(self) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
+        """The answers (as `Exchange.call` returns them), waiting and retrying as it does;
+        raises what it raises. Waiting again returns (or raises) the same."""
+        if not self._done:
+            try:
+                next(self._exchange)
+            except StopIteration as stop:
+                self._result = stop.value
+            except BaseException as exc:
+                self._error = exc
+            else:  # the exchange yields only once
+                self._error = RuntimeError("a data-plane exchange yielded twice")
+            finally:
+                self._done = True
+                self._exchange = None
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class Exchange:
+    """Requests to every PS of a set and their answers: connections, retries, re-routing.
+
+    What `DataClient` (worker_sdk/ps/data_client.py) sends goes through one of these; see
+    that module's docstring for the rules. Not thread-safe (one per client).
+    """
+
+    def __init__(self, endpoints: Sequence[str] | None = None, *, master: str | None = None,
+                 client_id: str | None = None, timeout_s: float = 10.0, max_attempts: int = 8,
+                 backoff_s: float = 0.05, max_backoff_s: float = 2.0,
+                 retry_budget_s: float = RETRY_BUDGET_S,
+                 discovery_timeout_s: float = 30.0, context: zmq.Context | None = None,
+                 prefer_local: bool = True, tls_ca: str | None = None,
+                 auth_token: str | None = None, server_keys: Sequence[str] | None = None):
+        """timeout_s: how long one try waits for an answer; a call gives up (PSUnavailable)
+        after `retry_budget_s` seconds or `max_attempts` tries, whichever comes first.
+        tls_ca, auth_token: for the master's ListPS and (the token) every data request;
+        None: ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN(_FILE). server_keys: with `endpoints`,
+        each PS's CURVE public key when its data plane is encrypted (GetPSStatus tells it);
+        with `master`, they come from ListPS."""
+        if (endpoints is None) == (master is None):
+            raise ValueError("give either endpoints (tcp://host:port per PS) or master")
+        notice.ensure_visible()  # waits and re-routes are logged at INFO
+        metrics.maybe_serve()  # ELASTIC_PS_METRICS_PORT
+        self.master = master
+        # None: ELASTIC_PS_TLS_CA and ELASTIC_PS_AUTH_TOKEN(_FILE) (rpckit.auth)
+        self._tls_ca, self._token = auth.client_options(tls_ca, auth_token)
+        keys = list(server_keys) if server_keys is not None else [""] * len(endpoints or ())
+        if endpoints is not None and len(keys) != len(endpoints):
+            raise ValueError("give one server key per endpoint")
+        self._stub = None  # a Master stub kept for re-routing (made on first use)
+        self._given = [Route(e, k) for e, k in zip(endpoints, keys)] \
+            if endpoints is not None else None
+        self._discovery_timeout_s = discovery_timeout_s
+        self.client_id = client_id or uuid.uuid4().hex
+        self.timeout_s = timeout_s
+        self.max_attempts = max_attempts
+        self.retry = RetryPolicy(initial_s=backoff_s, max_s=max_backoff_s,
+                                 total_s=retry_budget_s, call_timeout_s=timeout_s)
+        self._own_ctx = context is None
+        self.ctx = context or zmq.Context()
+        found = self._resolve()
+        # ephemeral: a CURVE client needs a key pair, but the PS trusts the token, not the key
+        client_keys = zmq.curve_keypair() if any(r.data_public_key for r in found) else None
+        self._conns = [Connection(self.ctx, r.data_address, prefer_local, r.data_public_key,
+                                  client_keys) for r in found]
+        for conn, route in zip(self._conns, found):
+            conn.generation = route.generation
+        self._rerouted_at = 0.0
+        if not self._conns:
+            raise ValueError("no PS endpoints")
+        self._seq = 0
+
+    def _resolve(self) -> list[Route]:
+        # a method, not a lambda over self: a client in a reference cycle is freed by the
+        # garbage collector, whose finalizers find its sockets open and hang in zmq's term()
+        if self._given is not None:
+            return list(self._given)
+        return master_routes(self.master, self._discovery_timeout_s,
+                             stub=self._master_stub(), **self._lookup)
+
+    @property
+    def _lookup(self) -> dict:
+        return {"tls_ca": self._tls_ca, "token": self._token}
+
+    @property
+    def num_ps(self) -> int:
+        return len(self._conns)
+
+    @property
+    def endpoints(self) -> list[str]:
+        """The registered (TCP) data address of each PS."""
+        return [c.endpoint for c in self._conns]
+
+    @property
+    def transports(self) -> list[str]:
+        """The endpoint each PS is reached at now (its same-host socket, or TCP)."""
+        return [c.current for c in self._conns]
+
+    def _master_stub(self):
+        if self._stub is None:
+            from protos import master_pb2_grpc
+            from rpckit.channels import LeaderStub
+
+            self._stub = LeaderStub(self.master, master_pb2_grpc.MasterStub, **self._lookup)
+        return self._stub
+
+    @property
+    def generations(self) -> list[int]:
+        """The PS generation each index's requests go to (0: not replicated)."""
+        return [c.generation for c in self._conns]
+
+    def close(self) -> None:
+        if self._stub is not None:
+            self._stub.close()
+        for c in self._conns:
+            c.reset()
+        if self._own_ctx:
+            self.ctx.term()
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def call(self, requests: dict[int, tuple[ps_pb2.DataRequest, list]],
+              allow: tuple[Reason, ...] = ()) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
+        """Send each PS its request (same seq) and collect the answers, retrying what is not
+        answered (or answered with a retryable code) within the retry budget. Raises PSError
+        for a refusal whose reason is not in `allow`, PSUnavailable when the budget is spent."""
+        return self.begin_call(requests, allow).wait()
+
+    def begin_call(self, requests: dict[int, tuple[ps_pb2.DataRequest, list]],
+                   allow: tuple[Reason, ...] = ()) -> "PendingCall":
+        """`call` in two halves: this sends the requests and returns at once; the returned
+        call's `wait()` collects the answers (retrying as `call` does). The client must make
+        no other call before that `wait()` has returned: the answers come on its sockets."""
+        exchange = self._exchange(requests, allow)
+        next(exchange)  # up to the first sends
+        return PendingCall(exchange)
+
+    def _exchange(self, requests, allow):
+        """`call`'s body as a generator: it yields once, after its first sends."""
+        seq = self.next_seq()
+        for req, _ in requests.values():
+            req.client_id, req.seq, req.token = self.client_id, seq, self._token
+        wire = {}
+        results: dict[int, tuple] = {}
+        offers: dict[int, str] = {}
+        pending = set(requests)
+        backoff = Backoff(self.retry)
+        why = ""
+        attempt = 0
+        while True:
+            attempt += 1
+            waiting = {}
+            for index in pending:
+                req, frames = requests[index]
+                if req.generation != self._conns[index].generation or index not in wire:
+                    req.generation = self._conns[index].generation
+                    wire[index] = [req.SerializeToString(), *frames]
+                waiting[self._conns[index].send(wire[index])] = index
+            if attempt == 1:
+                yield  # sent: the caller may compute until it needs the answers
+            poller = zmq.Poller()
+            for sock in waiting:
+                poller.register(sock, zmq.POLLIN)
+            started = time.monotonic()
+            # one try waits timeout_s, but never past the call's retry budget
+            left = self.retry.total_s - backoff.elapsed
+            deadline = started + max(0.05, min(self.timeout_s, left))
+            while waiting:
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    break
+                if self.master is not None:
+                    if (time.monotonic() - started >= REROUTE_AFTER_S
+                            and self._primary_moved(set(waiting.values()))):
+                        why = "a new PS primary was promoted"
+                        break
+                    left_ms = min(left_ms, int(REROUTE_AFTER_S * 1000))
+                for sock, _ in poller.poll(left_ms):
+                    frames = sock.recv_multipart(copy=False)
+                    resp = ps_pb2.DataResponse()
+                    try:
+                        resp.ParseFromString(frames[0].bytes)
+                    except Exception:  # noqa: BLE001 - not an answer we can use
+                        continue
+                    if resp.seq != seq:
+                        continue  # a late answer to an earlier request
+                    index = waiting.pop(sock)
+                    poller.unregister(sock)
+                    code = code_name(resp.code)
+                    if code in _RETRY_CODES:  # e.g. the PS is stopping: try again
+                        why = f"PS {index}: {resp.message}"
+                        continue
+                    pending.discard(index)
+                    offers[index] = resp.local_endpoint
+                    if resp.code != 0 and resp.reason not in allow:
+                        raise PSError(code, resp.reason or Reason.INTERNAL, f"PS {index} ({self._conns[index].current}): "
+                                      f"{resp.message}")
+                    results[index] = (resp, frames[1:])
+            if not pending:
+                for index, local in offers.items():
+                    self._conns[index].offer(local)
+                if attempt > 1:  # one line per recovery, not one per try
+                    log.warning("the PS answered again after %d tries (%.1fs): %s", attempt,
+                                backoff.elapsed, why)
+                return results
+            for index in waiting.values():
+                why = f"PS {index} at {self._conns[index].current} did not answer within " \
+                      f"{self.timeout_s:.1f}s"
+            delay = None if attempt >= self.max_attempts else backoff.next_delay()
+            if delay is None:
+                break
+            for index in pending:
+                self._conns[index].failed()
+            time.sleep(delay)
+            left = self.retry.total_s - backoff.elapsed
+            if left > 0:
+                self._refresh(pending, timeout_s=min(self.timeout_s, left))
+        log.info("giving up after %d tries (%.1f s): %s", attempt, backoff.elapsed, why)
+        raise PSUnavailable(
+            f"PS {', '.join(str(i) for i in sorted(pending))} did not answer for "
+            f"{backoff.elapsed:.1f}s ({attempt} tries; retry budget {self.retry.total_s:.0f}s, "
+            f"{self.max_attempts} tries): {why}. Is the PS running? A PS restarted from its "
+            "checkpoint is found again through the master while the budget lasts")
+
+    def _primary_moved(self, indexes: set[int]) -> bool:
+        """Whether the master names another primary for one of `indexes` (asked at most every
+        REROUTE_AFTER_S; the connections are moved when so)."""
+        now = time.monotonic()
+        if now - self._rerouted_at < REROUTE_AFTER_S:
+            return False
+        self._rerouted_at = now
+        before = [(c.endpoint, c.generation) for c in self._conns]
+        self._refresh(indexes, timeout_s=REROUTE_AFTER_S)
+        return any((self._conns[i].endpoint, self._conns[i].generation) != before[i]
+                   for i in indexes)
+
+    def _refresh(self, indexes: Iterable[int], timeout_s: float | None = None) -> None:
+        """Look the PS up again (a restarted PS may listen elsewhere, a backup may have been
+        promoted)."""
+        if self.master is None:
+            return
+        try:
+            found = master_routes(self.master, timeout_s=timeout_s or self.timeout_s,
+                                  stub=self._master_stub(), **self._lookup)
+        except PSUnavailable:
+            return
+        if len(found) != self.num_ps:
+            return
+        for i in indexes:
+            endpoint, key, generation = found[i]
+            conn = self._conns[i]
+            if (conn.endpoint, conn.server_key) != (endpoint, key):
+                if key and conn.client_keys is None:
+                    conn.client_keys = zmq.curve_keypair()
+                log.info("PS %d moved: %s -> %s (generation %d); re-routing", i,
+                         conn.endpoint, endpoint, generation)
+                conn.moved(endpoint, key)
+            elif generation != conn.generation:
+                log.info("PS %d: generation %d -> %d at %s; re-routing", i, conn.generation,
+                         generation, endpoint)
+            conn.generation = generation
