@@ -1,6 +1,6 @@
 """Primary leases on the master: when a PS primary may still be answering pushes.
 
-With `--ps-replicas` a primary answers a mutation only while it holds a lease (ps/lease.py),
+With `--ps-replicas` a primary answers a mutation only while it holds a lease (ps/replication/lease.py),
 renewed by each successful `ReportReplicas`; the PS counts the lease from the moment it SENT
 the renewal, on its own monotonic clock. The master records a grant when it answers one, on
 its monotonic clock, which is after the PS sent it: so the PS's lease always ends before

@@ -72,12 +72,12 @@ def run(settings: PSSettings) -> int:
     import torch
     import zmq
 
-    from .dataplane import BindError, DataPlane, auto_ipc_path
+    from .dataplane import BindError, Handlers, auto_ipc_path, data_plane
     from .registrar import Registrar, connect
     from .server import (Identity, PortInUse, PSServicer, build_server, not_serving_on_failure,
                          now_ms)
     from .params import ParamStore
-    from .replica import ReplicaNode
+    from .replication import ReplicaNode
 
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
@@ -102,15 +102,16 @@ def run(settings: PSSettings) -> int:
     # Under TLS the data plane is encrypted too (CURVE): a fresh key pair per start, whose
     # public half clients learn from the master's ListPS (or GetPSStatus).
     curve = zmq.curve_keypair() if credentials is not None else None
-    # With a master, this PS serves only in the role the master gives it (ps.replica):
+    # With a master, this PS serves only in the role the master gives it (ps.replication):
     # primary, or a backup of its index's primary (--ps-replicas on the master).
     node = None if settings.standalone else ReplicaNode(
-        store, zmq.Context.instance(), token, uuid.uuid4().hex,
+        store, Handlers(store), zmq.Context.instance(), token, uuid.uuid4().hex,
         data_public_key=curve[0].decode() if curve else "", data_address="",
         ack_timeout=settings.replica_ack_timeout)
-    data = DataPlane(store, settings.host, settings.data_port, settings.threads,
-                     settings.max_frame_mb * 1024 * 1024, ipc_path, ipc_optional=auto,
-                     token=token, curve_keypair=curve, replica=node)
+    data = data_plane(store, token=token, node=node, host=settings.host,
+                      port=settings.data_port, threads=settings.threads,
+                      max_frame_bytes=settings.max_frame_mb * 1024 * 1024, ipc_path=ipc_path,
+                      ipc_optional=auto, curve_keypair=curve)
     try:
         data_port = data.bind()
     except BindError as exc:

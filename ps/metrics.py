@@ -6,7 +6,7 @@ nothing counted yet, the data plane's requests (latency, bytes, rows per kind), 
 by `DataPlaneMeter` around `DataPlane.handle`: a few microseconds a request, against pushes
 that take a millisecond or more. Checkpoint durations are observed as each one is written.
 
-The replica state comes from `node.status()` (ps.replica.ReplicaNode): role, generation,
+The replica state comes from `node.status()` (ps.replication.ReplicaNode): role, generation,
 in-sync backups; whatever else the replica work adds to that dict as a number is exported
 too, as `elasticps_ps_replica_<key>`.
 """

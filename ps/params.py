@@ -227,7 +227,7 @@ class ParamStore(Snapshots, Steps):
             if d is None:
                 raise not_found(Reason.UNKNOWN_TENSOR, f"no tensor named {quote(name)} on PS "
                                 f"{self.index}; push each gradient to the PS that holds its "
-                                "tensor (ps.partition)")
+                                "tensor (pswire.partition)")
             if tuple(shape) != tuple(d.value.shape) or dtype != d.value.dtype:
                 raise invalid(f"gradient of {quote(name)} is {DTYPE_NAMES.get(dtype)}"
                               f"{list(shape)}, the tensor is {_shape(d.value)}")
@@ -369,7 +369,7 @@ class ParamStore(Snapshots, Steps):
                 bad = int(keys[wrong[0]])
                 raise invalid(f"table {table!r}: id {bad} belongs to PS {bad % self.num_ps} "
                               f"of {self.num_ps}, not PS {self.index}; split ids with "
-                              "ps.partition.split_rows")
+                              "pswire.partition.split_rows")
 
     def pull_rows(self, table: str, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
         t = self.table(table)

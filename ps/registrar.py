@@ -6,7 +6,7 @@ the master is unreachable; once registered, check every `interval` seconds with 
 the master still lists this PS with these addresses, and register again when it does not
 (the master lost its database, or another process registered this index).
 
-With a `node` (ps.replica.ReplicaNode) it also carries the master's word on this PS's role:
+With a `node` (ps.replication.ReplicaNode) it also carries the master's word on this PS's role:
 each registration answer and each listing hands the role and generation to the node, a PS
 listed neither as its index's primary nor as one of its backups registers again, and while
 the node is `urgent` (its primary went quiet) the listing is checked every `URGENT_S`.
@@ -62,7 +62,7 @@ class Registrar:
     def _report_replicas(self, generation: int, in_sync: list[str]) -> float:
         """ReportReplicas for the node's primary: the lease granted (seconds); raises Fenced
         when the master says so."""
-        from .replication import Fenced
+        from .replication.primary import Fenced
 
         try:
             return self.stub.ReportReplicas(master_pb2.ReportReplicasRequest(

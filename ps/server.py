@@ -43,7 +43,7 @@ def status_view(store: ParamStore, checkpointer: Checkpointer | None,
         max_staleness_allowed=store.max_staleness, waited_for_send=s.waited_for_send,
         copies_on_write=s.copies_on_write, data_public_key=me.data_public_key,
     )
-    if node is not None:  # ps.replica.ReplicaNode
+    if node is not None:  # ps.replication.ReplicaNode
         for key, value in node.status().items():
             setattr(resp, key, value)
     else:

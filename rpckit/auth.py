@@ -5,7 +5,7 @@ every call except the health service carry the metadata `authorization: Bearer <
 answers any other call UNAUTHENTICATED (reason UNAUTHENTICATED) before its request is even
 decoded, so a refused call changes nothing. Clients: `channel(address, tls_ca=, token=)` makes
 a plaintext or TLS channel that attaches the token to every call. The ZeroMQ data plane
-checks the same token with `token_matches` (see ps/dataplane.py).
+checks the same token with `token_matches` (see ps/dataplane/).
 
 The token is a secret: it is compared in constant time, and no message, log line or
 settings line repeats it (describe the settings with `redact=SECRET_FIELDS`).

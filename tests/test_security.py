@@ -255,12 +255,12 @@ def test_a_restarted_ps_has_a_new_key_and_clients_follow_it(cluster):
                         timeout_s=1.0, max_attempts=30, backoff_s=0.05)
     try:
         before = {n: t.clone() for n, t in client.pull().items()}
-        old_key = client._conns[0].server_key
+        old_key = client.exchange._conns[0].server_key
         cluster.ps.terminate()
         cluster.ps.start()
         after = client.pull()
-        assert client._conns[0].server_key != old_key
-        assert auth.is_curve_key(client._conns[0].server_key)
+        assert client.exchange._conns[0].server_key != old_key
+        assert auth.is_curve_key(client.exchange._conns[0].server_key)
         assert all(torch.equal(after[n], before[n]) for n in before)
     finally:
         client.close()

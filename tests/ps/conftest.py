@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from ps.dataplane import DataPlane
+from ps.dataplane import data_plane
 from ps.params import ParamStore
 
 
 class InProcessPS:
     def __init__(self, store: ParamStore, threads: int = 2):
         self.store = store
-        self.plane = DataPlane(store, host="127.0.0.1", port=0, threads=threads,
+        self.plane = data_plane(store, host="127.0.0.1", port=0, threads=threads,
                                max_frame_bytes=64 << 20)
         self.port = self.plane.bind()
         self.endpoint = f"tcp://127.0.0.1:{self.port}"

@@ -303,9 +303,9 @@ def test_same_host_socket_is_used_when_offered_and_dropped_when_it_fails(tmp_pat
 
 
 def test_a_ps_with_a_local_socket_is_reached_through_it(tmp_path):
-    from ps.dataplane import DataPlane
+    from ps.dataplane import data_plane
 
-    plane = DataPlane(ParamStore(), host="127.0.0.1", port=0, threads=1,
+    plane = data_plane(ParamStore(), host="127.0.0.1", port=0, threads=1,
                       ipc_path=str(tmp_path / "d.sock"))
     port = plane.bind()
     plane.start()
@@ -350,12 +350,13 @@ def test_an_empty_tensor_with_huge_dimensions_is_refused_not_internal(inproc_ps)
 
 def test_auto_threads_serve_with_one_handler_and_four_for_a_primary_with_backups():
     from protos import master_pb2
-    from ps.dataplane import AUTO, AUTO_THREADS, DataPlane
-    from ps.replica import ReplicaNode, Role
+    from ps.dataplane import AUTO, AUTO_THREADS, Handlers, data_plane
+    from ps.replication import ReplicaNode, Role
 
     store = ParamStore()
-    node = ReplicaNode(store, zmq.Context.instance(), "", "instance", data_address="")
-    plane = DataPlane(store, host="127.0.0.1", port=0, threads=AUTO, replica=node)
+    node = ReplicaNode(store, Handlers(store), zmq.Context.instance(), "", "instance",
+                       data_address="")
+    plane = data_plane(store, node=node, host="127.0.0.1", port=0, threads=AUTO)
     plane.bind()
     plane.start()
     try:
@@ -366,6 +367,9 @@ def test_auto_threads_serve_with_one_handler_and_four_for_a_primary_with_backups
         with _client(f"tcp://127.0.0.1:{plane.bound_port}".split()) as c:
             c.init_parameters({"w": torch.zeros(3)}, "sgd", lr=1.0)
             node.on_role(Role.PRIMARY, 1, master_pb2.PSInfo(), replicas=1)
+            deadline = time.monotonic() + 5  # the transport reads the node's wish between polls
+            while len(handlers()) < AUTO_THREADS and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert len(handlers()) == AUTO_THREADS and all(t.is_alive() for t in handlers())
             node.on_role(Role.PRIMARY, 1, master_pb2.PSInfo(), replicas=1)
             assert len(handlers()) == AUTO_THREADS  # once

@@ -8,7 +8,7 @@ import torch
 import zmq
 
 from protos import ps_pb2
-from ps.dataplane import DataPlane
+from ps.dataplane import data_plane
 from pswire.tables import TableSpec
 from ps.params import ParamStore
 from rpckit.errors import Reason, ServiceError
@@ -21,18 +21,23 @@ MODEL = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.one
 
 @pytest.fixture
 def plane():
-    """`plane(curve=bool)`: an in-process PS requiring TOKEN, with CURVE when asked."""
+    """`plane(curve=bool)`: an in-process PS requiring TOKEN, with CURVE when asked; its
+    store is `plane.stores[p]`."""
     started = []
+    stores = {}  # plane -> the store it serves
 
     def make(curve: bool = False):
         keys = zmq.curve_keypair() if curve else None
-        p = DataPlane(ParamStore(), host="127.0.0.1", port=0, threads=2,
-                      max_frame_bytes=1 << 20, token=TOKEN, curve_keypair=keys)
+        store = ParamStore()
+        p = data_plane(store, host="127.0.0.1", port=0, threads=2,
+                       max_frame_bytes=1 << 20, token=TOKEN, curve_keypair=keys)
+        stores[p] = store
         endpoint = f"tcp://127.0.0.1:{p.bind()}"
         p.start()
         started.append(p)
         return p, endpoint, keys[0].decode() if keys else ""
 
+    make.stores = stores
     yield make
     for p in started:
         p.stop()
@@ -56,7 +61,7 @@ def _refused(call) -> ServiceError:
 @pytest.mark.parametrize("bad", ["", "wrong-token", TOKEN[:-1]])
 def test_no_or_a_wrong_token_applies_nothing(plane, curve, bad):
     p, endpoint, key = plane(curve)
-    store = p.store
+    store = plane.stores[p]
     with _client(endpoint, key, bad) as c:
         _refused(lambda: c.init_parameters(MODEL, "sgd", lr=1.0, tables=[TABLE]))
     assert not store.initialized and not store.dense and not store.tables

@@ -1,7 +1,7 @@
 """A PS primary's lease (fake clock): renewal counted from the send, expiry, revocation."""
 from __future__ import annotations
 
-from ps.lease import PrimaryLease
+from ps.replication.lease import PrimaryLease
 from tests.fakes import FakeClock
 
 

@@ -10,7 +10,7 @@ import torch
 import zmq
 
 from protos import ps_pb2
-from ps.dataplane import DataPlane
+from ps.dataplane import data_plane
 from pswire.tables import TableSpec
 from ps.limits import Limits
 from ps.params import ParamStore
@@ -146,7 +146,7 @@ def test_a_handler_thread_that_dies_makes_the_ps_report_not_serving(monkeypatch)
     server.start()
     failures = []
     on_failure = not_serving_on_failure(health)
-    plane = DataPlane(store, host="127.0.0.1", port=0, threads=1,
+    plane = data_plane(store, host="127.0.0.1", port=0, threads=1,
                       on_failure=lambda why: (failures.append(why), on_failure(why)))
     port = plane.bind()
     channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")

@@ -10,7 +10,7 @@ import zmq
 
 from protos import ps_pb2
 from ps.params import ParamStore
-from ps.replication import Fenced, Primary
+from ps.replication.primary import Fenced, Primary
 from rpckit.errors import ServiceError
 from tests.fakes import FakeClock
 
@@ -54,7 +54,7 @@ def answer() -> list:
 
 def test_without_a_lease_nothing_is_applied(setup, monkeypatch):
     clock, master, primary = setup
-    monkeypatch.setattr("ps.replication.LEASE_WAIT_S", 0.2)
+    monkeypatch.setattr("ps.replication.primary.LEASE_WAIT_S", 0.2)
     applied = []
     with pytest.raises(ServiceError) as err:
         primary.mutate(push(), b"", [], lambda: applied.append(1) or answer())

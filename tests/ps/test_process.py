@@ -126,7 +126,7 @@ def test_sigterm_loses_nothing(launcher):
             c.pull()
             c.push({"w": torch.full((1000,), float(step))})
         c.push_rows("emb", torch.tensor([5]), torch.ones(1, 8))
-        last_seq = c._seq
+        last_seq = c.exchange._seq
         before = c.pull()["w"].clone()
         rows = c.pull_rows("emb", torch.tensor([5])).clone()
     finally:
@@ -140,7 +140,7 @@ def test_sigterm_loses_nothing(launcher):
         assert torch.equal(again.pull()["w"], before) and again.versions == {"w": 5}
         assert torch.equal(again.pull_rows("emb", torch.tensor([5])), rows)
         # the push of seq 5 retried after the restart: the applied table came back too
-        again._seq = last_seq - 4
+        again.exchange._seq = last_seq - 4
         assert again.push({"w": torch.ones(1000)}, versions={"w": 4}).duplicate
         # momentum buffers came back: one more step equals the local torch.optim step
         w = torch.zeros(1000, requires_grad=True)
@@ -148,7 +148,7 @@ def test_sigterm_loses_nothing(launcher):
         for step in [*range(5), 7]:
             w.grad = torch.full((1000,), float(step))
             opt.step()
-        again._seq = last_seq + 10
+        again.exchange._seq = last_seq + 10
         again.push({"w": torch.full((1000,), 7.0)})
         torch.testing.assert_close(again.pull()["w"], w.detach())
     assert ps2.terminate() == 0

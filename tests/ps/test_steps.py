@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from protos import ps_pb2
-from ps.dataplane import DataPlane
+from ps.dataplane import data_plane
 from pswire.tables import TableSpec
 from ps.limits import Limits
 from pswire.optimizers import make_config
@@ -130,7 +130,7 @@ def _request(step: ps_pb2.Step, frames: list, seq: int = 1) -> list:
 
 def test_the_data_plane_checks_the_frames_and_answers_them_in_order():
     s = _store()
-    plane = DataPlane(s)
+    plane = data_plane(s)
     step = ps_pb2.Step()
     step.push.tensors.append(meta_of("w", torch.ones(3)))
     step.push.versions.append(0)

@@ -14,7 +14,7 @@ from master.core import MasterCore, Settings
 from master.server import build_server
 from master.store import Store
 from protos import master_pb2 as pb
-from ps.dataplane import DataPlane
+from ps.dataplane import data_plane
 from ps.params import ParamStore
 from rpckit.errors import Reason
 from worker_sdk import DatasetSpecMismatch, ElasticDataset, PSClient
@@ -88,7 +88,7 @@ def test_dataset_creation_follows_the_reason(master):
 
 def test_stale_gradient_repull_follows_the_reason(master):
     address, core, committer = master
-    plane = DataPlane(ParamStore(max_staleness=0), host="127.0.0.1", port=0, threads=1,
+    plane = data_plane(ParamStore(max_staleness=0), host="127.0.0.1", port=0, threads=1,
                       max_frame_bytes=1 << 20)
     port = plane.bind()
     plane.start()

@@ -1,7 +1,7 @@
 """A data-plane client of a set of PS: partitioned, parallel, retried, at-most-once pushes.
 
 `DataClient` speaks the ZeroMQ data plane to every PS of a job (one DEALER socket each). It
-splits tensors and embedding ids with `ps.partition`, sends the parts to all PS at once and
+splits tensors and embedding ids with `pswire.partition`, sends the parts to all PS at once and
 waits for the answers with a bounded poll. A PS that does not answer within `timeout_s` (it
 died, restarted, or the reply was lost) gets its socket closed and the same request again
 (same client_id and seq, so a push is applied at most once) after a bounded exponential
@@ -147,7 +147,7 @@ class DataClient:
     def init_parameters(self, tensors: Mapping[str, torch.Tensor] | Iterable[tuple],
                         optimizer: str | dict = "sgd", tables: Iterable = (),
                         **hyperparameters) -> bool:
-        """Send each PS its part of the model (by `ps.partition`), the optimizer (a torch.optim
+        """Send each PS its part of the model (by `pswire.partition`), the optimizer (a torch.optim
         name and its hyperparameters) and the tables. True when this call initialized at least
         one PS; False when every PS already was (the first call wins)."""
         tensors = dict(tensors.items() if isinstance(tensors, Mapping) else tensors)

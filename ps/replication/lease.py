@@ -3,7 +3,7 @@
 With replicas, the master may make another process the primary of this index while this one
 is alive but unreachable (paused, partitioned). A primary that went on answering pushes then
 would acknowledge pushes the new primary never sees. So a primary answers a mutation only
-while it holds a lease, renewed by each successful `ReportReplicas` (ps/replication.py renews
+while it holds a lease, renewed by each successful `ReportReplicas` (ps/replication/primary.py renews
 every quarter lease). The lease runs from the moment the renewal was SENT, on this process's
 monotonic clock: the master answered after that, so the master's record of the grant
 (master/ps_leases.py) is later than this, and the master waits the lease plus a margin after

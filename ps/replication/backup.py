@@ -25,9 +25,10 @@ import torch
 import zmq
 
 from protos import ps_pb2
+from pswire.connection import dealer, refusal
 
 from rpckit.errors import Reason, ServiceError
-from .params import ParamStore
+from ..params import ParamStore
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def warm_up() -> None:
     machine), which must not happen while the primary waits for this backup's answer."""
     from pswire.optimizers import make_config
 
-    from .optim import make_dense, step_dense
+    from ..optim import make_dense, step_dense
 
     for name in ("sgd", "adagrad", "adam"):
         value = torch.zeros(1)
@@ -136,13 +137,7 @@ class Backup:
 
     def _ask(self, upstream: Upstream, follow: ps_pb2.Follow, timeout: float) -> list:
         if self._sock is None:
-            s = self.ctx.socket(zmq.DEALER)
-            s.setsockopt(zmq.LINGER, 0)
-            if upstream.data_public_key:
-                s.curve_serverkey = upstream.data_public_key.encode()
-                s.curve_publickey, s.curve_secretkey = zmq.curve_keypair()
-            s.connect(upstream.data_address)
-            self._sock = s
+            self._sock = dealer(self.ctx, upstream.data_address, upstream.data_public_key)
         req = ps_pb2.DataRequest(token=self.token, generation=upstream.generation,
                                  seq=time.monotonic_ns(), follow=follow)
         self._sock.send_multipart([req.SerializeToString()])
@@ -162,8 +157,7 @@ class Backup:
             if resp.seq != req.seq:
                 continue  # the answer to an earlier try
             if resp.code != 0:
-                raise ServiceError(ps_pb2.DataResponse.Code.Name(resp.code),
-                                   resp.reason or Reason.INTERNAL, resp.message)
+                raise refusal(resp)
             return [resp, *frames[1:]]
 
     def _follow_msg(self, upstream: Upstream, attach_id: int) -> ps_pb2.Follow:

@@ -1,6 +1,6 @@
 """The primary's side of PS replication: number every mutation, forward it, answer once copied.
 
-A backup attaches with a `Follow` request (ps/follower.py): under the order lock the primary
+A backup attaches with a `Follow` request (backup.py): under the order lock the primary
 takes a consistent snapshot of its ParamStore (model, optimizer state and the at-most-once
 table) at mutation number S and answers it; every mutation after S goes to the backup as a
 `Replicate` request numbered S+1, S+2, ... to the backup's own data plane, which applies them
@@ -19,7 +19,7 @@ What it promises:
   recorded the drop (so the master never promotes a backup that lacks an acknowledged push),
   then detaches it (it copies the primary again). A master that answers FENCED means this PS
   was deposed: the pending push is refused with FENCED, the caller re-routes.
-- A mutation is applied and answered only under a valid primary lease (ps/lease.py), renewed
+- A mutation is applied and answered only under a valid primary lease (lease.py), renewed
   by every successful report to the master (at least every quarter lease): checked before it
   is applied and again just before it is answered. A primary that lost touch with the master
   (or was paused) for longer than the lease answers nothing, so once the master made another
@@ -41,10 +41,11 @@ import torch
 import zmq
 
 from protos import ps_pb2
+from pswire.connection import dealer
 
 from rpckit.errors import Reason, ServiceError, unavailable
+from ..params import ParamStore
 from .lease import PrimaryLease
-from .params import ParamStore
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class Fenced(Exception):
     """The master says this PS is no longer the primary of its generation."""
 
 
-class Follower:
+class AttachedBackup:
     """One attached backup: mutations go out through an I/O thread that owns the socket."""
 
     def __init__(self, ctx: zmq.Context, attach_id: int, instance: str, endpoint: str,
@@ -102,13 +103,7 @@ class Follower:
         pull = ctx.socket(zmq.PULL)
         pull.setsockopt(zmq.LINGER, 0)
         pull.connect(self._inbox)
-        out = ctx.socket(zmq.DEALER)
-        out.setsockopt(zmq.LINGER, 0)
-        out.setsockopt(zmq.SNDHWM, QUEUE_LIMIT)
-        if server_key:
-            out.curve_serverkey = server_key.encode()
-            out.curve_publickey, out.curve_secretkey = zmq.curve_keypair()
-        out.connect(self.endpoint)
+        out = dealer(ctx, self.endpoint, server_key, sndhwm=QUEUE_LIMIT)
         poller = zmq.Poller()
         poller.register(pull, zmq.POLLIN)
         poller.register(out, zmq.POLLIN)
@@ -152,7 +147,7 @@ class Primary:
         self.ack_timeout = ack_timeout
         self.order = threading.Lock()
         self.seq = 0
-        self.followers: dict[int, Follower] = {}
+        self.followers: dict[int, AttachedBackup] = {}
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
         self._report_lock = threading.Lock()
@@ -224,7 +219,7 @@ class Primary:
                    f"{self.ack_timeout:.1f}s")
         self._drop(lagging)
 
-    def _drop(self, lagging: list[Follower]) -> None:
+    def _drop(self, lagging: list[AttachedBackup]) -> None:
         """Stop waiting for `lagging`, once the master recorded it. Raises ServiceError when
         that cannot be done (the push stays unanswered: the client retries)."""
         with self._report_lock:
@@ -252,7 +247,7 @@ class Primary:
             self._refuse_if_fenced()
             state = self.store.snapshot()
             # acked -1: nothing counts until the backup says it loaded the snapshot
-            f = Follower(self.ctx, next(self._ids), follow.instance, follow.data_address,
+            f = AttachedBackup(self.ctx, next(self._ids), follow.instance, follow.data_address,
                          follow.data_public_key, -1, self._notify)
             self.followers[f.attach_id] = f
             seq = self.seq
@@ -303,7 +298,7 @@ class Primary:
                 elif time.monotonic() - f.last_follow > IDLE_DETACH_S and not f.in_sync:
                     f.fail("it stopped asking (Follow)")
 
-    def _confirm(self, f: Follower | None) -> None:
+    def _confirm(self, f: AttachedBackup | None) -> None:
         """Report the in-sync set to the master (with `f` newly in it, or just again)."""
         with self._report_lock:
             if f is not None and (f.failed or self.followers.get(f.attach_id) is not f):
@@ -325,7 +320,7 @@ class Primary:
             log.info("backup %s at %s is in sync (mutation %d)", f.instance[:16], f.endpoint,
                      f.acked)
 
-    def _detach(self, f: Follower) -> None:
+    def _detach(self, f: AttachedBackup) -> None:
         if self.followers.pop(f.attach_id, None) is not None:
             f.close()
         self._notify()

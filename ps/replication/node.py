@@ -5,11 +5,14 @@ The master decides the role (master/ps_replicas.py); the registrar hands each an
 
 - pending (not registered yet) and fenced (deposed, registering again): nothing; clients get
   UNAVAILABLE with reason FENCED and look the primary up again.
-- backup: only `Replicate` from its primary (ps/follower.py); clients are FENCED.
+- backup: only `Replicate` from its primary (backup.py); clients are FENCED.
 - primary: clients' requests, unless they name a newer generation than this PS's (then it
   was deposed and does not know yet: FENCED); with `--ps-replicas` > 0 every mutation goes
-  through the replication order (ps/replication.py), and backups may attach (`Follow`); a
-  mutation is answered only under a valid primary lease (ps/lease.py).
+  through the replication order (primary.py), and backups may attach (`Follow`); a
+  mutation is answered only under a valid primary lease (lease.py).
+
+The node is a link of the data plane's request chain (ps/dataplane/__init__.py): it is handed
+the next link, the handlers, and passes to it what its role serves.
 
 A primary the master answers FENCED (ReportReplicas) stops serving at once and registers
 again, which makes it a backup of the new primary: a deposed primary never serves as a second
@@ -27,9 +30,9 @@ import zmq
 from protos import ps_pb2
 
 from rpckit.errors import Reason, ServiceError
-from .follower import Backup, Upstream
-from .params import ParamStore
-from .replication import Fenced, Primary
+from ..params import ParamStore
+from .backup import Backup, Upstream
+from .primary import Fenced, Primary
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +61,13 @@ def fenced(message: str) -> ServiceError:
 
 
 class ReplicaNode:
-    def __init__(self, store: ParamStore, ctx: zmq.Context, token: str, instance: str,
-                 data_address: str, data_public_key: str = "", ack_timeout: float = 2.0):
+    def __init__(self, store: ParamStore, handlers, ctx: zmq.Context, token: str,
+                 instance: str, data_address: str, data_public_key: str = "",
+                 ack_timeout: float = 2.0):
+        """handlers: the next link (ps.dataplane.Handlers over `store`), which serves what
+        this node lets through and the mutations a backup receives."""
         self.store = store
+        self.handlers = handlers
         self.ctx = ctx
         self.token = token
         self.instance = instance
@@ -76,26 +83,20 @@ class ReplicaNode:
         self.wake: Callable[[], None] = lambda: None        # the registrar's, when it runs
         # (generation, in_sync) -> the lease granted, in seconds
         self.report: Callable[[int, list[str]], float] | None = None
-        self._dispatch: Callable[[str, ps_pb2.DataRequest, list], list] | None = None
-        self._grow: Callable[[], None] = lambda: None
+        # set once this PS is a primary with backups: its handlers then wait for the backups'
+        # acknowledgements, so the transport serves with more of them (DataPlane.more_handlers)
+        self.more_handlers = threading.Event()
         self._lock = threading.Lock()
-
-    def bind(self, dispatch: Callable[[str, ps_pb2.DataRequest, list], list],
-             grow: Callable[[], None] = lambda: None) -> None:
-        """The data plane's own handler of a decoded request (kind, request, frames), and how
-        to give it more handler threads (a primary with backups waits for them in handlers)."""
-        self._dispatch = dispatch
-        self._grow = grow
 
     # -- the gate ------------------------------------------------------------------------------
 
-    def handle(self, kind: str, req: ps_pb2.DataRequest, parts: list) -> list:
+    def handle(self, kind: str, req: ps_pb2.DataRequest, frames: list, header) -> list:
         role, primary = self.role, self.primary
         if kind == "replicate":
             backup = self.backup
             if role != Role.BACKUP or backup is None:
                 raise fenced(f"PS {self.store.index} is {role.value}, not a backup")
-            return backup.on_replicate(req, parts[1:])
+            return backup.on_replicate(req, frames)
         if role != Role.PRIMARY or primary is None:
             raise fenced(f"PS {self.store.index} is {role.value} (generation "
                          f"{self.generation}), not the primary: ask the master (ListPS)")
@@ -105,10 +106,9 @@ class ReplicaNode:
         if kind == "follow":
             return self._follow(primary, req)
         if self.replicas > 0 and mutates(kind, req):
-            header = parts[0].bytes if hasattr(parts[0], "bytes") else bytes(parts[0])
-            return primary.mutate(req, header, parts[1:],
-                                  lambda: self._dispatch(kind, req, parts[1:]))
-        return self._dispatch(kind, req, parts[1:])
+            return primary.mutate(req, header, frames,
+                                  lambda: self.handlers.handle(kind, req, frames))
+        return self.handlers.handle(kind, req, frames)
 
     def _follow(self, primary: Primary, req: ps_pb2.DataRequest) -> list:
         if self.replicas == 0:
@@ -130,7 +130,7 @@ class ReplicaNode:
         with self._lock:
             self.replicas = replicas
             if role == Role.PRIMARY and replicas > 0:
-                self._grow()
+                self.more_handlers.set()
             if role == Role.PRIMARY:
                 if self.role == Role.PRIMARY and self.generation == generation:
                     return
@@ -181,7 +181,7 @@ class ReplicaNode:
             frames = frames[:len(frames) - len(step.pull_rows)]
             step.ClearField("pull")
             del step.pull_rows[:]
-        return self._dispatch(kind, inner, frames)
+        return self.handlers.handle(kind, inner, frames)
 
     def _primary_silent(self) -> None:
         self.urgent.set()

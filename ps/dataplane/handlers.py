@@ -1,0 +1,199 @@
+"""The data plane's handlers: a decoded client request in, the ParamStore called, an answer out.
+
+`Handlers.handle(kind, req, frames, header)` serves the six client requests (InitParameters,
+Pull, Push, PullRows, PushRows, Step): it checks the frames against the header, wraps them as
+tensors without copying, calls the store, and encodes the answer (pulled tensors are sent from
+the tensors' own memory, tracked; see `export`). It is the last link of the request chain
+(ps/dataplane/__init__.py) before the store, and calls nothing but the store.
+"""
+from __future__ import annotations
+
+import torch
+import zmq
+
+from protos import ps_pb2
+from pswire.frames import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number,
+                           from_frame, meta_of)
+from pswire.optimizers import config_from_pb
+from pswire.tables import TableSpec
+from rpckit.errors import invalid
+
+from ..params import ParamStore
+from ..steps import StepParts
+
+# Below this size a tensor is copied into the reply (cheaper than a tracked zero-copy frame).
+ZERO_COPY_MIN_BYTES = 64 * 1024
+CLIENT_KINDS = frozenset({"init_parameters", "pull", "push", "pull_rows", "push_rows", "step"})
+
+
+def export(t: torch.Tensor):
+    """Payload for a pulled tensor: its own memory, tracked, or a small copy."""
+    if t.numel() * t.element_size() < ZERO_COPY_MIN_BYTES:
+        return bytes(as_buffer(t)), None
+    frame = zmq.Frame(as_buffer(t), copy=False, track=True)
+    return frame, frame.tracker
+
+
+
+class Handlers:
+    def __init__(self, store: ParamStore):
+        self.store = store
+
+    def handle(self, kind: str, req, frames: list, header=None) -> list:
+        """Serve one decoded client request (no replication here: see ps/replication)."""
+        if kind not in CLIENT_KINDS:
+            raise invalid(f"{kind} is for PS replicas; this PS serves no replication")
+        return getattr(self, "_" + kind)(req, frames)
+
+    @staticmethod
+    def _tensors(metas, frames, allowed=tuple(DTYPES)) -> list[tuple[str, torch.Tensor]]:
+        if len(frames) != len(metas):
+            raise invalid(f"the header describes {len(metas)} tensors but {len(frames)} "
+                          "buffer frames followed")
+        out = []
+        for meta, frame in zip(metas, frames):
+            dtype, shape, _ = check_meta(meta, allowed)
+            out.append((meta.name, from_frame(frame, dtype, shape, f"tensor {meta.name!r}")))
+        return out
+
+    def _init_parameters(self, req, frames) -> list:
+        body = req.init_parameters
+        tensors = self._tensors(body.tensors, frames, FLOAT_DTYPES)
+        tables = []
+        for spec in body.tables:
+            cfg = config_from_pb(spec.optimizer) if spec.optimizer.name else None
+            tables.append((TableSpec(name=spec.name, dim=spec.dim,
+                                     initializer=spec.initializer or "normal",
+                                     init_a=spec.init_a, init_b=spec.init_b, seed=spec.seed,
+                                     num_embeddings=spec.num_embeddings), cfg))
+        initialized, versions, message = self.store.init_parameters(
+            tensors, config_from_pb(body.optimizer), tables)
+        resp = ps_pb2.DataResponse(code=0, message=message, seq=req.seq)
+        resp.init_parameters.initialized = initialized
+        resp.init_parameters.staleness_checked = self.store.max_staleness >= 0
+        resp.init_parameters.versions.update(versions)
+        return [resp.SerializeToString()]
+
+    def _pull(self, req, frames) -> list:
+        if frames:
+            raise invalid("a Pull carries no buffer frames")
+        pulled = self.store.pull(list(req.pull.names), export)
+        resp = ps_pb2.DataResponse(code=0, seq=req.seq)
+        resp.pull.SetInParent()
+        resp.pull.staleness_checked = self.store.max_staleness >= 0
+        out = [None]
+        for name, payload, version, tensor in pulled:
+            resp.pull.tensors.append(meta_of(name, tensor))
+            resp.pull.versions.append(version)
+            out.append(payload)
+        out[0] = resp.SerializeToString()
+        return out
+
+    def _push(self, req, frames) -> list:
+        if req.push.check_only:  # phase one of a push split over several PS: apply nothing
+            if frames:
+                raise invalid("a Push with check_only carries no buffer frames")
+            metas = []
+            for meta in req.push.tensors:
+                dtype, shape, _ = check_meta(meta, FLOAT_DTYPES)
+                metas.append((meta.name, shape, dtype))
+            answer = self.store.check_push(metas, list(req.push.versions))
+        else:
+            grads = self._tensors(req.push.tensors, frames, FLOAT_DTYPES)
+            answer = self.store.push(req.client_id, req.seq, grads, list(req.push.versions),
+                                     req.push.checked)
+        resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
+                              reason=answer.get("reason", ""),
+                                   seq=req.seq)
+        resp.push.versions.update(answer.get("versions", {}))
+        resp.push.max_staleness = answer.get("max_staleness", 0)
+        resp.push.duplicate = answer.get("duplicate", False)
+        return [resp.SerializeToString()]
+
+    @staticmethod
+    def _ids(frame) -> torch.Tensor:
+        n = frame.buffer.nbytes if hasattr(frame, "buffer") else memoryview(frame).nbytes
+        if n % 8:
+            raise invalid(f"the ids frame has {n} bytes, not a whole number of int64")
+        return from_frame(frame, torch.int64, (n // 8,), "ids")
+
+    def _pull_rows(self, req, frames) -> list:
+        if len(frames) != 1:
+            raise invalid(f"a PullRows carries exactly one frame (the int64 ids), got {len(frames)}")
+        rows, created = self.store.pull_rows(req.pull_rows.table, self._ids(frames[0]))
+        resp = ps_pb2.DataResponse(code=0, seq=req.seq)
+        resp.pull_rows.dim = rows.shape[1]
+        resp.pull_rows.created = created
+        return [resp.SerializeToString(), as_buffer(rows)]
+
+    def _push_rows(self, req, frames) -> list:
+        if len(frames) != 2:
+            raise invalid("a PushRows carries exactly two frames (int64 ids, float32 "
+                          f"gradients), got {len(frames)}")
+        ids = self._ids(frames[0])
+        table = self.store.table(req.push_rows.table)
+        grads = from_frame(frames[1], torch.float32, (ids.numel(), table.spec.dim),
+                           f"gradients of table {req.push_rows.table!r}")
+        answer = self.store.push_rows(req.client_id, req.seq, req.push_rows.table, ids, grads)
+        resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
+                              reason=answer.get("reason", ""),
+                                   seq=req.seq)
+        resp.push_rows.rows = answer.get("rows", 0)
+        resp.push_rows.duplicate = answer.get("duplicate", False)
+        return [resp.SerializeToString()]
+
+    def _step(self, req, frames) -> list:
+        parts = self._step_parts(req.step, frames)
+        answer = self.store.step(req.client_id, req.seq, parts, export)
+        resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
+                              reason=answer.get("reason", ""), seq=req.seq)
+        result = resp.step
+        pushed = answer.get("push")
+        if pushed is not None:
+            result.push.versions.update(pushed.get("versions", {}))
+            result.push.max_staleness = pushed.get("max_staleness", 0)
+        result.push.duplicate = answer.get("duplicate", False)
+        for count in answer.get("rows", ()):
+            result.push_rows.add(rows=count, duplicate=answer.get("duplicate", False))
+        out = [None]
+        if "pulled" in answer:
+            result.pull.SetInParent()
+            result.pull.staleness_checked = self.store.max_staleness >= 0
+            for name, payload, version, tensor in answer["pulled"]:
+                result.pull.tensors.append(meta_of(name, tensor))
+                result.pull.versions.append(version)
+                out.append(payload)
+        for rows, created in answer.get("pulled_rows", ()):
+            result.pull_rows.add(dim=rows.shape[1], created=created)
+            out.append(as_buffer(rows))
+        out[0] = resp.SerializeToString()
+        return out
+
+    def _step_parts(self, step, frames) -> StepParts:
+        """The Step's parts over its frames (see protos/ps.proto), checked for shape only."""
+        pushed = len(step.push.tensors) if step.HasField("push") else 0
+        expected = pushed + 2 * len(step.push_rows) + len(step.pull_rows)
+        if len(frames) != expected:
+            raise invalid(f"the Step describes {expected} buffer frames ({pushed} gradients, "
+                          f"2 per row push, 1 per row pull) but {len(frames)} followed")
+        parts = StepParts()
+        if step.HasField("push"):
+            if step.push.check_only:
+                raise invalid("a Step's push cannot be check_only; send the check as a Push")
+            parts.grads = self._tensors(step.push.tensors, frames[:pushed], FLOAT_DTYPES)
+            parts.versions = list(step.push.versions)
+            parts.checked = step.push.checked
+        at = pushed
+        for entry in step.push_rows:
+            table = self.store.table(entry.table)
+            ids = self._ids(frames[at])
+            grads = from_frame(frames[at + 1], torch.float32, (ids.numel(), table.spec.dim),
+                               f"gradients of table {entry.table!r}")
+            parts.rows.append((entry.table, ids, grads))
+            at += 2
+        if step.HasField("pull"):
+            parts.pull = list(step.pull.names)
+        for entry in step.pull_rows:
+            parts.pull_rows.append((entry.table, self._ids(frames[at])))
+            at += 1
+        return parts

@@ -1,0 +1,318 @@
+"""The PS's data plane transport: a ZeroMQ ROUTER socket that moves tensors without copying.
+
+A client's multipart message [DataRequest, buffer, ...] arrives on a ROUTER socket bound to
+`--data-port`; `zmq.proxy` (C code, no GIL) hands it over an in-process socket to one of
+`threads` handler threads, which decode the header and hand the request to the next link of the
+chain it was given (ps/dataplane/__init__.py: auth, the replica's role gate, replication, the
+handlers, the store), then send back what that answers, [DataResponse, buffer, ...], the same
+way. Received tensor frames are wrapped with `torch.frombuffer` (no copy); a pulled tensor is
+sent from the tensor's own memory (no copy) and its tracker pins it until ZeroMQ has written the
+bytes (see `ps.params`). Under TLS the socket is a CURVE server (ZeroMQ's encryption): clients
+connect with the public key the PS registered. Every answer names the same-host endpoint.
+
+Bad input never takes the PS down: a header that does not parse is answered INVALID_ARGUMENT,
+a message without a body frame is dropped, frames larger than `max_frame_bytes` make ZeroMQ
+drop the peer, a message of more than `max_frames` frames is refused (TOO_LARGE) after its
+first frames, its other frames discarded one by one without being kept, a request that runs
+out of memory is answered RESOURCE_EXHAUSTED (OUT_OF_MEMORY) and any other unexpected error
+INTERNAL (logged); the handler thread keeps serving either way. Should a handler thread still
+end (a ZeroMQ failure), `on_failure` is called once, and the PS reports NOT_SERVING.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from typing import Callable, Protocol
+
+import zmq
+from google.protobuf.message import DecodeError
+
+from protos import ps_pb2
+from pswire.frames import error_response
+from rpckit.errors import Reason, ServiceError, invalid
+
+from ..limits import Limits, too_large
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 100
+# threads=AUTO: one handler thread, and AUTO_THREADS while this PS is a primary with backups
+# (each mutation's handler then waits for the backups' acknowledgement, and the others keep
+# serving). One handler is faster otherwise: several of them on a few cores take turns at the
+# GIL for every request (bench_train and bench_ps, docs/benchmarks.md).
+AUTO = -1
+AUTO_THREADS = 4
+# `recv_into` needs a buffer: the frames of a refused over-long message are read into this
+# one byte (and so truncated and dropped) instead of each becoming an object.
+_SCRATCH_BYTES = 1
+
+
+class BindError(Exception):
+    pass
+
+
+class Next(Protocol):
+    """The link a transport hands a decoded request to (ps/dataplane/__init__.py)."""
+
+    def handle(self, kind: str | None, req: ps_pb2.DataRequest, frames: list,
+               header) -> list: ...
+
+
+class DataPlane:
+    def __init__(self, next: Next, host: str = "0.0.0.0", port: int = 0, threads: int = AUTO,
+                 max_frame_bytes: int = 2**31, ipc_path: str = "", ipc_optional: bool = False,
+                 curve_keypair: tuple[bytes, bytes] | None = None,
+                 on_failure: Callable[[str], None] | None = None,
+                 max_frames: int = Limits().max_frames,
+                 more_handlers: threading.Event | None = None):
+        """next: the chain's next link, handed every decoded request (`build_chain`);
+        curve_keypair: (public, secret) Z85 keys to encrypt every connection with CURVE
+        (zmq.curve_keypair()); on_failure(why): called once if a serving thread ends before
+        `stop` (the PS turns its health NOT_SERVING); max_frames: the most frames a message
+        may have (--max-request-frames); more_handlers: with threads=AUTO, once this event is
+        set (a primary with backups: ps.replication.ReplicaNode.more_handlers) serve with
+        AUTO_THREADS handlers."""
+        self.next = next
+        self.on_failure = on_failure
+        self.failed = ""  # why a serving thread ended early; "" while all serve
+        self.curve_keypair = curve_keypair
+        self.more_handlers = more_handlers
+        self.max_frames = max_frames
+        self.ipc_path = ipc_path
+        self.ipc_optional = ipc_optional
+        self.local_endpoint = ""
+        self._suffix = b""  # appended to every answer header: names local_endpoint
+        self.host = host
+        self.port = port
+        self.auto = threads == AUTO
+        self.threads = 1 if self.auto else threads
+        self.max_frame_bytes = max_frame_bytes
+        self.ctx = zmq.Context(io_threads=1)
+        self._backend_addr = f"inproc://ps-data-{uuid.uuid4().hex}"
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._grow_lock = threading.Lock()
+        self.frontend: zmq.Socket | None = None
+        self.bound_port = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def bind(self) -> int:
+        """Bind the ROUTER socket; returns the port. Raises BindError (port in use, bad host)."""
+        sock = self.ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
+        sock.setsockopt(zmq.RCVHWM, 10_000)
+        sock.setsockopt(zmq.SNDHWM, 10_000)
+        if self.curve_keypair is not None:  # before bind: it applies to every connection
+            sock.curve_server = True
+            sock.curve_publickey, sock.curve_secretkey = self.curve_keypair
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if ":" in self.host:
+            sock.setsockopt(zmq.IPV6, 1)
+        try:
+            if self.port == 0:
+                sock.bind(f"tcp://{host}:*")
+            else:
+                sock.bind(f"tcp://{host}:{self.port}")
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            raise BindError(f"cannot listen on data port tcp://{host}:{self.port or '*'}: "
+                            f"{exc}") from exc
+        endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self.bound_port = int(endpoint.rsplit(":", 1)[1])
+        if self.ipc_path:
+            try:
+                sock.bind(f"ipc://{self.ipc_path}")
+                self.local_endpoint = f"ipc://{self.ipc_path}"
+                # protobuf merges concatenated messages: these bytes after any answer's header
+                # set its local_endpoint without decoding it again
+                self._suffix = ps_pb2.DataResponse(
+                    local_endpoint=self.local_endpoint).SerializeToString()
+            except zmq.ZMQError as exc:
+                if not self.ipc_optional:
+                    sock.close(0)
+                    raise BindError(f"cannot listen on ipc://{self.ipc_path}: {exc}") from exc
+                log.warning("no same-machine endpoint (cannot listen on ipc://%s: %s); workers "
+                            "here use TCP", self.ipc_path, exc)
+                self.ipc_path = ""
+        self.frontend = sock
+        return self.bound_port
+
+    def start(self) -> None:
+        assert self.frontend is not None, "bind() first"
+        if self.threads == 0:  # one thread serves the ROUTER socket itself: no hand-over
+            self._threads.append(threading.Thread(target=self._serve, args=(self.frontend,),
+                                                  name="ps-data", daemon=True))
+            self._threads[0].start()
+            return
+        backend = self.ctx.socket(zmq.DEALER)
+        backend.setsockopt(zmq.LINGER, 0)
+        backend.setsockopt(zmq.RCVHWM, 10_000)
+        backend.setsockopt(zmq.SNDHWM, 10_000)
+        backend.bind(self._backend_addr)
+        frontend = self.frontend
+
+        def proxy() -> None:
+            try:
+                zmq.proxy(frontend, backend)
+            except zmq.ZMQError as exc:  # ETERM: the context is being terminated by stop()
+                if exc.errno != zmq.ETERM:
+                    log.exception("data plane proxy failed")
+            except BaseException:  # noqa: BLE001 - reported below; nothing is served now
+                log.exception("data plane proxy failed")
+            finally:
+                frontend.close(0)
+                backend.close(0)
+                self._ended("the data plane proxy")
+
+        self._threads.append(threading.Thread(target=proxy, name="ps-data-proxy", daemon=True))
+        self._threads[0].start()
+        with self._grow_lock:
+            self._add_handlers(self.threads)
+
+    def _add_handlers(self, n: int) -> None:
+        """Under _grow_lock."""
+        for _ in range(n):
+            t = threading.Thread(target=self._serve, name=f"ps-data-{len(self._threads) - 1}",
+                                 daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def grow(self) -> None:
+        """With threads=AUTO: serve with AUTO_THREADS handlers from now on (a primary with
+        backups); otherwise nothing changes."""
+        if not self.auto or self._stop.is_set():
+            return
+        with self._grow_lock:
+            if not self._threads:  # not serving yet: start() starts them all
+                self.threads = AUTO_THREADS
+                return
+            missing = AUTO_THREADS - (len(self._threads) - 1)  # less the proxy
+            if missing > 0:  # counted and added under one lock: two calls add them once
+                log.info("serving with %d data plane handler threads (a primary with "
+                         "backups)", AUTO_THREADS)
+                self._add_handlers(missing)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop serving: handler threads finish the request in hand, then sockets close.
+
+        Terminating the context makes the proxy and every blocked socket call raise ETERM;
+        each thread then closes its socket, which lets the termination complete.
+        """
+        self._stop.set()
+        if not self._threads and self.frontend is not None:
+            self.frontend.close(0)
+        term = threading.Thread(target=self.ctx.term, name="ps-data-term", daemon=True)
+        term.start()
+        for t in [*self._threads, term]:
+            t.join(timeout)
+        if self.ipc_path:
+            try:
+                os.unlink(self.ipc_path)
+            except OSError:
+                pass
+
+    def _serve(self, sock: zmq.Socket | None = None) -> None:
+        if sock is None:
+            sock = self.ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, 10_000)
+            sock.setsockopt(zmq.SNDHWM, 10_000)
+            sock.connect(self._backend_addr)
+        scratch = bytearray(_SCRATCH_BYTES)
+        try:
+            while not self._stop.is_set():
+                if sock.poll(POLL_MS):
+                    self._serve_one(sock, scratch)
+                if self.more_handlers is not None and self.more_handlers.is_set():
+                    self.more_handlers = None  # read once: grow() is idempotent
+                    self.grow()
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.ETERM:
+                log.exception("data plane handler failed")
+        except BaseException:  # noqa: BLE001 - reported below: the PS is no longer healthy
+            log.exception("data plane handler failed")
+        finally:
+            sock.close(0)
+            self._ended(f"data plane handler {threading.current_thread().name}")
+
+    def _ended(self, what: str) -> None:
+        """A serving thread is done: fine while stopping, else the PS serves no longer."""
+        if self._stop.is_set() or self.failed:
+            return
+        self.failed = f"{what} stopped"
+        log.error("%s: the PS reports NOT_SERVING", self.failed)
+        if self.on_failure is not None:
+            self.on_failure(self.failed)
+
+    def _serve_one(self, sock: zmq.Socket, scratch: bytearray) -> None:
+        """Receive one message [identity, header, buffer, ...] and answer it.
+
+        Frames are taken one at a time so that a message longer than the bound is refused
+        before its frames become objects (2 M empty frames cost 680 MB as a list of them).
+        Any failure in here answers the request if it can and leaves the thread serving.
+        """
+        limit = self.max_frames + 1  # + the identity frame
+        frames = [sock.recv(copy=False)]
+        while frames[-1].more and len(frames) <= limit:
+            frames.append(sock.recv(copy=False))
+        if frames[-1].more:
+            self._send(sock, frames[0], [self._error(too_large(
+                f"the message has more than {limit - 1} frames (--max-request-frames); send "
+                "at most that many, or split the request"), 0)])
+            del frames[1:]
+            while sock.rcvmore:  # drop the rest in place, one frame at a time
+                sock.recv_into(scratch)
+            return
+        if len(frames) < 2:  # an identity and nothing else: nothing to answer
+            return
+        try:
+            reply = self.handle(frames[1:])
+        except MemoryError:
+            reply = [self._out_of_memory(0)]
+        self._send(sock, frames[0], reply)
+        # Drop our references now: a pulled tensor stays pinned while any exist.
+        del frames, reply
+
+    @staticmethod
+    def _send(sock: zmq.Socket, identity, reply: list) -> None:
+        sock.send_multipart([identity, *reply], copy=False)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def handle(self, parts: list) -> list:
+        """Answer one request [header, buffer, ...] with [header, buffer, ...]."""
+        try:
+            header = parts[0].bytes if hasattr(parts[0], "bytes") else bytes(parts[0])
+            req = ps_pb2.DataRequest.FromString(header)
+        except (DecodeError, ValueError, RuntimeError) as exc:
+            return [self._error(invalid(f"cannot parse the request header "
+                                        f"(a DataRequest protobuf): {exc}",
+                                        Reason.UNDECODABLE), 0)]
+        kind = req.WhichOneof("body")
+        try:
+            reply = self.next.handle(kind, req, parts[1:], header)
+        except ServiceError as exc:
+            return [self._error(exc, req.seq)]
+        except MemoryError:
+            log.warning("out of memory handling %s from client %r", kind, req.client_id[:64])
+            return [self._out_of_memory(req.seq)]
+        except Exception:  # noqa: BLE001 - a bug; the PS keeps serving
+            log.exception("internal error handling %s", kind)
+            return [self._error(ServiceError("INTERNAL", Reason.INTERNAL,
+                                             f"internal error handling {kind}"), req.seq)]
+        if self._suffix:
+            reply[0] = bytes(reply[0]) + self._suffix
+        return reply
+
+    def _out_of_memory(self, seq: int) -> bytes:
+        return self._error(ServiceError(
+            "RESOURCE_EXHAUSTED", Reason.OUT_OF_MEMORY,
+            "the PS ran out of memory handling this request; retry later or send less at once"),
+            seq)
+
+    def _error(self, exc: ServiceError, seq: int) -> bytes:
+        return error_response(exc, seq).SerializeToString() + self._suffix
