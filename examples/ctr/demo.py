@@ -41,6 +41,7 @@ from cluster.local import LocalCluster, records_done
 from examples.ctr import data as ctr_data
 from examples.ctr import failover
 from examples.ctr.audit import exactly_once
+from examples.ctr.evaluate import HeldOutAUC
 from examples.ctr.summary import describe_ha, ha_claims, ha_ok, run_json
 from master.store import Store
 
@@ -69,8 +70,8 @@ class Run:
         return next((t for t, a in self.curve if a >= target), None)
 
 
-def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: float,
-          timeout: float, workers: int = 1, warm: bool = True) -> Run:
+def train(cluster: LocalCluster, auc: HeldOutAUC, name: str, total: int, plan: list,
+          eval_every: float, timeout: float, workers: int = 1, warm: bool = True) -> Run:
     run = Run(name)
     shards = None
     bar = tqdm(total=total, unit="rec", desc=name, dynamic_ncols=True)
@@ -142,7 +143,7 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
                     tqdm.write(f"[{now:5.1f}s] the old primary of PS {kill.index} starts again: "
                                "it joins as a backup of the new one, fenced from clients")
             if done and now - last_eval >= eval_every:
-                run.curve.append((now, cluster.evaluate()))
+                run.curve.append((now, auc()))
                 last_eval = now
             if ds is not None and ds.finished:
                 break
@@ -153,7 +154,7 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
                         for at, action, _ in plan if action in ("master", "ps", "rejoin")]
         run.exit_codes = cluster.wait_workers(60)
         run.wall_s = time.monotonic() - started
-        run.auc = cluster.evaluate()
+        run.auc = auc()
         run.curve.append((run.wall_s, run.auc))
         ds = final_status(cluster)
         run.epochs = list(ds.epochs)
@@ -291,12 +292,13 @@ def main(argv: list[str] | None = None) -> int:
                 ([] if args.no_baseline else [(calm, [], args.baseline_workers)]):
             directory = work / ("churn" if plan else "calm")
             shutil.rmtree(directory, ignore_errors=True)
-            with LocalCluster(directory, data, num_ps=2, train_args=train_args,
-                              master_flags=lease, **ha) as cluster:
+            with LocalCluster(directory, data, worker_module="examples.ctr.train", num_ps=2,
+                              train_args=train_args, master_flags=lease, **ha) as cluster, \
+                    HeldOutAUC(cluster.master_address, data) as auc:
                 print(f"\n{name}: {len(cluster.masters)} master(s) on {cluster.db}, 2 PS"
                       + (" with a backup each" if cluster.backups else "")
                       + f", logs in {directory}")
-                runs.append(train(cluster, name, total, list(plan), args.eval_every,
+                runs.append(train(cluster, auc, name, total, list(plan), args.eval_every,
                                   args.timeout, workers, warm=not args.cold_start))
     except KeyboardInterrupt:
         print("\ninterrupted: every process of the demo has been stopped", file=sys.stderr)
