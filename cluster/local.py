@@ -180,6 +180,16 @@ class LocalCluster:
         return list(self.stub().GetEvents(pb.GetEventsRequest(since=since, limit=10000),
                                           timeout=10).events)
 
+    def leases(self) -> list[dict]:
+        """The dataset's durable lease history (GetLeases, every page), each lease a dict of
+        the LeaseRecord fields (`start_rec`, `end_rec`, `state`, `records_done`, ...)."""
+        rows, after = [], 0
+        while page := self.stub().GetLeases(pb.GetLeasesRequest(
+                dataset=self.dataset, after=after, limit=10000), timeout=30).leases:
+            rows += [{f.name: getattr(x, f.name) for f in x.DESCRIPTOR.fields} for x in page]
+            after = page[-1].lease_id
+        return rows
+
     def ps_list(self, timeout: float = 5.0) -> pb.ListPSResponse:
         """The PS set as the master lists it: per index the primary, its backups (state
         syncing or in_sync) and the generation."""

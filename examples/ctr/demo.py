@@ -43,7 +43,6 @@ from examples.ctr import failover
 from examples.ctr.audit import exactly_once
 from examples.ctr.evaluate import HeldOutAUC
 from examples.ctr.summary import describe_ha, ha_claims, ha_ok, run_json
-from master.store import Store
 
 
 @dataclass
@@ -160,12 +159,8 @@ def train(cluster: LocalCluster, auc: HeldOutAUC, name: str, total: int, plan: l
         run.epochs = list(ds.epochs)
         run.ledger = cluster.ledger()
         run.events = cluster.events()
-        # the proof, from the durable lease history (not from the master's counters)
-        store = Store(cluster.db)
-        try:
-            leases = store.leases_of(cluster.dataset)
-        finally:
-            store.close()
+        # the proof, from the master's durable lease history (GetLeases), not its counters
+        leases = cluster.leases()
         run.audit = exactly_once(leases, ds.spec.num_records, ds.spec.num_epochs)
         run.exactly_once = ds.finished and not run.audit and all(
             e.records_done == e.records_total for e in ds.epochs)
