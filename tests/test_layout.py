@@ -4,8 +4,8 @@ or the benchmarks (they run from the checkout)."""
 from __future__ import annotations
 
 import ast
-import tomllib
 
+import pytest
 from setuptools import find_packages
 
 from cluster.launch import CODE_ROOT
@@ -16,6 +16,10 @@ RUN_FROM_THE_CHECKOUT = {"examples", "benchmarks", "tests", "scripts"}
 
 
 def test_only_the_projects_own_packages_are_installed_as_top_level_names():
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
     config = tomllib.loads((CODE_ROOT / "pyproject.toml").read_text())
     find = config["tool"]["setuptools"]["packages"]["find"]
     packages = find_packages(str(CODE_ROOT), include=find["include"],
