@@ -37,7 +37,8 @@ def trial(cluster: LocalCluster, settle_s: float) -> tuple[float, int]:
 def run(mode: str, trials: int, load_workers: int, data: Path, workdir: Path) -> dict:
     args = ("--epochs", "50", "--batch-size", "256", "--shard-size", "2000", "--log-every",
             "60")
-    with LocalCluster(workdir / mode, data, num_ps=2, train_args=args) as cluster:
+    with LocalCluster(workdir / mode, data, worker_module="examples.ctr.train", num_ps=2,
+                      train_args=args) as cluster:
         for _ in range(load_workers if mode == "load" else 0):
             name = cluster.add_worker()
             cluster._wait(lambda: cluster.training(name), 120, f"{name} to train")

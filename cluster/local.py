@@ -1,9 +1,11 @@
-"""A whole elastic-ps job on this machine: master, PS and CTR workers as real processes.
+"""A whole elastic-ps job on this machine: master, PS and training workers as real processes.
 
 Used by the demo and the end-to-end tests: start the master on an SQLite file, N parameter
-servers, and training workers (`python -m examples.ctr.train`), scale them, kill them with any
-signal, follow the master's status and the model's held-out AUC, and stop everything (always:
-also on errors and Ctrl-C, through `close()` / the context manager).
+servers, and training workers (`python -m WORKER_MODULE`, the caller's: the CTR example's is
+`examples.ctr.train`), scale them, kill them with any signal, follow the master's status, and
+stop everything (always: also on errors and Ctrl-C, through `close()` / the context manager).
+This package never imports the examples: what a job trains and how it is scored is the
+caller's (the CTR example's held-out AUC is `examples.ctr.evaluate.HeldOutAUC`).
 
 High availability (issue 17): `standbys=S` starts S more masters on the same database (every
 client is given the comma-separated list and follows the leader), `ps_replicas=R` asks the
@@ -25,10 +27,14 @@ from rpckit.channels import LeaderStub
 
 
 class LocalCluster:
-    def __init__(self, workdir: Path, data: Path, num_ps: int = 2, dataset: str = "ctr-train",
-                 train_args: tuple[str, ...] = (), master_flags: tuple[str, ...] = (),
-                 standbys: int = 0, ps_replicas: int = 0):
+    """worker_module: what a worker runs (`python -m worker_module --master ADDRESSES --data
+    DATA --dataset DATASET --name NAME *train_args`), e.g. "examples.ctr.train"."""
+
+    def __init__(self, workdir: Path, data: Path, *, worker_module: str, num_ps: int = 2,
+                 dataset: str = "ctr-train", train_args: tuple[str, ...] = (),
+                 master_flags: tuple[str, ...] = (), standbys: int = 0, ps_replicas: int = 0):
         self.launcher = Launcher(workdir)
+        self.worker_module = worker_module
         self.workdir = self.launcher.workdir
         self.data = Path(data)
         self.num_ps = num_ps
@@ -45,7 +51,6 @@ class LocalCluster:
         self.backups: list[PSProc] = []        # started as backups (ps_replicas per index)
         self._stub: LeaderStub | None = None
         self.workers: dict[str, Proc] = {}
-        self._evaluator = None
 
     # ---- processes --------------------------------------------------------------------------
 
@@ -98,7 +103,7 @@ class LocalCluster:
     def add_worker(self, *extra: str) -> str:
         name = f"worker-{len(self.workers) + 1}"
         self.workers[name] = self.launcher.python(
-            "-m", "examples.ctr.train", "--master", self.master_address, "--data",
+            "-m", self.worker_module, "--master", self.master_address, "--data",
             str(self.data), "--dataset", self.dataset, "--name", name, *self.train_args,
             *extra, name=name)
         return name
@@ -115,9 +120,6 @@ class LocalCluster:
                 for n, p in self.workers.items()}
 
     def close(self) -> None:
-        if self._evaluator is not None:
-            self._evaluator[0].close()
-            self._evaluator = None
         if self._stub is not None:
             self._stub.close()
             self._stub = None
@@ -178,6 +180,16 @@ class LocalCluster:
         return list(self.stub().GetEvents(pb.GetEventsRequest(since=since, limit=10000),
                                           timeout=10).events)
 
+    def leases(self) -> list[dict]:
+        """The dataset's durable lease history (GetLeases, every page), each lease a dict of
+        the LeaseRecord fields (`start_rec`, `end_rec`, `state`, `records_done`, ...)."""
+        rows, after = [], 0
+        while page := self.stub().GetLeases(pb.GetLeasesRequest(
+                dataset=self.dataset, after=after, limit=10000), timeout=30).leases:
+            rows += [{f.name: getattr(x, f.name) for f in x.DESCRIPTOR.fields} for x in page]
+            after = page[-1].lease_id
+        return rows
+
     def ps_list(self, timeout: float = 5.0) -> pb.ListPSResponse:
         """The PS set as the master lists it: per index the primary, its backups (state
         syncing or in_sync) and the generation."""
@@ -194,23 +206,6 @@ class LocalCluster:
         with auth.channel(proc.grpc_address) as channel:
             return ps_pb2_grpc.ParameterServerStub(channel).GetPSStatus(
                 ps_pb2.GetPSStatusRequest(), timeout=timeout)
-
-    def evaluate(self) -> float:
-        """The held-out AUC of the model as the PS hold it now (call once training started:
-        the evaluator only reads the model, it never initialises it)."""
-        from examples.ctr.dataset import ClickLog
-        from examples.ctr.evaluate import evaluate
-        from examples.ctr.model import build_model
-        from worker_sdk.ps.client import PSClient
-
-        if self._evaluator is None:
-            test = ClickLog(self.data, "test")
-            model = build_model(test.meta)
-            client = PSClient(master=self.master_address)
-            client.attach(model)
-            self._evaluator = (client, model, test)
-        client, model, test = self._evaluator
-        return evaluate(client, model, test)
 
 
 def records_done(ds: pb.DatasetStatus | None) -> int:

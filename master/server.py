@@ -2,7 +2,7 @@
 
 Every call that reads or changes the core goes through the committer, so its answer shows
 only durable state. Undecodable request bytes are INVALID_ARGUMENT (`register`, via
-rpckit.decode); a GetEvents page stops at EVENTS_PAGE_BYTES, a GetLedger lists at most
+rpckit.decode); a GetEvents or GetLeases page stops at EVENTS_PAGE_BYTES, a GetLedger lists at most
 LEDGER_EPOCHS epochs and LEDGER_LABELS labels, GetStatus is bounded by master/views.py: no
 answer nears the 4 MiB client limit.
 """
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 EVENTS_PAGE_BYTES = 1 << 20
 LEDGER_EPOCHS = 2_000
 LEDGER_LABELS = 1_000
+LEASE_FIELDS = tuple(f.name for f in pb.LeaseRecord.DESCRIPTOR.fields)
 DESCRIPTOR = pb.DESCRIPTOR.services_by_name["Master"]
 SERVICE = DESCRIPTOR.full_name
 
@@ -147,6 +148,25 @@ class MasterServicer(pb_grpc.MasterServicer):
                     break
                 reply.events.append(event)
                 reply.next = event.seq
+        return reply
+
+    @_guard
+    def GetLeases(self, request, context):
+        if request.limit < 0:
+            raise invalid("limit must be >= 0")
+        check_name("dataset", request.dataset)
+        self.committer.read(lambda: self.core._dataset(request.dataset))  # NOT_FOUND
+        limit = min(request.limit or 1000, MAX_EVENTS_PAGE)
+        reply = pb.GetLeasesResponse(next=request.after)
+        budget = EVENTS_PAGE_BYTES
+        with closing(self.store.iter_leases(request.dataset, request.after, limit)) as rows:
+            for row in rows:
+                lease = pb.LeaseRecord(**{f: row[f] for f in LEASE_FIELDS})
+                budget -= lease.ByteSize() + 8
+                if budget < 0 and reply.leases:  # a page holds at least one lease
+                    break
+                reply.leases.append(lease)
+                reply.next = lease.lease_id
         return reply
 
     @_guard

@@ -196,6 +196,16 @@ class Store:
             stmt = select(schema.leases).where(schema.leases.c.dataset == dataset)
             return [dict(r._mapping) for r in conn.execute(stmt.order_by(schema.leases.c.lease_id))]
 
+    def iter_leases(self, dataset: str, after: int, limit: int) -> Iterator[dict]:
+        """`dataset`'s leases with lease_id > after, oldest first, streamed (GetLeases pages
+        them as iter_events does). Close it when done."""
+        with self.engine.connect().execution_options(stream_results=True, yield_per=256) as conn:
+            lz = schema.leases.c
+            stmt = (select(schema.leases).where(lz.dataset == dataset, lz.lease_id > after)
+                    .order_by(lz.lease_id).limit(limit))
+            for r in conn.execute(stmt):
+                yield dict(r._mapping)
+
     def lease_totals(self, dataset: str = "") -> list[dict]:
         """Per (dataset, epoch): records handed out, redone, done, done on the first try."""
         lz = schema.leases.c

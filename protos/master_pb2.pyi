@@ -409,6 +409,56 @@ class GetEventsResponse(_message.Message):
     next: int
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., next: _Optional[int] = ...) -> None: ...
 
+class LeaseRecord(_message.Message):
+    __slots__ = ("lease_id", "dataset", "epoch", "shard_index", "start_rec", "end_rec", "worker_id", "handed_ms", "ended_ms", "records_done", "handout", "state", "cause", "redo")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SHARD_INDEX_FIELD_NUMBER: _ClassVar[int]
+    START_REC_FIELD_NUMBER: _ClassVar[int]
+    END_REC_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    HANDED_MS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_MS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_DONE_FIELD_NUMBER: _ClassVar[int]
+    HANDOUT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    REDO_FIELD_NUMBER: _ClassVar[int]
+    lease_id: int
+    dataset: str
+    epoch: int
+    shard_index: int
+    start_rec: int
+    end_rec: int
+    worker_id: str
+    handed_ms: int
+    ended_ms: int
+    records_done: int
+    handout: int
+    state: str
+    cause: str
+    redo: bool
+    def __init__(self, lease_id: _Optional[int] = ..., dataset: _Optional[str] = ..., epoch: _Optional[int] = ..., shard_index: _Optional[int] = ..., start_rec: _Optional[int] = ..., end_rec: _Optional[int] = ..., worker_id: _Optional[str] = ..., handed_ms: _Optional[int] = ..., ended_ms: _Optional[int] = ..., records_done: _Optional[int] = ..., handout: _Optional[int] = ..., state: _Optional[str] = ..., cause: _Optional[str] = ..., redo: _Optional[bool] = ...) -> None: ...
+
+class GetLeasesRequest(_message.Message):
+    __slots__ = ("dataset", "after", "limit")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    after: int
+    limit: int
+    def __init__(self, dataset: _Optional[str] = ..., after: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class GetLeasesResponse(_message.Message):
+    __slots__ = ("leases", "next")
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseRecord]
+    next: int
+    def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRecord, _Mapping]]] = ..., next: _Optional[int] = ...) -> None: ...
+
 class RegisterPSRequest(_message.Message):
     __slots__ = ("address", "data_address", "index", "num_ps", "data_public_key", "instance", "restored")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]

@@ -74,6 +74,11 @@ class MasterStub:
                 request_serializer=protos_dot_master__pb2.GetEventsRequest.SerializeToString,
                 response_deserializer=protos_dot_master__pb2.GetEventsResponse.FromString,
                 _registered_method=True)
+        self.GetLeases = channel.unary_unary(
+                '/elasticps.v1.Master/GetLeases',
+                request_serializer=protos_dot_master__pb2.GetLeasesRequest.SerializeToString,
+                response_deserializer=protos_dot_master__pb2.GetLeasesResponse.FromString,
+                _registered_method=True)
         self.RegisterPS = channel.unary_unary(
                 '/elasticps.v1.Master/RegisterPS',
                 request_serializer=protos_dot_master__pb2.RegisterPSRequest.SerializeToString,
@@ -157,6 +162,14 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetLeases(self, request, context):
+        """The durable lease history of a dataset, in pages: what an audit reads (e.g. that the
+        record ranges counted done tile every epoch exactly once).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RegisterPS(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -235,6 +248,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.GetEvents,
                     request_deserializer=protos_dot_master__pb2.GetEventsRequest.FromString,
                     response_serializer=protos_dot_master__pb2.GetEventsResponse.SerializeToString,
+            ),
+            'GetLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLeases,
+                    request_deserializer=protos_dot_master__pb2.GetLeasesRequest.FromString,
+                    response_serializer=protos_dot_master__pb2.GetLeasesResponse.SerializeToString,
             ),
             'RegisterPS': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterPS,
@@ -483,6 +501,33 @@ class Master:
             '/elasticps.v1.Master/GetEvents',
             protos_dot_master__pb2.GetEventsRequest.SerializeToString,
             protos_dot_master__pb2.GetEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.Master/GetLeases',
+            protos_dot_master__pb2.GetLeasesRequest.SerializeToString,
+            protos_dot_master__pb2.GetLeasesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,6 +1,6 @@
 """One training step's traffic in one call: the mutations of a step, then the reads of a later one.
 
-The pipelined worker (worker_sdk/pipeline.py) sends each PS one `Step` per training step
+The pipelined worker (worker_sdk/ps/pipeline.py) sends each PS one `Step` per training step
 instead of four requests (push, push rows, pull, pull rows): the per-request cost (a message
 each way, a thread hand-over, a header to parse, an at-most-once entry) dominates a small
 model's step, so this is where a worker's time went.

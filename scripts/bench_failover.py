@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """PS primary SIGKILLed -> first answered push; a backup's cost: `benchmarks.failover`."""
 import sys
+from pathlib import Path
 
-from benchmarks.failover import main
+# a door into the checkout: examples/, benchmarks/ and cluster/ are not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.failover import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,8 +2,12 @@
 """Master leader SIGKILLed with a standby -> shards handed out again:
 `benchmarks.failover_master` (see --help)."""
 import sys
+from pathlib import Path
 
-from benchmarks.failover_master import main
+# a door into the checkout: examples/, benchmarks/ and cluster/ are not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.failover_master import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
 """Benchmark the PS data plane against raw grpcio and torch.distributed.rpc: `benchmarks.ps`
 (see --help)."""
-from benchmarks.ps.cli import main
+import sys
+from pathlib import Path
+
+# a door into the checkout: examples/, benchmarks/ and cluster/ are not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.ps.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Start a throwaway PostgreSQL server for the tests and print its SQLAlchemy URL.
 # Installs Debian's postgresql when it is missing (needs root, as on CI), keeps its data in
-# a temporary directory, listens on 127.0.0.1 only. Stop it with:
-#   pg_ctl -D "$PGDATA_DIR" stop    (the path is printed on stderr)
+# a temporary directory ($ELASTIC_PS_TEST_PG_DIR when set), listens on 127.0.0.1 only. Stop it
+# with `scripts/stop_postgres.sh DIR` (the path is printed on stderr); scripts/test does.
 set -euo pipefail
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

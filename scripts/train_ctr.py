@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Train the CTR model on the PS set: `examples.ctr.train` (see its --help)."""
 import sys
+from pathlib import Path
 
-from examples.ctr.train import main
+# a door into the checkout: examples/, benchmarks/ and cluster/ are not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from examples.ctr.train import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,12 +9,14 @@ import pytest
 
 from cluster.local import LocalCluster, records_done
 from examples.ctr import data as ctr_data
+from examples.ctr.evaluate import HeldOutAUC
 from master.store import Store
 from tests.master.harness import assert_exactly_once, audit
 
 pytestmark = pytest.mark.slow
 
 RECORDS, EPOCHS = 6000, 2
+WORKER = "examples.ctr.train"
 TRAIN_ARGS = ("--epochs", str(EPOCHS), "--batch-size", "128", "--shard-size", "250",
               "--log-every", "30")
 
@@ -60,15 +62,17 @@ def no_worker_left(cluster: LocalCluster) -> None:
 @pytest.fixture(scope="module")
 def baseline(data, tmp_path_factory):
     """The same job with one worker and no churn."""
-    with LocalCluster(tmp_path_factory.mktemp("calm"), data, train_args=TRAIN_ARGS) as cluster:
+    with LocalCluster(tmp_path_factory.mktemp("calm"), data, worker_module=WORKER,
+                      train_args=TRAIN_ARGS) as cluster:
         cluster.add_worker()
         finish(cluster)
         check_exactly_once(cluster)
-        return cluster.evaluate()
+        with HeldOutAUC(cluster.master_address, data) as auc:
+            return auc()
 
 
 def test_churn_loses_nothing_and_reaches_the_same_auc(data, tmp_path, baseline):
-    with LocalCluster(tmp_path, data, train_args=TRAIN_ARGS) as cluster:
+    with LocalCluster(tmp_path, data, worker_module=WORKER, train_args=TRAIN_ARGS) as cluster:
         first = cluster.add_worker()
         wait_until(lambda: records_done(cluster.dataset_status()) >= RECORDS // 4, 120,
                    "a quarter of the first epoch")
@@ -89,7 +93,8 @@ def test_churn_loses_nothing_and_reaches_the_same_auc(data, tmp_path, baseline):
         assert cluster.workers[second].returncode == 0  # SIGTERM: leave and exit 0
         check_exactly_once(cluster)
         no_worker_left(cluster)
-        auc = cluster.evaluate()
+        with HeldOutAUC(cluster.master_address, data) as held_out:
+            auc = held_out()
         causes = {(e.kind, e.cause) for e in cluster.events()}
         assert ("worker_lost", "lost") in causes and ("worker_left", "preempted") in causes
         assert ("master_started", "restarted") in causes

@@ -3,8 +3,8 @@
 1. Generates a click log from a planted model (the best reachable AUC is known).
 2. Starts two masters on one SQLite file (a leader and a standby; every client is given both
    addresses), 2 parameter servers and a backup of each (`--ps-replicas 1`), then trains with
-   worker processes scaled 1 -> 4 -> 2 while training: one worker is killed with SIGKILL (its
-   shards come back after the worker timeout), one is stopped with SIGTERM (a spot reclaim
+   worker processes scaled 1 -> 4 -> 2 while training: one worker holding leases is killed with
+   SIGKILL (its shards come back after the worker timeout), one is stopped with SIGTERM (a spot reclaim
    notice: it hands its leases back with their progress and exits). Every role dies once: the
    master leader is SIGKILLed (the standby takes over within the leader lease) and so is a PS
    primary whose backup is in sync (the backup is promoted); the old primary then starts again
@@ -13,7 +13,8 @@
 3. Trains the same model on the same set of processes with a single worker and nothing killed,
    for comparison.
 4. Prints the summary: every record of every epoch counted done exactly once (the master's
-   lease history tiles each epoch), no update lost (`updates_lost` of the ledger), the killed
+   lease history, read with GetLeases, tiles each epoch), the SIGKILLed worker declared lost
+   and its leases requeued (`worker_lost`, `lease_requeued` with cause lost), no update lost (`updates_lost` of the ledger), the killed
    PS index's generation up by one, the old primary a backup, every in-sync backup holding its
    primary's versions, the leader changed, the time from each kill to training
    flowing again (first shard handed out after the master kill, first push answered after the
@@ -41,8 +42,9 @@ from cluster.local import LocalCluster, records_done
 from examples.ctr import data as ctr_data
 from examples.ctr import failover
 from examples.ctr.audit import exactly_once
-from examples.ctr.summary import describe_ha, ha_claims, ha_ok, run_json
-from master.store import Store
+from examples.ctr.evaluate import HeldOutAUC
+from examples.ctr.summary import (churn_claims, churn_ok, describe_churn, describe_ha,
+                                  ha_claims, ha_ok, run_json)
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Run:
     exactly_once: bool = False
     audit: dict = field(default_factory=dict)     # epoch -> what the lease history says is wrong
     kills: list = field(default_factory=list)     # failover.Kill, in order
+    sigkilled: list = field(default_factory=list)  # (name, worker_id) of each SIGKILLed worker
     skipped: list = field(default_factory=list)   # HA steps that could not be taken, and why
     generations: dict = field(default_factory=dict)        # PS index -> generation, at start
     generations_after: dict = field(default_factory=dict)  # ... and at the end
@@ -69,8 +72,8 @@ class Run:
         return next((t for t, a in self.curve if a >= target), None)
 
 
-def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: float,
-          timeout: float, workers: int = 1, warm: bool = True) -> Run:
+def train(cluster: LocalCluster, auc: HeldOutAUC, name: str, total: int, plan: list,
+          eval_every: float, timeout: float, workers: int = 1, warm: bool = True) -> Run:
     run = Run(name)
     shards = None
     bar = tqdm(total=total, unit="rec", desc=name, dynamic_ncols=True)
@@ -114,14 +117,25 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
                             cluster.add_worker()
                     active += count
                     tqdm.write(f"[{now:5.1f}s] scaled up: {active} workers")
-                elif action in ("SIGKILL", "SIGTERM") and alive:
+                elif action == "SIGKILL":
+                    # a worker that holds leases, so that they come back (not one still
+                    # starting, which would die unregistered and lose nothing)
+                    holder = leaseholder(cluster, alive)
+                    if holder is None:
+                        plan.insert(0, step)
+                        break  # none holds a lease now (a master taking over): next poll
+                    victim, worker_id = holder
+                    active -= 1
+                    cluster.signal_worker(victim, signal.SIGKILL)
+                    run.sigkilled.append((victim, worker_id))
+                    tqdm.write(f"[{now:5.1f}s] SIGKILL {victim} ({worker_id}, holding leases): "
+                               "its shards come back after the 3 s worker timeout")
+                elif action == "SIGTERM" and alive:
                     victim = next((n for n in alive if cluster.training(n)), alive[0])
                     active -= 1
-                    cluster.signal_worker(victim, getattr(signal, action))
-                    tqdm.write(f"[{now:5.1f}s] {action} {victim}"
-                               + (": its shards come back after the 3 s worker timeout"
-                                  if action == "SIGKILL" else
-                                  ": it hands its leases back with their progress and exits"))
+                    cluster.signal_worker(victim, signal.SIGTERM)
+                    tqdm.write(f"[{now:5.1f}s] SIGTERM {victim}: it hands its leases back with "
+                               "their progress and exits")
                 elif action == "master":
                     kill = failover.kill_leader(cluster)
                     if kill is None:
@@ -142,7 +156,7 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
                     tqdm.write(f"[{now:5.1f}s] the old primary of PS {kill.index} starts again: "
                                "it joins as a backup of the new one, fenced from clients")
             if done and now - last_eval >= eval_every:
-                run.curve.append((now, cluster.evaluate()))
+                run.curve.append((now, auc()))
                 last_eval = now
             if ds is not None and ds.finished:
                 break
@@ -150,21 +164,18 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
                 break  # every worker left (their logs say why)
             time.sleep(0.3)
         run.skipped += [f"{action} (at {at:.0%} of the records): training ended first"
-                        for at, action, _ in plan if action in ("master", "ps", "rejoin")]
+                        for at, action, _ in plan
+                        if action in ("master", "ps", "rejoin", "SIGKILL")]
         run.exit_codes = cluster.wait_workers(60)
         run.wall_s = time.monotonic() - started
-        run.auc = cluster.evaluate()
+        run.auc = auc()
         run.curve.append((run.wall_s, run.auc))
         ds = final_status(cluster)
         run.epochs = list(ds.epochs)
         run.ledger = cluster.ledger()
         run.events = cluster.events()
-        # the proof, from the durable lease history (not from the master's counters)
-        store = Store(cluster.db)
-        try:
-            leases = store.leases_of(cluster.dataset)
-        finally:
-            store.close()
+        # the proof, from the master's durable lease history (GetLeases), not its counters
+        leases = cluster.leases()
         run.audit = exactly_once(leases, ds.spec.num_records, ds.spec.num_epochs)
         run.exactly_once = ds.finished and not run.audit and all(
             e.records_done == e.records_total for e in ds.epochs)
@@ -182,6 +193,18 @@ def train(cluster: LocalCluster, name: str, total: int, plan: list, eval_every: 
                 kill.watch.stop()
         bar.close()
     return run
+
+
+def leaseholder(cluster: LocalCluster, alive: list[str]) -> tuple[str, str] | None:
+    """(name, worker_id) of the running worker that has held leases the longest (registered
+    first, holding leases now, as the master's status says); None when none does."""
+    status = cluster.status()
+    if status is None:
+        return None
+    holders = [w for w in status.workers
+               if w.name in alive and w.state == "alive" and (w.leases_held or w.leases)]
+    first = min(holders, key=lambda w: w.registered_ms, default=None)
+    return (first.name, first.worker_id) if first is not None else None
 
 
 def final_status(cluster: LocalCluster, timeout: float = 60.0):
@@ -291,12 +314,13 @@ def main(argv: list[str] | None = None) -> int:
                 ([] if args.no_baseline else [(calm, [], args.baseline_workers)]):
             directory = work / ("churn" if plan else "calm")
             shutil.rmtree(directory, ignore_errors=True)
-            with LocalCluster(directory, data, num_ps=2, train_args=train_args,
-                              master_flags=lease, **ha) as cluster:
+            with LocalCluster(directory, data, worker_module="examples.ctr.train", num_ps=2,
+                              train_args=train_args, master_flags=lease, **ha) as cluster, \
+                    HeldOutAUC(cluster.master_address, data) as auc:
                 print(f"\n{name}: {len(cluster.masters)} master(s) on {cluster.db}, 2 PS"
                       + (" with a backup each" if cluster.backups else "")
                       + f", logs in {directory}")
-                runs.append(train(cluster, name, total, list(plan), args.eval_every,
+                runs.append(train(cluster, auc, name, total, list(plan), args.eval_every,
                                   args.timeout, workers, warm=not args.cold_start))
     except KeyboardInterrupt:
         print("\ninterrupted: every process of the demo has been stopped", file=sys.stderr)
@@ -329,7 +353,14 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(describe_ha(claims)))
         summary["ha"] = claims
         summary["ha_ok"] = ha_ok(claims)
-    summary["ok"] = summary["exactly_once"] and summary.get("ha_ok", True)
+    sigkills = sum(count for _, action, count in churn_plan if action == "SIGKILL")
+    if sigkills:
+        claims = churn_claims(churn, sigkills)
+        print("\n".join(describe_churn(claims)))
+        summary["churn"] = claims
+        summary["churn_ok"] = churn_ok(claims)
+    summary["ok"] = summary["exactly_once"] and summary.get("ha_ok", True) and \
+        summary.get("churn_ok", True)
     print(f"  every claim above held: {summary['ok']}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

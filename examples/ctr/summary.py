@@ -1,10 +1,50 @@
-"""The demo's summary as checkable values: what the high-availability part claims (each claim
-a value a test can read back from `--json`), its lines for people, and a run as JSON.
+"""The demo's summary as checkable values: what the worker churn and the high-availability part
+claim (each claim a value a test can read back from `--json`), their lines for people, and a
+run as JSON.
 
 `run` is `examples.ctr.demo.Run`: the epochs, ledger, lease-history audit, kills
 (`examples.ctr.failover.Kill`) and what the master and the PS said at the start and the end.
 """
 from __future__ import annotations
+
+
+# why a dead worker's leases come back: it was declared lost, or a lease's deadline passed
+LOST_CAUSES = ("lost", "timeout")
+
+
+def churn_claims(run, planned_sigkills: int) -> dict:
+    """What the churn part claims, from the master's events: each SIGKILLed worker (one that
+    held leases when it was killed) was declared lost (`worker_lost`) and the leases it held
+    came back (`lease_requeued` of its leases, cause lost or timeout)."""
+    killed = []
+    for name, worker_id in run.sigkilled:
+        lost = any(e.kind == "worker_lost" and e.worker_id == worker_id for e in run.events)
+        requeued = sum(1 for e in run.events if e.kind == "lease_requeued"
+                       and e.worker_id == worker_id and e.cause in LOST_CAUSES)
+        killed.append({"name": name, "worker_id": worker_id, "worker_lost": lost,
+                       "leases_requeued": requeued})
+    return {
+        "sigkilled": killed,
+        "every_planned_sigkill_done": len(killed) == planned_sigkills,
+        "every_sigkilled_worker_lost_and_its_leases_requeued": bool(killed) and all(
+            k["worker_lost"] and k["leases_requeued"] > 0 for k in killed),
+    }
+
+
+def churn_ok(claims: dict) -> bool:
+    return bool(claims["every_planned_sigkill_done"]
+                and claims["every_sigkilled_worker_lost_and_its_leases_requeued"])
+
+
+def describe_churn(claims: dict) -> list[str]:
+    lines = ["  worker churn:"]
+    for k in claims["sigkilled"]:
+        lines.append(f"    {k['name']} ({k['worker_id']}) SIGKILLed holding leases: declared "
+                     f"lost (worker_lost): {k['worker_lost']}, its leases requeued "
+                     f"(lease_requeued, cause lost/timeout): {k['leases_requeued']}")
+    if not claims["every_planned_sigkill_done"]:
+        lines.append("    a planned SIGKILL was not done (no worker held a lease)")
+    return lines
 
 
 def ha_claims(run, planned: list[str]) -> dict:

@@ -1,11 +1,13 @@
-"""The demo's HA claims fail when what they claim did not happen (examples/ctr/summary.py)."""
+"""The demo's churn and HA claims fail when what they claim did not happen
+(examples/ctr/summary.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 from examples.ctr.demo import Run
 from examples.ctr.failover import Kill
-from examples.ctr.summary import describe_ha, ha_claims, ha_ok
+from examples.ctr.summary import (churn_claims, churn_ok, describe_churn, describe_ha,
+                                  ha_claims, ha_ok)
 from protos import master_pb2 as pb
 
 PLANNED = ["master", "ps"]
@@ -47,3 +49,41 @@ def test_each_broken_claim_makes_the_run_not_ok():
     never_back.kills[1].rejoined_role = ""
     for run in broken + [late, second_primary, never_back]:
         assert not ha_ok(ha_claims(run, PLANNED)), run
+
+
+def killed_run(events) -> Run:
+    return Run("with churn", sigkilled=[("worker-2", "w-3")],
+               events=[pb.Event(kind=k, worker_id=w, cause=c) for k, w, c in events])
+
+
+LOST = [("worker_registered", "w-3", ""), ("lease_requeued", "w-3", "lost"),
+        ("lease_requeued", "w-3", "lost"), ("worker_lost", "w-3", "lost")]
+
+
+def test_a_sigkilled_worker_declared_lost_with_its_leases_requeued_is_ok_and_says_so():
+    claims = churn_claims(killed_run(LOST), planned_sigkills=1)
+    assert churn_ok(claims)
+    assert claims["sigkilled"] == [{"name": "worker-2", "worker_id": "w-3", "worker_lost": True,
+                                    "leases_requeued": 2}]
+    text = "\n".join(describe_churn(claims))
+    assert "worker-2 (w-3) SIGKILLed holding leases: declared lost (worker_lost): True" in text
+    # a lease whose deadline passed came back too
+    assert churn_ok(churn_claims(killed_run(
+        [("lease_requeued", "w-3", "timeout"), ("worker_lost", "w-3", "lost")]), 1))
+
+
+def test_each_broken_churn_claim_makes_the_run_not_ok():
+    broken = [
+        killed_run(LOST[:3]),                                      # never declared lost
+        killed_run([("worker_lost", "w-3", "lost")]),              # nothing came back
+        killed_run([("lease_requeued", "w-3", "preempted"),        # handed back, not lost
+                    ("worker_lost", "w-3", "lost")]),
+        killed_run([("lease_requeued", "w-4", "lost"),             # another worker's leases
+                    ("worker_lost", "w-4", "lost"), ("worker_lost", "w-3", "lost")]),
+    ]
+    for run in broken:
+        assert not churn_ok(churn_claims(run, planned_sigkills=1)), run.events
+    # the planned SIGKILL never happened (no worker held a lease before training ended)
+    nobody = Run("with churn", events=[pb.Event(kind="worker_lost", worker_id="w-3")])
+    assert not churn_ok(churn_claims(nobody, planned_sigkills=1))
+    assert not churn_ok(churn_claims(killed_run(LOST), planned_sigkills=2))

@@ -105,6 +105,29 @@ def test_concurrent_clients_drain_two_epochs_exactly_once(master):
         assert_exactly_once(history[epoch], 2005)
 
 
+def test_get_leases_pages_through_the_durable_lease_history(master):
+    stub, _ = stub_for(master.address)
+    stub.CreateDataset(spec(records=95, shard=10, epochs=2))
+    workers, threads = run_workers(master.address, 2, max_shards=2)
+    for t in threads:
+        t.join(150)
+    assert status_of(stub).finished
+    pages, after = [], 0
+    while page := stub.GetLeases(pb.GetLeasesRequest(dataset="train", after=after,
+                                                     limit=3)).leases:
+        assert len(page) <= 3
+        pages.append(page)
+        after = page[-1].lease_id
+    assert stub.GetLeases(pb.GetLeasesRequest(dataset="train", after=after)).next == after
+    got = [{f.name: getattr(x, f.name) for f in x.DESCRIPTOR.fields} for p in pages for x in p]
+    stored = Store(master.db).leases_of("train")
+    assert got == [{k: row[k] for k in got[0]} for row in stored] and len(got) >= 20
+    assert code_of(lambda: stub.GetLeases(pb.GetLeasesRequest(dataset="nope")))[0] == \
+        grpc.StatusCode.NOT_FOUND
+    assert code_of(lambda: stub.GetLeases(pb.GetLeasesRequest(dataset="train", limit=-1)))[0] \
+        == grpc.StatusCode.INVALID_ARGUMENT
+
+
 def test_a_silent_worker_is_declared_lost_and_its_shards_move_within_3s(master):
     stub, _ = stub_for(master.address)
     stub.CreateDataset(spec(records=100, shard=10, epochs=1))

@@ -96,7 +96,7 @@ def test_shuffle_is_deterministic_and_a_remainder_yields_exactly_the_untrained(m
 
 
 def test_dataloader_with_num_workers_0_acknowledges_whole_batches(master):
-    ds = _ds(master, list(range(12)), name="dl", shard_size=6)
+    ds = _ds(master, list(range(12)), name="dl", shard_size=6, samples_per_step=4)
     loader = DataLoader(ds, batch_size=4)
     it = iter(loader)
     first = next(it)
@@ -171,7 +171,7 @@ def test_a_failed_step_is_reported_and_a_poison_shard_quarantined(master):
 
 
 def test_closing_after_an_error_does_not_acknowledge_the_step_in_flight(master):
-    ds = _ds(master, list(range(12)), name="err", shard_size=6)
+    ds = _ds(master, list(range(12)), name="err", shard_size=6, samples_per_step=5)
     batches = list(DataLoader(ds, batch_size=5))  # the pass ends mid-batch: [10, 11] in flight
     assert [len(b) for b in batches] == [5, 5, 2]
     ds.close(error=True)  # e.g. the last step raised
@@ -182,4 +182,10 @@ def test_closing_after_an_error_does_not_acknowledge_the_step_in_flight(master):
 def test_an_unreachable_master_is_retried_then_reported_clearly():
     with pytest.raises(MasterUnavailable, match="did not answer CreateDataset"):
         ElasticDataset(list(range(4)), master="127.0.0.1:9", retry_timeout_s=0.5,
+                       handle_sigterm=False)
+
+
+def test_samples_per_step_below_one_is_refused_before_the_master_is_called():
+    with pytest.raises(ValueError, match="samples_per_step must be >= 1"):
+        ElasticDataset(list(range(4)), master="127.0.0.1:9", samples_per_step=0,
                        handle_sigterm=False)

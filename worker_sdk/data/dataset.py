@@ -22,7 +22,8 @@ the SDK learns that:
 * "push": `worker_sdk.ack.trained()` (PSClient.push, once the push is answered) or
   `ds.mark_trained()`; nothing else acknowledges anything.
 * "next": the training loop asking for the next step's data (the next batch of `batches()` or
-  `loader()`, the next sample, the next batch of a `DataLoader(ds, batch_size=B)`). The last
+  `loader()`, the next sample, the next batch of a `DataLoader(ds, batch_size=B)` when the
+  dataset was told `samples_per_step=B`). The last
   step of a pass is acknowledged by the request after it, or by `close()`, not after an
   exception escaped the loop.
 * "auto" (default): "push" once a PSClient exists in the process, "next" until then.
@@ -35,11 +36,10 @@ leases and worker processes only read.
 """
 from __future__ import annotations
 
-import sys
 from collections import deque
 from typing import Any, Callable, Iterator
 
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, get_worker_info
 
 from protos import master_pb2 as pb
 
@@ -86,6 +86,7 @@ class ElasticDataset(IterableDataset):
         tls_ca: str | None = None,
         auth_token: str | None = None,
         ledger: ack.AckLedger | None = None,
+        samples_per_step: int = 1,
     ):
         """
         dataset: a reader (worker_sdk.readers), an object with read(start, end), a tensor or
@@ -105,7 +106,15 @@ class ElasticDataset(IterableDataset):
         tls_ca, auth_token: a TLS master's CA file and the job's token.
         ledger: the ack ledger that tells this dataset what was trained; give the same one
             to the PSClient that pushes its steps (default: the process's, shared by all).
+        samples_per_step: how many samples of `for sample in ds` make one training step, so
+            that the "next" ack mode acknowledges whole steps: B for a `DataLoader(ds,
+            batch_size=B)` (it asks for the first sample of the next batch once a step has
+            finished). A DataLoader whose batches vary in size (a custom batch_sampler) needs
+            ack="push" and `ds.mark_trained()` after each step.
         """
+        if samples_per_step < 1:
+            raise ValueError(f"samples_per_step must be >= 1, got {samples_per_step}")
+        self.samples_per_step = samples_per_step
         if ack not in ACK_MODES:
             raise ValueError(f"ack must be one of {ACK_MODES}, got {ack!r}")
         self.reader = readers.as_reader(dataset)
@@ -169,17 +178,10 @@ class ElasticDataset(IterableDataset):
     # ---- samples ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        """Yield samples. With a DataLoader(num_workers=0) its batch size is found here, so that
-        the "next" ack mode acknowledges whole batches."""
+        """Yield samples, `samples_per_step` of them per training step (the "next" ack mode
+        acknowledges a step when the first sample of the next one is asked for)."""
         self._refuse_worker_processes()
-        step = _dataloader_step(self)
-        if step is None and not self.push_acks:
-            raise ValueError(
-                "ElasticDataset cannot tell the batch boundaries of this DataLoader (it has a "
-                "custom batch_sampler), so the 'next' ack mode cannot know when a step finished. "
-                "Use ack='push' and call ds.mark_trained() after each step, or ds.batches()."
-            )
-        return self._samples(step or 1)
+        return self._samples(self.samples_per_step)
 
     def _samples(self, step: int) -> Iterator[Any]:
         stream = self.stream
@@ -341,20 +343,3 @@ class ElasticDataset(IterableDataset):
     def _refuse_worker_processes(self) -> None:
         if get_worker_info() is not None:
             raise RuntimeError(WORKER_PROCESSES_REFUSED)
-
-
-def _dataloader_step(dataset: ElasticDataset) -> int | None:
-    """Samples per training step for the iterator being created: a DataLoader's batch size when
-    a DataLoader(num_workers=0) is creating it (found in the caller's frames), 1 otherwise (a
-    plain loop: one sample per step), None when a DataLoader's batches are of unknown size."""
-    frame = sys._getframe(2)
-    for _ in range(8):
-        if frame is None:
-            break
-        loader = frame.f_locals.get("loader")
-        if isinstance(loader, DataLoader) and loader.dataset is dataset:
-            if loader.batch_sampler is None:
-                return 1  # batch_size=None: the loop gets one sample per step
-            return loader.batch_size or None
-        frame = frame.f_back
-    return 1

@@ -14,10 +14,10 @@ What it does for you: registers (through `MasterClient`, which retries, heartbea
 re-registers), creates the dataset (again, when a replaced master database forgot it), leases
 `max_shards` shards per GetShard carrying the finished leases' reports, takes up leases granted
 by a call whose answer was lost (the orphans of an uncertain call), hands its leases back with
-their trained offsets on SIGTERM (worker_sdk/preempt.py, reason "preempted") and on close.
+their trained offsets on SIGTERM (worker_sdk/data/preempt.py, reason "preempted") and on close.
 
-`ElasticDataset` (worker_sdk/dataset.py) is the torch face of this class; the simulated worker
-(worker_sdk/simworker.py) uses it with no model at all.
+`ElasticDataset` (worker_sdk/data/dataset.py) is the torch face of this class; the simulated worker
+(worker_sdk/data/simworker.py) uses it with no model at all.
 """
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ class _Flight:
     """A Step sent and not collected yet."""
 
     client: DataClient
-    pending: object  # ps_steps.PendingStep
+    pending: object  # steps.PendingStep
     push: PushJob | None
     fetch: _Prefetch | None
     inverse: dict[str, tuple[torch.Tensor, torch.Tensor]]  # table -> (unique, inverse)
