@@ -34,6 +34,10 @@ def test_status_shows_datasets_workers_and_ps(master):
     assert "trainer-a" in out.stdout and "market=spot" in out.stdout
     assert f"clicks:e0/s{lease.shard.index}" in out.stdout
     assert "tcp://x:2" in out.stdout
+    ps_table = out.stdout.split("PARAMETER SERVERS")[1].splitlines()
+    assert ps_table[1].split() == ["ps", "role", "state", "generation", "grpc", "data",
+                                   "incarnation", "registered"]
+    assert ps_table[2].split()[:3] == ["0/1", "primary", "alive"]
 
 
 def test_events_lists_the_timeline_and_since_filters(master):

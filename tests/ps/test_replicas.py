@@ -109,6 +109,11 @@ def test_acknowledged_pushes_survive_the_primary_and_it_comes_back_as_a_backup(l
     assert listing(master).data_address == backup.data_address
     kinds = [(e.kind, e.cause) for e in master.events()]
     assert ("ps_promoted", "in_sync") in kinds and ("ps_lost", "failover") in kinds
+    # elastic-ctl status names the index's primary, its generation and its backup in sync
+    out = launcher.run("-m", "master.ctl", "--master", master.address, "status")
+    rows = [line.split() for line in out.stdout.split("PARAMETER SERVERS")[1].splitlines()[2:]]
+    assert [r[:5] for r in rows] == [["0/1", "primary", "alive", "2", backup.grpc_address],
+                                     ["0/1", "backup", "in_sync", "2", primary.grpc_address]]
 
 
 def test_steps_are_replicated_whole_and_survive_the_primary(launcher):
