@@ -46,6 +46,8 @@ import weakref
 from enum import Enum
 from typing import Protocol
 
+from .stream_items import LeaveReason
+
 log = logging.getLogger(__name__)
 
 GRACE_S = 2.0  # how long a training step in flight may take to finish and be acknowledged
@@ -58,11 +60,12 @@ class Member(Protocol):
 
     def _preempt_freeze(self) -> None: ...
 
-    def _preempt_leave(self, reason: str) -> None: ...
+    def _preempt_leave(self, reason: LeaveReason) -> None: ...
 
 
 # per signal: the leave's reason (the master's requeue cause) and the exit status
-EXITS = {signal.SIGTERM: ("preempted", 0), signal.SIGINT: ("interrupted", 130)}
+EXITS = {signal.SIGTERM: (LeaveReason.PREEMPTED, 0),
+         signal.SIGINT: (LeaveReason.INTERRUPTED, 130)}
 
 stopping = threading.Event()  # SIGTERM or SIGINT seen: hand out nothing more
 _parked = threading.Event()  # a training loop reached a safe point and waits
@@ -86,8 +89,8 @@ class _State(str, Enum):
 _state = _State.IDLE
 
 
-def reason() -> str:
-    """The leave's reason for the signal being handled ("preempted", "interrupted")."""
+def reason() -> LeaveReason:
+    """The leave's reason for the signal being handled (preempted, interrupted)."""
     return EXITS[_signum][0]
 
 

@@ -475,14 +475,12 @@ class DataClient(StepCalls):
             left = self.retry.total_s - backoff.elapsed
             if left > 0:
                 self._refresh(pending, timeout_s=min(self.timeout_s, left))
-        log.info("giving up after %d tries (%.1f s); the last failure: %s", attempt,
-                 backoff.elapsed, why)
+        log.info("giving up after %d tries (%.1f s): %s", attempt, backoff.elapsed, why)
         raise PSUnavailable(
             f"PS {', '.join(str(i) for i in sorted(pending))} gave no usable answer for "
             f"{backoff.elapsed:.1f}s ({attempt} tries; retry budget {self.retry.total_s:.0f}s, "
-            f"{self.max_attempts} tries); the last failure: {why}. Is the PS running? A PS "
-            "restarted from its checkpoint is found again through the master while the budget "
-            "lasts")
+            f"{self.max_attempts} tries); last: {why}. Is the PS running? A PS restarted from "
+            "its checkpoint is found again through the master while the budget lasts")
 
     def _primary_moved(self, indexes: set[int]) -> bool:
         """Whether the master names another primary for one of `indexes` (asked at most every
