@@ -141,3 +141,17 @@ def test_steps_are_replicated_whole_and_survive_the_primary(launcher):
         assert client.pull_rows("t", ids).tolist() == [[60.0, 60.0]] * 3
     assert listing(master).data_address == backup.data_address
     assert [t.version for t in ps_status(backup).tensors] == [60]
+
+
+def test_a_backup_whose_primary_refuses_its_token_exits_1_naming_its_source(launcher):
+    """Not retried: the backup stops at the first refusal (the master here takes no token, so
+    only the primary tells the two tokens apart)."""
+    master = launcher.master("--ps-replicas", "1")
+    launcher.ps(master.address, "--auth-token", "primary-token", checkpoint_dir="primary-ckpt")
+    wait_until("the primary", lambda: listing(master).generation == 1)
+    backup = launcher.ps(master.address, "--auth-token", "other-token",
+                         checkpoint_dir="backup-ckpt")
+    assert backup.wait(30) == 1, backup.output(tail=3000)
+    out = backup.output()
+    assert "refused the auth token from --auth-token" in out and "not retried" in out
+    assert "other-token" not in out
