@@ -44,6 +44,7 @@ from rpckit import auth
 from rpckit.channels import LeaderStub
 from rpckit.errors import Reason, reason_of
 from rpckit.resolve import unresolvable
+from rpckit.tls_check import TLSMismatch
 from rpckit.retry import NEVER_RETRIED, RETRYABLE, Backoff, RetryPolicy
 
 from . import metrics, notice
@@ -398,6 +399,9 @@ class MasterClient:
             except MasterUnavailable as exc:
                 self._warn(f"heartbeat failed: {exc}; trying again every "
                            f"{self.heartbeat_interval_s:g} s")
+            except (auth.CredentialsRefused, TLSMismatch) as exc:  # never retried
+                log.error("heartbeats stopped: %s", exc.message)
+                return
             except Exception:  # noqa: BLE001 - the thread must outlive any one bad beat
                 log.exception("heartbeat failed")
 
