@@ -7,6 +7,7 @@ import datetime
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -30,8 +31,17 @@ def _pem_key(key) -> bytes:
                              serialization.NoEncryption())
 
 
-def make_tls_files(directory: Path, ca_name: str = "elastic-ps test CA") -> TLSFiles:
-    """A fresh CA and a server certificate for 127.0.0.1 and localhost, valid for a day."""
+def _san(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
+def make_tls_files(directory: Path, ca_name: str = "elastic-ps test CA",
+                   hosts: Sequence[str] = ("localhost", "127.0.0.1")) -> TLSFiles:
+    """A fresh CA and a server certificate for `hosts` (names or IP addresses), valid for a
+    day."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
     start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1)
@@ -46,12 +56,11 @@ def make_tls_files(directory: Path, ca_name: str = "elastic-ps test CA") -> TLSF
                                        encipher_only=False, decipher_only=False), critical=True)
           .sign(ca_key, hashes.SHA256()))
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(_name("localhost")).issuer_name(ca.subject)
+    cert = (x509.CertificateBuilder().subject_name(_name(hosts[0])).issuer_name(ca.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(start).not_valid_after(end)
-            .add_extension(x509.SubjectAlternativeName([
-                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False)
+            .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]),
+                           critical=False)
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
                            critical=False)
             .sign(ca_key, hashes.SHA256()))

@@ -24,7 +24,7 @@ from grpc_health.v1 import health_pb2
 from rpckit import auth
 from rpckit import server as rpc_server
 from rpckit.metrics import Metrics, MetricsPortInUse, RpcLatency
-from rpckit.server import PortInUse, run_main
+from rpckit.server import PortInUse, announce, run_main
 
 from . import metrics as master_metrics
 from .committer import Committer
@@ -167,7 +167,7 @@ def run(settings: MasterSettings) -> int:
         ready.set()
         for name in ("", SERVICE):
             health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        print(f"elastic-master leading (term {term}) at {address}", flush=True)
+        announce(f"elastic-master leading (term {term}) at {address}")
 
     lease = LeaderLease(f"{address}/{os.getpid()}/{uuid.uuid4().hex[:8]}", address,
                         settings.leader_lease_s)
@@ -193,8 +193,8 @@ def run(settings: MasterSettings) -> int:
                     "--port to a job that must survive a restart (docs/operations.md)", port)
     role = "leader" if ready.is_set() else f"standby (leader: {leader() or 'none yet'})"
     shown = f", metrics on http://{settings.host}:{metrics_port}/metrics" if metrics else ""
-    print(f"elastic-master listening on {settings.host}:{port} (pid {os.getpid()}) as {role}"
-          f"{shown}", flush=True)
+    announce(f"elastic-master listening on {settings.host}:{port} (pid {os.getpid()}) as "
+             f"{role}{shown}")
     threading.Thread(target=election.run, args=(stop,), name="election", daemon=True).start()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -22,13 +22,9 @@ from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 from rpckit import auth
 from rpckit.channels import LeaderStub
+from rpckit.errors import ServiceError
 
-from .ctl_views import cost_rows, dataset_rows
-
-
-def _ago(ms: int, now_ms: int) -> str:
-    seconds = max(0.0, (now_ms - ms) / 1000)
-    return f"{seconds:.1f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
+from .ctl_views import PS_HEADERS, ago, cost_rows, dataset_rows, ps_rows
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -64,7 +60,7 @@ def format_status(s: pb.GetStatusResponse) -> str:
     out.append("WORKERS")
     rows = [
         [w.worker_id, w.name, ",".join(f"{k}={v}" for k, v in sorted(w.labels.items())) or "-",
-         _ago(w.last_heartbeat_ms, s.time_ms),
+         ago(w.last_heartbeat_ms, s.time_ms),
          " ".join(f"{x.dataset}:e{x.shard.epoch}/s{x.shard.index}" for x in w.leases) or "-"]
         for w in s.workers
     ]
@@ -76,10 +72,8 @@ def format_status(s: pb.GetStatusResponse) -> str:
         out.append(f"  (not shown: {', '.join(hidden)})")
     out.append("")
     out.append("PARAMETER SERVERS")
-    rows = [[f"{p.index}/{p.num_ps}", p.state, p.address, p.data_address, str(p.incarnation),
-             _ago(p.registered_ms, s.time_ms)] for p in s.ps]
-    out.append(_table(["ps", "state", "grpc", "data", "incarnation", "registered"], rows)
-               if rows else "  (none)")
+    rows = ps_rows(s)  # per index: the primary, its generation, then each backup
+    out.append(_table(PS_HEADERS, rows) if rows else "  (none)")
     return "\n".join(out)
 
 
@@ -123,7 +117,8 @@ def format_report(r: pb.GetLedgerResponse) -> str:
            "",
            f"total: {r.records_done} records done of {r.records_handed} handed out "
            f"({r.records_rehanded} handed out again, at most {r.records_redone} of them "
-           f"trained twice), goodput {r.goodput:.1%}; "
+           f"trained twice), goodput {r.goodput:.1%} (records trained once / records trained; "
+           "records handed back untrained are not waste); "
            f"{r.worker_seconds_total:.1f} worker-seconds; workers lost: {r.workers_lost}; "
            "left: " + (", ".join(f"{k}={v}" for k, v in sorted(r.workers_left.items()))
                        or "none")]
@@ -161,7 +156,10 @@ def format_cost(r: pb.GetLedgerResponse, prices: dict[str, float], default: floa
     rows, total = cost_rows(r, prices, default)
     table = [[label, f"{seconds / 3600:.3f}", f"{price:.4f}", f"{seconds / 3600 * price:.4f}"]
              for label, seconds, price in rows]
-    wasted = total * (1 - r.goodput)
+    # the cost of a record trained twice is what a trained record costs on average; records
+    # handed back untrained cost no training, so they are priced nowhere
+    trained = r.records_done + r.records_redone
+    wasted = total * r.records_redone / trained if trained else 0.0
     per_m = total / r.records_done * 1e6 if r.records_done else 0.0
     note = ("" if prices else "\n(a worker with several labels is listed under each; the "
             "total counts it once)")
@@ -170,8 +168,8 @@ def format_cost(r: pb.GetLedgerResponse, prices: dict[str, float], default: floa
         _table(["label", "worker-hours", "price/hour", "cost"], table) if table else "  (none)",
         "",
         f"total {total:.4f} for {r.worker_seconds_total / 3600:.3f} worker-hours; per million "
-        f"records done {per_m:.4f}; spent on redone records (1 - goodput {r.goodput:.1%}): "
-        f"{wasted:.4f}{note}",
+        f"records done {per_m:.4f}; spent on records trained more than once (at most "
+        f"{r.records_redone} records; 1 - goodput {r.goodput:.1%}): {wasted:.4f}{note}",
     ])
 
 
@@ -291,13 +289,18 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
-        tls_ca, token = auth.client_options(args.tls_ca, args.auth_token, args.auth_token_file)
+        security = auth.client_security(args.tls_ca, args.auth_token, args.auth_token_file,
+                                        flags=True)
     except auth.SecurityConfigError as exc:
         print(f"elastic-ctl: {exc}", file=sys.stderr)
         sys.exit(2)
-    channel = LeaderStub(args.master, pb_grpc.MasterStub, tls_ca=tls_ca, token=token)
+    channel = LeaderStub(args.master, pb_grpc.MasterStub, tls_ca=security.tls_ca,
+                         token=security.token, token_source=security.token_source)
     try:
         code = args.fn(channel, args)  # the stub follows the leader of the list
+    except ServiceError as exc:  # a refused token, a TLS mismatch: the message names the fix
+        print(f"elastic-ctl: {exc.message}", file=sys.stderr)
+        code = 1
     except grpc.RpcError as exc:
         if exc.code() == grpc.StatusCode.UNAVAILABLE:
             print(f"elastic-ctl: cannot reach the master at {args.master}: {exc.details()}",

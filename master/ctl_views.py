@@ -1,4 +1,5 @@
-"""Views of `elastic-ctl` that fold or price: finished epochs on one line, the cost table.
+"""Views of `elastic-ctl` that fold or price: finished epochs on one line, the PS replica sets,
+the cost table.
 
 Plain functions of the master's protobuf answers, tested without a master.
 """
@@ -46,6 +47,28 @@ def dataset_rows(d: pb.DatasetStatus) -> list[list[str]]:
             f"{e.records_done}/{e.records_total}", str(e.handouts), str(e.records_rehanded),
             str(e.records_redone), str(e.duplicates), _requeues(e.requeues), str(e.quarantined),
         ])
+    return rows
+
+
+def ago(ms: int, now_ms: int) -> str:
+    seconds = max(0.0, (now_ms - ms) / 1000)
+    return f"{seconds:.1f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
+
+
+PS_HEADERS = ["ps", "role", "state", "generation", "grpc", "data", "incarnation", "registered"]
+
+
+def ps_rows(s: pb.GetStatusResponse) -> list[list[str]]:
+    """One row per PS process, by index: the primary (alive or lost) with its index's
+    generation, then its backups, each `in_sync` (its primary waits for it: promotable) or
+    `syncing` (still copying: not promotable without losing pushes)."""
+    rows = []
+    for p in sorted(s.ps, key=lambda p: p.index):
+        index, generation = f"{p.index}/{p.num_ps}", str(p.generation)
+        rows.append([index, "primary", p.state, generation, p.address, p.data_address,
+                     str(p.incarnation), ago(p.registered_ms, s.time_ms)])
+        rows += [[index, "backup", b.state, generation, b.address, b.data_address, "-",
+                  ago(b.registered_ms, s.time_ms)] for b in p.backups]
     return rows
 
 

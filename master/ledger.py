@@ -3,6 +3,15 @@
 Derived, never kept on the side: record counts come from the durable lease history (every
 lease ever handed out, with how much of it was counted done), worker-seconds from the worker
 table (registration to leave / loss, or to now), so the ledger is right after any restart.
+
+GOODPUT is records trained once over records trained: `records_done / (records_done +
+records_redone)`. Waste is training a record again, nothing else. A record handed back
+untrained, with the exact offset of what was trained (SIGTERM, Ctrl-C, a dataset that ended
+while leases were held, any graceful leave), was never trained by its first holder: handing it
+out again costs no training, so it is not waste, however often it happens (`records_rehanded`
+counts those hand-outs for the curious). `records_redone` counts the records of pieces handed
+out again after an inexact loss (a worker lost or timed out, a failed lease): an upper bound of
+what was trained twice, so goodput is a lower bound. `cost` prices exactly that share.
 """
 from __future__ import annotations
 
@@ -24,14 +33,20 @@ def ledger(totals: list[dict], datasets: dict[str, DatasetQueue], workers: list[
     epochs = epoch_ledgers(totals, datasets)
     labels, seconds, lost, left = worker_seconds(workers, now_ms)
     done = sum(e["records_done"] for e in epochs)
-    handed = sum(e["records_handed"] for e in epochs)
+    redone = sum(e["records_redone"] for e in epochs)
     return dict(
         epochs=epochs, worker_seconds=labels, worker_seconds_total=seconds,
-        records_done=done, records_handed=handed,
-        records_redone=sum(e["records_redone"] for e in epochs),
+        records_done=done, records_handed=sum(e["records_handed"] for e in epochs),
+        records_redone=redone,
         records_rehanded=sum(e["records_rehanded"] for e in epochs),
-        goodput=done / handed if handed else 1.0, workers_lost=lost, workers_left=left,
+        goodput=goodput(done, redone), workers_lost=lost, workers_left=left,
     )
+
+
+def goodput(done: int, redone: int) -> float:
+    """Records trained once over records trained (see the module docstring); 1.0 when nothing
+    was trained yet."""
+    return done / (done + redone) if done + redone else 1.0
 
 
 def epoch_ledgers(totals: list[dict], datasets: dict[str, DatasetQueue]) -> list[dict]:
@@ -48,7 +63,7 @@ def epoch_ledgers(totals: list[dict], datasets: dict[str, DatasetQueue]) -> list
             records_rehanded=row["records_rehanded"],
             handouts=row["handouts"], duplicates=stats.duplicates if stats else 0,
             requeues=dict(stats.requeues) if stats else {},
-            goodput=row["records_done"] / handed if handed else 1.0,
+            goodput=goodput(row["records_done"], row["records_redone"]),
             finished=bool(stats and stats.finished_ms),
             started_ms=stats.started_ms if stats else 0,
             finished_ms=stats.finished_ms if stats else 0,

@@ -17,13 +17,14 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from rpckit import auth
+from rpckit import auth, tls_check
 from rpckit.channels import CHANNEL_OPTIONS
 
 from .committer import Committer
 from .core import MasterCore
 
 log = logging.getLogger(__name__)
+TLS_PROBE_EVERY_S = 5.0
 
 
 class PSMonitor:
@@ -39,6 +40,9 @@ class PSMonitor:
         self.stop = threading.Event()
         self._channels: dict[str, grpc.Channel] = {}
         self._failing_since: dict[tuple, float] = {}
+        self._tls_told: dict[str, str] = {}  # address -> its TLS mismatch
+        self._probed: dict[str, float] = {}  # address -> when TLS was last probed
+        self._answered: set[str] = set()  # addresses whose health check answered once
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="ps-monitor", daemon=True).start()
@@ -55,8 +59,32 @@ class PSMonitor:
                 health_pb2.HealthCheckRequest(service=""),
                 timeout=min(1.0, self.failover_timeout))
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and address not in self._answered:
+                return self._tls_problem(address) or exc.code().name
             return exc.code().name
+        self._answered.add(address)
         return "" if reply.status == health_pb2.HealthCheckResponse.SERVING else "NOT_SERVING"
+
+    def _tls_problem(self, address: str) -> str:
+        """Why TLS with the PS at `address` fails ('' when it does not, or is not known), told
+        once per address: a master given the wrong --tls-ca would otherwise see every PS as
+        lost with no reason (a handshake failure looks like a PS that is down). Only an
+        address that never answered is probed, at most every TLS_PROBE_EVERY_S: a PS that
+        answered before and fails now is down or frozen, and a probe must not hold up its
+        failover."""
+        if address in self._tls_told:
+            return self._tls_told[address]
+        now = time.monotonic()
+        if now - self._probed.get(address, -TLS_PROBE_EVERY_S) < TLS_PROBE_EVERY_S:
+            return ""
+        self._probed[address] = now
+        mismatch = tls_check.probe(address, self.tls_ca, timeout_s=0.3,
+                                   server=f"the PS at {address}")
+        if mismatch is None:
+            return ""
+        self._tls_told[address] = mismatch.message
+        log.error("the master cannot health-check %s: %s", address, mismatch.message)
+        return mismatch.message
 
     def _targets(self) -> list[tuple]:
         core = self.core

@@ -18,7 +18,7 @@ import uuid
 
 from rpckit import auth
 from rpckit.metrics import Metrics, MetricsPortInUse, RpcLatency
-from rpckit.server import run_main
+from rpckit.server import announce, run_main
 
 from . import metrics as ps_metrics
 from .checkpoint import CheckpointDir, Checkpointer
@@ -67,6 +67,13 @@ def run(settings: PSSettings) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    fatal: list[str] = []  # a refusal no retry mends (a wrong token, TLS): say it, exit 1
+
+    def stop_for(why: str) -> None:
+        fatal.append(why)
+        stop.set()
+
+    token_source = auth.settings_token_source(settings)
     _tune_malloc()
 
     import torch
@@ -107,7 +114,7 @@ def run(settings: PSSettings) -> int:
     node = None if settings.standalone else ReplicaNode(
         store, Handlers(store), zmq.Context.instance(), token, uuid.uuid4().hex,
         data_public_key=curve[0].decode() if curve else "", data_address="",
-        ack_timeout=settings.replica_ack_timeout)
+        ack_timeout=settings.replica_ack_timeout, token_source=token_source)
     data = data_plane(store, token=token, node=node, host=settings.host,
                       port=settings.data_port, threads=settings.threads,
                       max_frame_bytes=settings.max_frame_mb * 1024 * 1024, ipc_path=ipc_path,
@@ -146,17 +153,18 @@ def run(settings: PSSettings) -> int:
     log.info("settings: %s", settings.describe())
     local = f" local {data.local_endpoint}" if data.local_endpoint else ""
     shown = f" metrics http://{settings.host}:{metrics_port}/metrics" if metrics else ""
-    print(f"elastic-ps {settings.index}/{settings.num_ps} listening on grpc {me.address} "
-          f"data {me.data_address}{local}{shown} (pid {os.getpid()})", flush=True)
+    announce(f"elastic-ps {settings.index}/{settings.num_ps} listening on grpc {me.address} "
+             f"data {me.data_address}{local}{shown} (pid {os.getpid()})")
 
     background = []
     channel = None
     if not settings.standalone:
-        stub, channel = connect(settings.master, settings.tls_ca, token)
+        stub, channel = connect(settings.master, settings.tls_ca, token, token_source)
         registrar = Registrar(stub, me.address, me.data_address, settings.index,
                               settings.num_ps, settings.register_interval,
                               data_public_key=me.data_public_key, node=node,
-                              restored=restored_message(restored, me.started_ms))
+                              restored=restored_message(restored, me.started_ms),
+                              token_source=token_source, on_fatal=stop_for)
         background.append(threading.Thread(target=registrar.run, args=(stop,),
                                            name="registrar", daemon=True))
     if settings.checkpoint_interval > 0:
@@ -186,6 +194,9 @@ def run(settings: PSSettings) -> int:
         channel.close()
     if metrics:
         metrics.close()
+    if fatal:
+        print(f"elastic-ps: {fatal[0]}", file=sys.stderr, flush=True)
+        return 1
     return code
 
 

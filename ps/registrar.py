@@ -10,18 +10,26 @@ With a `node` (ps.replication.ReplicaNode) it also carries the master's word on 
 each registration answer and each listing hands the role and generation to the node, a PS
 listed neither as its index's primary nor as one of its backups registers again, and while
 the node is `urgent` (its primary went quiet) the listing is checked every `URGENT_S`.
+
+Two refusals end the PS instead of being retried, because the same settings get the same
+answer: the master refusing this PS's token (UNAUTHENTICATED, PERMISSION_DENIED) and a TLS
+mismatch with it (rpckit.tls_check). `on_fatal(message)` gets the message naming the fix once,
+and the registrar stops.
 """
 from __future__ import annotations
 
 import logging
 import threading
+from typing import Callable
 
 import grpc
 
 from protos import master_pb2, master_pb2_grpc
+from rpckit.auth import CredentialsRefused, credentials_refused
 from rpckit.channels import LeaderStub
 from rpckit.errors import Reason, reason_of
-from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
+from rpckit.retry import NEVER_RETRIED, RETRYABLE, Backoff, RetryPolicy
+from rpckit.tls_check import TLSMismatch
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +42,12 @@ LEASE_RPC_TIMEOUT_S = 1.0
 class Registrar:
     def __init__(self, stub, address: str, data_address: str, index: int, num_ps: int,
                  interval: float = 2.0, first_backoff: float = 0.1, data_public_key: str = "",
-                 restored: master_pb2.RestoredCheckpoint | None = None, node=None):
+                 restored: master_pb2.RestoredCheckpoint | None = None, node=None,
+                 token_source: str = "", on_fatal: Callable[[str], None] | None = None):
         self.stub = stub
+        self.token_source = token_source  # where this PS's token came from, for messages
+        self.on_fatal = on_fatal
+        self.fatal = ""  # why this PS must stop (see the module docstring)
         # what this PS restored from: told to the master (which counts the lost updates)
         # until one registration succeeded
         self.restored = restored
@@ -58,6 +70,7 @@ class Registrar:
         if node is not None:
             node.wake = self._wake.set
             node.report = self._report_replicas
+            node.fatal = self._stop_for
 
     def _report_replicas(self, generation: int, in_sync: list[str]) -> float:
         """ReportReplicas for the node's primary: the lease granted (seconds); raises Fenced
@@ -84,9 +97,16 @@ class Registrar:
             if not self.registered:
                 return self._register()
             return self._check()
+        except (CredentialsRefused, TLSMismatch) as exc:
+            self._stop_for(exc.message)
+            return self.interval
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             detail = exc.details() if hasattr(exc, "details") else str(exc)
+            if code in NEVER_RETRIED:  # a stub that is not a LeaderStub: the same decision
+                self._stop_for(credentials_refused("the master", code.name, self.token_source,
+                                                   reason_of(exc)).message)
+                return self.interval
             if code in RETRYABLE:
                 delay = self._backoff.next_delay()
                 self._note(f"master unreachable ({code.name if code else '?'}): {detail}; "
@@ -145,21 +165,30 @@ class Registrar:
             return "backup"
         return ""
 
+    def _stop_for(self, why: str) -> None:
+        if self.fatal:
+            return
+        self.fatal = why
+        log.error("stopping this PS: %s", why)
+        if self.on_fatal is not None:
+            self.on_fatal(why)
+
     def _note(self, message: str, level: int) -> None:
         if message.split(";")[0] != self._last_error.split(";")[0]:
             log.log(level, message)
         self._last_error = message
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
+        while not stop.is_set() and not self.fatal:
             delay = self.step()
             if delay:
                 self._wake.wait(delay)
                 self._wake.clear()
 
 
-def connect(master: str, tls_ca: str = "", token: str = ""):
+def connect(master: str, tls_ca: str = "", token: str = "", token_source: str = ""):
     """A Master stub that follows the leader among `master` (host:port[,host:port...]), and
     what to close it with; TLS when `tls_ca` is given, the token on every call when given."""
-    stub = LeaderStub(master, master_pb2_grpc.MasterStub, tls_ca=tls_ca, token=token)
+    stub = LeaderStub(master, master_pb2_grpc.MasterStub, tls_ca=tls_ca, token=token,
+                      token_source=token_source)
     return stub, stub

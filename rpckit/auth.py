@@ -20,7 +20,7 @@ import collections
 import hmac
 import os
 import re
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import grpc
 
@@ -204,16 +204,64 @@ def channel(address: str, *, tls_ca: str | None = None, token: str | None = None
     return grpc.intercept_channel(ch, _BearerToken(token)) if token else ch
 
 
-def client_options(tls_ca: str | None = None, token: str | None = None,
-                   token_file: str | None = None) -> tuple[str, str]:
-    """(tls_ca, token) for an SDK client: what it was given, else ELASTIC_PS_TLS_CA and
-    ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE; '' for none."""
+class ClientSecurity(NamedTuple):
+    tls_ca: str
+    token: str
+    token_source: str  # where the token came from, for messages ('' when none was given)
+
+
+def client_security(tls_ca: str | None = None, token: str | None = None,
+                    token_file: str | None = None, *, flags: bool = False) -> ClientSecurity:
+    """A client's CA and token: what it was given, else ELASTIC_PS_TLS_CA and
+    ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE ('' for none), and where the token came
+    from, named as the caller knows it: `flags` (a command line: --auth-token) or the SDK's
+    keyword (auth_token=). The source names a file, never the token."""
     ca = tls_ca if tls_ca is not None else os.environ.get(ENV_TLS_CA, "")
+    given, given_file = ("--auth-token", "--auth-token-file") if flags else (
+        "auth_token=", "auth_token_file=")
     if token is None and token_file is None:
         token, token_file = os.environ.get(ENV_TOKEN, ""), os.environ.get(ENV_TOKEN_FILE, "")
         if token and token_file:
             token_file = ""  # the variable holding the token itself wins
-    return ca, read_token(token or "", token_file or "")
+        given, given_file = ENV_TOKEN, ENV_TOKEN_FILE
+    source = (given if token else f"{given_file} {token_file}" if token_file else "")
+    return ClientSecurity(ca, read_token(token or "", token_file or ""), source)
+
+
+def client_options(tls_ca: str | None = None, token: str | None = None,
+                   token_file: str | None = None) -> tuple[str, str]:
+    """(tls_ca, token) of `client_security`."""
+    security = client_security(tls_ca, token, token_file)
+    return security.tls_ca, security.token
+
+
+def settings_token_source(settings) -> str:
+    """Where a server binary's own token came from (its settings merge flag and variable)."""
+    if getattr(settings, "auth_token_file", ""):
+        return f"--auth-token-file {settings.auth_token_file} (or {ENV_TOKEN_FILE})"
+    return f"--auth-token (or {ENV_TOKEN})" if getattr(settings, "auth_token", "") else ""
+
+
+class CredentialsRefused(ServiceError):
+    """A server refused this process's token (UNAUTHENTICATED) or its rights
+    (PERMISSION_DENIED). Never retried: the same credentials would get the same answer."""
+
+
+def credentials_refused(server: str, code: str, token_source: str,
+                        reason: str = "") -> CredentialsRefused:
+    """The error every client raises at the first refusal of its credentials by `server`
+    ("the master at host:port", "PS 0 at tcp://..."), naming where its token came from."""
+    if code == "PERMISSION_DENIED":
+        why = (f"{server} denied this call (PERMISSION_DENIED) to the token from "
+               f"{token_source or 'nowhere (none was given)'}: use a token allowed to make it")
+    elif token_source:
+        why = (f"{server} refused the auth token from {token_source} (UNAUTHENTICATED): it is "
+               "not the job's token. Give every process of the job the same token")
+    else:
+        why = (f"{server} requires the job's auth token (UNAUTHENTICATED) and this process sent "
+               f"none: set {ENV_TOKEN_FILE} or {ENV_TOKEN} (flags --auth-token-file, "
+               "--auth-token; auth_token= in the SDK)")
+    return CredentialsRefused(code, reason or code, why + "; not retried")
 
 
 # ---- flags ------------------------------------------------------------------------------------

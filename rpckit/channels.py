@@ -13,13 +13,14 @@ tells it how long a wait is worth while a standby is about to take over.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable, Sequence
 
 import grpc
 
-from . import auth
+from . import auth, tls_check
 from .errors import Reason, metadata_of, reason_of
-from .retry import retryable
+from .retry import NEVER_RETRIED, retryable
 
 # grpc's own reconnect backoff grows to 120 s by default: a restarted server would then be
 # found late. Keep it in step with our retry backoff.
@@ -102,16 +103,27 @@ class LeaderStub:
     """A stub of `stub_class` over the addresses in `addresses` that follows the leader:
     `stub.Method(request, timeout=...)` as with a generated stub. Raises the last error when
     no address served the call (retryable ones included: the caller's policy retries).
-    Channels are `rpckit.auth.channel`s: TLS with `tls_ca`, the token on every call."""
+    Channels are `rpckit.auth.channel`s: TLS with `tls_ca`, the token on every call.
+
+    Two failures no retry can mend are raised at once instead, as ServiceErrors whose message
+    names the fix: a refusal of the token (`auth.CredentialsRefused`, naming `token_source`)
+    and a TLS mismatch (`tls_check.TLSMismatch`: an address that fails at the transport is
+    probed, at most every PROBE_EVERY_S)."""
+
+    PROBE_EVERY_S = 5.0
 
     def __init__(self, addresses: str | Sequence[str], stub_class: Callable[[grpc.Channel], object],
                  options: Sequence[tuple[str, object]] = CHANNEL_OPTIONS, *,
-                 tls_ca: str | None = None, token: str | None = None):
+                 tls_ca: str | None = None, token: str | None = None, token_source: str = "",
+                 clock: Callable[[], float] = time.monotonic):
         self.endpoints = Endpoints(addresses)
         self._stub_class = stub_class
         self._options = options
         self._tls_ca = tls_ca
         self._token = token
+        self._token_source = token_source if token else ""
+        self._clock = clock
+        self._probed: dict[str, float] = {}  # address -> when it was last probed for TLS
         self._lock = threading.Lock()
         self._channels: dict[str, tuple[grpc.Channel, object]] = {}
 
@@ -146,6 +158,7 @@ class LeaderStub:
                 try:
                     response = getattr(self._stub(address), method)(request, *args, **kwargs)
                 except grpc.RpcError as exc:
+                    self._raise_unmendable(address, exc)
                     if not retryable(exc):
                         raise
                     hint = leader_hint(exc)
@@ -158,6 +171,22 @@ class LeaderStub:
 
         call.__name__ = method
         return call
+
+    def _raise_unmendable(self, address: str, exc: grpc.RpcError) -> None:
+        code = exc.code()
+        if code in NEVER_RETRIED:
+            raise auth.credentials_refused(f"the server at {address}", code.name,
+                                           self._token_source, reason_of(exc)) from None
+        if code != grpc.StatusCode.UNAVAILABLE or reason_of(exc):
+            return  # answered by one of our servers (a standby, one stopping): not the transport
+        now = self._clock()
+        with self._lock:
+            if now - self._probed.get(address, -self.PROBE_EVERY_S) < self.PROBE_EVERY_S:
+                return
+            self._probed[address] = now
+        mismatch = tls_check.probe(address, self._tls_ca or "")
+        if mismatch is not None:
+            raise mismatch from None
 
     def close(self) -> None:
         with self._lock:

@@ -26,6 +26,8 @@ class Reason(str, enum.Enum):
     INVALID_ARGUMENT = "INVALID_ARGUMENT"      # a field is malformed or out of bounds
     UNDECODABLE = "UNDECODABLE"                # the request bytes are not the message
     UNAUTHENTICATED = "UNAUTHENTICATED"        # no or wrong bearer token
+    PERMISSION_DENIED = "PERMISSION_DENIED"    # the token may not make this call (a proxy's)
+    TLS_MISMATCH = "TLS_MISMATCH"              # client and server disagree on TLS (client side)
     SHUTTING_DOWN = "SHUTTING_DOWN"            # the server is stopping: retry elsewhere/later
     INTERNAL = "INTERNAL"                      # a bug: report it
     # master

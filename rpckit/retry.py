@@ -15,6 +15,11 @@ import grpc
 # "The server was not reached or did not answer in time": the only codes worth retrying.
 # Every other code is an answer, and asking again would get the same one.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# A refusal of this process's credentials (its token, its rights): the same credentials get the
+# same answer, so no client ever retries these, however long its budget; each raises at once
+# with where its token came from (rpckit.auth.credentials_refused).
+NEVER_RETRIED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+NEVER_RETRIED_NAMES = frozenset(code.name for code in NEVER_RETRIED)  # the data plane's codes
 
 
 def retryable(exc: BaseException) -> bool:

@@ -2,7 +2,7 @@
 
 `build_server` binds the port (refusing to share it with another process), adds the
 servicers, gRPC health (every named service SERVING) and server reflection; `run_main` sets
-up logging from the settings and exits with what `run` returns.
+up logging from the settings and exits with what `run` returns; `announce` prints a start line.
 """
 from __future__ import annotations
 
@@ -65,6 +65,16 @@ def build_server(
     for name in ("", *names):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, bound, health_servicer
+
+
+def announce(line: str) -> None:
+    """Print a start line on stdout, newline included, in one write.
+
+    print() writes the text and its newline in two calls; with unbuffered output
+    (PYTHONUNBUFFERED, as launchers and containers set it) and stderr on the same file, a log
+    line from another thread can land between them and run the two lines together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def run_main(parse: Callable[[list[str] | None], object], run: Callable[[object], int],

@@ -200,6 +200,48 @@ def test_elastic_ctl_takes_the_ca_and_the_token(cluster):
     assert "wrong-token" not in refused.stderr
 
 
+def test_a_wrong_token_fails_the_sdk_within_2s_naming_its_source(cluster, monkeypatch):
+    """UNAUTHENTICATED is never retried: not by PS discovery, not by the master client."""
+    monkeypatch.setenv("ELASTIC_PS_AUTH_TOKEN", "wrong-token")
+    started = time.monotonic()
+    with pytest.raises(auth.CredentialsRefused) as err:
+        PSClient(cluster.master.address, tls_ca=cluster.tls.ca)
+    assert time.monotonic() - started < 2
+    assert "ELASTIC_PS_AUTH_TOKEN" in err.value.message and "wrong-token" not in str(err.value)
+    assert err.value.reason == Reason.UNAUTHENTICATED
+    started = time.monotonic()
+    with pytest.raises(auth.CredentialsRefused) as err:
+        ElasticDataset(list(range(8)), master=cluster.master.address, name="never",
+                       shard_size=4, tls_ca=cluster.tls.ca, auth_token="wrong-token",
+                       handle_sigterm=False)
+    assert time.monotonic() - started < 2 and "auth_token=" in err.value.message
+
+
+def test_a_ps_with_a_wrong_token_exits_1_naming_its_token_file(cluster, tmp_path):
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("wrong-token\n")
+    ps = cluster.launcher.ps(cluster.master.address, "--tls-cert", cluster.tls.cert,
+                             "--tls-key", cluster.tls.key, "--tls-ca", cluster.tls.ca,
+                             "--auth-token-file", str(wrong), index=0,
+                             checkpoint_dir="wrong-token-ckpt")
+    assert ps.wait(20) == 1, ps.output(tail=2000)
+    assert f"--auth-token-file {wrong}" in ps.output() and "not retried" in ps.output()
+
+
+def test_a_plaintext_client_against_tls_is_told_to_set_the_ca(cluster):
+    out = cluster.launcher.run("-m", "master.ctl", "--master", cluster.master.address,
+                               "--auth-token-file", cluster.token_file, "status")
+    assert out.returncode == 1
+    assert "serves TLS" in out.stderr and "--tls-ca" in out.stderr
+    assert "ELASTIC_PS_TLS_CA" in out.stderr
+    started = time.monotonic()
+    with pytest.raises(ServiceError) as err:  # the SDK: at once, not after its retry budget
+        ElasticDataset(list(range(8)), master=cluster.master.address, name="never",
+                       shard_size=4, tls_ca="", auth_token=TOKEN, handle_sigterm=False)
+    assert time.monotonic() - started < 5
+    assert err.value.reason == Reason.TLS_MISMATCH and "ELASTIC_PS_TLS_CA" in err.value.message
+
+
 def test_the_token_is_never_logged(cluster):
     cluster.master.status()
     assert TOKEN not in cluster.master.output()

@@ -258,7 +258,7 @@ def describe(run: Run) -> list[str]:
         lines.append(f"    epoch {epoch}, lease history: " + "; ".join(errors))
     if run.ledger is not None:
         lines.append(f"    goodput {run.ledger.goodput:.1%} ({run.ledger.records_done} records "
-                     f"done of {run.ledger.records_handed} handed out), "
+                     f"done, at most {run.ledger.records_redone} trained twice), "
                      f"{run.ledger.worker_seconds_total:.0f} worker-seconds")
     return lines
 

@@ -10,7 +10,9 @@ request does, so the at-most-once table is the primary's too.
 
 A primary that stops answering is reported through `on_primary_silent` (the PS then asks the
 master more often, to learn about a promotion quickly); a primary that says this backup is
-no longer attached (it was dropped) makes it copy the primary again.
+no longer attached (it was dropped) makes it copy the primary again. A primary that refuses
+this backup's token is never asked again: `on_fatal(message)` (the PS stops, saying where its
+token came from).
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ import zmq
 from protos import ps_pb2
 from pswire.connection import dealer, refusal
 
+from rpckit.auth import credentials_refused
 from rpckit.errors import Reason, ServiceError
+from rpckit.retry import NEVER_RETRIED_NAMES
 from ..params import ParamStore
 
 log = logging.getLogger(__name__)
@@ -60,8 +64,11 @@ class Backup:
                  data_address: str, data_public_key: str,
                  apply: Callable[[ps_pb2.DataRequest, list], list],
                  on_primary_silent: Callable[[], None] = lambda: None,
-                 heartbeat_s: float = 0.2, silent_after_s: float = 0.6):
+                 heartbeat_s: float = 0.2, silent_after_s: float = 0.6,
+                 on_fatal: Callable[[str], None] = lambda why: None, token_source: str = ""):
         self.store = store
+        self.on_fatal = on_fatal
+        self.token_source = token_source
         self.ctx = ctx
         self.token = token
         self.instance = instance
@@ -127,6 +134,11 @@ class Backup:
                         self.on_primary_silent()
                 except ServiceError as exc:
                     self._close()
+                    if exc.code in NEVER_RETRIED_NAMES:  # the same token gets the same answer
+                        self.on_fatal(credentials_refused(
+                            f"the primary PS at {upstream.data_address}", exc.code,
+                            self.token_source, exc.reason).message)
+                        return
                     log.info("primary %s refused: %s", upstream.data_address, exc)
                     if exc.reason == Reason.FENCED:
                         self.on_primary_silent()  # a new generation: ask the master

@@ -63,13 +63,14 @@ def fenced(message: str) -> ServiceError:
 class ReplicaNode:
     def __init__(self, store: ParamStore, handlers, ctx: zmq.Context, token: str,
                  instance: str, data_address: str, data_public_key: str = "",
-                 ack_timeout: float = 2.0):
+                 ack_timeout: float = 2.0, token_source: str = ""):
         """handlers: the next link (ps.dataplane.Handlers over `store`), which serves what
         this node lets through and the mutations a backup receives."""
         self.store = store
         self.handlers = handlers
         self.ctx = ctx
         self.token = token
+        self.token_source = token_source
         self.instance = instance
         self.data_address = data_address
         self.data_public_key = data_public_key
@@ -81,6 +82,7 @@ class ReplicaNode:
         self.backup: Backup | None = None
         self.urgent = threading.Event()  # ask the master soon (the primary went quiet)
         self.wake: Callable[[], None] = lambda: None        # the registrar's, when it runs
+        self.fatal: Callable[[str], None] = lambda why: None  # stop the PS (the registrar's)
         # (generation, in_sync) -> the lease granted, in seconds
         self.report: Callable[[int, list[str]], float] | None = None
         # set once this PS is a primary with backups: its handlers then wait for the backups'
@@ -157,7 +159,9 @@ class ReplicaNode:
                 if self.backup is None:
                     self.backup = Backup(self.store, self.ctx, self.token, self.instance,
                                          self.data_address, self.data_public_key,
-                                         self._apply_replicated, self._primary_silent)
+                                         self._apply_replicated, self._primary_silent,
+                                         on_fatal=lambda why: self.fatal(why),
+                                         token_source=self.token_source)
                 self.backup.follow(Upstream(generation, primary.data_address,
                                             primary.data_public_key))
 

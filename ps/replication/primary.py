@@ -115,8 +115,9 @@ class AttachedBackup:
                         continue
                     frames = out.recv_multipart()
                     resp = ps_pb2.DataResponse.FromString(frames[0])
-                    if resp.code != 0:
-                        self.fail(f"it refused mutation {resp.seq}: {resp.message}")
+                    if resp.code != 0:  # never retried: a refused token included
+                        self.fail(f"it refused mutation {resp.seq} "
+                                  f"({ps_pb2.DataResponse.Code.Name(resp.code)}): {resp.message}")
                     elif resp.replicate.seq > self.acked:
                         self.acked = resp.replicate.seq
                         self._on_ack()

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from master.ctl import format_cost, format_status
-from master.ctl_views import cost_rows, dataset_rows
+from master.ctl import format_cost, format_report, format_status
+from master.ctl_views import cost_rows, dataset_rows, ps_rows
+from master.ledger import epoch_ledgers, goodput
 from protos import master_pb2 as pb
 from tests.master.test_ctl import ctl
 
@@ -34,6 +35,55 @@ def test_finished_epochs_fold_into_one_line_with_their_sums():
 def test_nothing_to_fold_before_the_first_epoch_ends():
     rows = dataset_rows(_dataset(epochs_done=0, running=1))
     assert [r[1] for r in rows] == ["0"]
+
+
+def test_status_names_each_index_primary_generation_and_backups_in_sync():
+    status = pb.GetStatusResponse(time_ms=10_000, ps=[
+        pb.PSInfo(index=1, num_ps=2, state="alive", address="h:11", data_address="tcp://h:12",
+                  generation=1, incarnation=1, registered_ms=9_000),
+        pb.PSInfo(index=0, num_ps=2, state="alive", address="h:1", data_address="tcp://h:2",
+                  generation=3, incarnation=2, registered_ms=8_000, backups=[
+                      pb.PSBackup(address="h:3", data_address="tcp://h:4", state="in_sync",
+                                  registered_ms=9_000),
+                      pb.PSBackup(address="h:5", data_address="tcp://h:6", state="syncing",
+                                  registered_ms=9_500)]),
+    ])
+    rows = ps_rows(status)
+    assert [r[:5] for r in rows] == [
+        ["0/2", "primary", "alive", "3", "h:1"],
+        ["0/2", "backup", "in_sync", "3", "h:3"],
+        ["0/2", "backup", "syncing", "3", "h:5"],
+        ["1/2", "primary", "alive", "1", "h:11"],
+    ]
+    text = format_status(status).split("PARAMETER SERVERS")[1]
+    assert "generation" in text.splitlines()[1] and "in_sync" in text and "syncing" in text
+
+
+def _epoch(**counts) -> dict:
+    return dict(dataset="d", epoch=0, handouts=12, records_first_try=0, **counts)
+
+
+def test_goodput_is_records_trained_once_over_records_trained():
+    # handed out 200 records for 100: 60 came back untrained from graceful leaves (SIGTERM,
+    # Ctrl-C) and 40 after a loss, of which at most 40 were trained twice
+    (e,) = epoch_ledgers([_epoch(records_done=100, records_handed=200, records_rehanded=100,
+                                 records_redone=40)], {})
+    assert e["goodput"] == pytest.approx(100 / 140)
+    (e,) = epoch_ledgers([_epoch(records_done=100, records_handed=160, records_rehanded=60,
+                                 records_redone=0)], {})
+    assert e["goodput"] == 1.0  # SIGTERM churn only: nothing trained twice, nothing wasted
+    assert goodput(0, 0) == 1.0
+
+
+def test_cost_prices_exactly_the_records_trained_twice():
+    ledger = pb.GetLedgerResponse(
+        worker_seconds=[pb.LabelSeconds(label="(no labels)", workers=1, worker_seconds=3600)],
+        worker_seconds_total=3600, records_done=900, records_handed=2000,
+        records_rehanded=1100, records_redone=100, goodput=goodput(900, 100))
+    text = format_cost(ledger, {}, 1.0)
+    # 1.0 for 1000 trainings, 100 of them repeats: 0.1, not the 1100 records handed out again
+    assert "trained more than once (at most 100 records; 1 - goodput 90.0%): 0.1000" in text
+    assert "goodput 90.0% (records trained once / records trained" in format_report(ledger)
 
 
 def _ledger() -> pb.GetLedgerResponse:

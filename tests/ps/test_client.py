@@ -132,7 +132,7 @@ def test_a_push_waits_for_a_ps_restarted_within_the_budget_and_logs_once(launche
             pusher.join(90)
         assert result and result[0].versions == {"w": 1}
         # one line for the push's recovery, however many tries it took
-        recoveries = [r for r in caplog.records[seen:] if "answered again" in r.getMessage()]
+        recoveries = [r for r in caplog.records[seen:] if "recovered on try" in r.getMessage()]
         assert len(recoveries) == 1 and recoveries[0].levelname == "WARNING"
         assert torch.equal(c.pull()["w"], -torch.ones(1000))
 

@@ -1,10 +1,13 @@
 """The registrar's decisions against a fake master: backoff, checks, registering again."""
 from __future__ import annotations
 
+import threading
+
 import grpc
 
 from protos import master_pb2
 from ps.registrar import Registrar
+from rpckit.tls_check import TLSMismatch
 
 
 class FakeError(grpc.RpcError):
@@ -95,3 +98,29 @@ def test_an_unreachable_master_while_registered_keeps_checking():
     assert r.step() == 0.1 and r.registered
     master.down = False
     assert r.step() == 2.0
+
+
+def test_a_refused_token_stops_the_registrar_at_once_naming_its_source():
+    master = FakeMaster()
+    master.refuse = grpc.StatusCode.UNAUTHENTICATED
+    told: list[str] = []
+    r = Registrar(master, "h:1", "tcp://h:2", index=1, num_ps=2, interval=2.0,
+                  token_source="--auth-token-file /run/token", on_fatal=told.append)
+    r.step()
+    assert len(told) == 1 and "--auth-token-file /run/token" in told[0]
+    stop = threading.Event()
+    r.run(stop)  # returns at once: nothing is retried
+    assert master.calls == ["register"] and not r.registered
+
+
+def test_a_tls_mismatch_stops_the_registrar():
+    class TLSMaster(FakeMaster):
+        def RegisterPS(self, req, timeout=None):
+            self.calls.append("register")
+            raise TLSMismatch("the server at m:1 serves TLS and this client speaks plaintext: "
+                              "give ... --tls-ca")
+
+    told: list[str] = []
+    r = Registrar(TLSMaster(), "h:1", "tcp://h:2", index=1, num_ps=2, on_fatal=told.append)
+    r.step()
+    assert told and "--tls-ca" in told[0] and r.fatal

@@ -109,6 +109,11 @@ def test_acknowledged_pushes_survive_the_primary_and_it_comes_back_as_a_backup(l
     assert listing(master).data_address == backup.data_address
     kinds = [(e.kind, e.cause) for e in master.events()]
     assert ("ps_promoted", "in_sync") in kinds and ("ps_lost", "failover") in kinds
+    # elastic-ctl status names the index's primary, its generation and its backup in sync
+    out = launcher.run("-m", "master.ctl", "--master", master.address, "status")
+    rows = [line.split() for line in out.stdout.split("PARAMETER SERVERS")[1].splitlines()[2:]]
+    assert [r[:5] for r in rows] == [["0/1", "primary", "alive", "2", backup.grpc_address],
+                                     ["0/1", "backup", "in_sync", "2", primary.grpc_address]]
 
 
 def test_steps_are_replicated_whole_and_survive_the_primary(launcher):
@@ -136,3 +141,17 @@ def test_steps_are_replicated_whole_and_survive_the_primary(launcher):
         assert client.pull_rows("t", ids).tolist() == [[60.0, 60.0]] * 3
     assert listing(master).data_address == backup.data_address
     assert [t.version for t in ps_status(backup).tensors] == [60]
+
+
+def test_a_backup_whose_primary_refuses_its_token_exits_1_naming_its_source(launcher):
+    """Not retried: the backup stops at the first refusal (the master here takes no token, so
+    only the primary tells the two tokens apart)."""
+    master = launcher.master("--ps-replicas", "1")
+    launcher.ps(master.address, "--auth-token", "primary-token", checkpoint_dir="primary-ckpt")
+    wait_until("the primary", lambda: listing(master).generation == 1)
+    backup = launcher.ps(master.address, "--auth-token", "other-token",
+                         checkpoint_dir="backup-ckpt")
+    assert backup.wait(30) == 1, backup.output(tail=3000)
+    out = backup.output()
+    assert "refused the auth token from --auth-token" in out and "not retried" in out
+    assert "other-token" not in out

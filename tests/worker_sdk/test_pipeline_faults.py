@@ -92,6 +92,28 @@ def test_sigterm_hands_back_exact_offsets_with_loader_workers_and_two_pushes_in_
     assert all(pushed[r] == EPOCHS for r in range(N)), "a record was pushed twice"
 
 
+def test_ctrl_c_mid_step_hands_every_lease_back_with_exact_offsets_and_exits_130(job):
+    """SIGINT is handled as SIGTERM is: no KeyboardInterrupt mid-push (which used to report the
+    lease in flight FAILED, spending its shard's failure budget), cause `interrupted`."""
+    master, worker, logs = job
+    a, a_log = worker("a", "--max-inflight", "2", "--step-s", "0.02")
+    _wait_records(a, a_log, 300)
+    a.signal(signal.SIGINT)
+    assert a.wait(20) == 130, a.output(tail=3000)
+    out = a.output()
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out[-3000:]
+    epochs = master.dataset("train").epochs
+    causes = collections.Counter()
+    for e in epochs:
+        causes.update(dict(e.requeues))
+    assert causes["interrupted"] >= 1 and causes["failed"] == 0, causes
+    assert all(e.doing == 0 for e in epochs)  # every lease came back at once
+    assert [ev.cause for ev in master.events() if ev.kind == "worker_left"] == ["interrupted"]
+    # exact offsets: nothing credited that was not pushed, and nothing to redo
+    assert 0 < sum(e.records_done for e in epochs) <= len(_records(a_log))
+    assert sum(e.records_redone for e in epochs) == 0
+
+
 def test_a_failed_background_push_is_raised_at_the_next_call_and_acknowledges_nothing(
         launcher, master):
     import torch

@@ -14,7 +14,8 @@ What it does for you: registers (through `MasterClient`, which retries, heartbea
 re-registers), creates the dataset (again, when a replaced master database forgot it), leases
 `max_shards` shards per GetShard carrying the finished leases' reports, takes up leases granted
 by a call whose answer was lost (the orphans of an uncertain call), hands its leases back with
-their trained offsets on SIGTERM (worker_sdk/data/preempt.py, reason "preempted") and on close.
+their trained offsets on SIGTERM and SIGINT (worker_sdk/data/preempt.py, reasons "preempted" and
+"interrupted") and on close.
 
 `ElasticDataset` (worker_sdk/data/dataset.py) is the torch face of this class; the simulated worker
 (worker_sdk/data/simworker.py) uses it with no model at all.
@@ -352,8 +353,8 @@ class LeaseStream:
         After a pass that ran out of data, in NEXT mode, the loop's last step counts as
         trained, unless `error` (an exception escaped the training loop). Leases not fully
         trained go back to the master with their offsets, at once. Idempotent."""
-        if preempt.stopping.is_set():
-            self._preempt_leave()  # SIGTERM is being handled: hand back as "preempted"
+        if preempt.stopping.is_set():  # SIGTERM / SIGINT is being handled: hand back as such
+            self._preempt_leave(preempt.reason())
             return
         with self._close_lock:
             if self.closed:
@@ -391,8 +392,9 @@ class LeaseStream:
     def _preempt_freeze(self) -> None:
         self.table.freeze()
 
-    def _preempt_leave(self) -> None:
-        """SIGTERM (from the preempt thread): freeze the acks, hand everything back, close."""
+    def _preempt_leave(self, reason: LeaveReason | str = LeaveReason.PREEMPTED) -> None:
+        """SIGTERM or SIGINT (from the preempt thread): freeze the acks, hand everything back
+        with exact offsets (reason "preempted" or "interrupted"), close."""
         with self._close_lock:
             if self.closed:
                 return
@@ -403,7 +405,7 @@ class LeaseStream:
         try:
             # the process is going away: leave even on a shared client
             quick = RetryPolicy(total_s=2.0, call_timeout_s=1.0)
-            self.client.leave(LeaveReason.PREEMPTED, policy=quick, lock_timeout_s=2.0)
+            self.client.leave(reason, policy=quick, lock_timeout_s=2.0)
         finally:
             self._release()
 

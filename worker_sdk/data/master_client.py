@@ -7,7 +7,9 @@
   own deadline), and gives up with `MasterUnavailable` after `RetryPolicy.total_s` (120 s by
   default; `ELASTIC_PS_RETRY_TIMEOUT_S`). A master restarted on its database keeps the worker's
   id, so calls simply succeed again. A master host that does not exist in DNS (a misspelled
-  address) fails the call at once instead (rpckit.resolve).
+  address) fails the call at once instead (rpckit.resolve), and so do a refused token
+  (`rpckit.auth.CredentialsRefused`, naming where the token came from) and a TLS mismatch
+  (`rpckit.tls_check.TLSMismatch`, naming --tls-ca / ELASTIC_PS_TLS_CA).
 * When the master no longer knows the worker (declared lost after missing heartbeats, or it has
   forgotten it), the client registers again under a new id and drops every lease of its attached
   lease tables: the master has already given them back, and the rest of them is done elsewhere.
@@ -42,7 +44,8 @@ from rpckit import auth
 from rpckit.channels import LeaderStub
 from rpckit.errors import Reason, reason_of
 from rpckit.resolve import unresolvable
-from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
+from rpckit.tls_check import TLSMismatch
+from rpckit.retry import NEVER_RETRIED, RETRYABLE, Backoff, RetryPolicy
 
 from .. import metrics, notice
 from ..errors import Cancelled, DatasetSpecMismatch, ElasticError, MasterError, MasterUnavailable
@@ -118,10 +121,10 @@ class MasterClient:
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.labels = dict(labels) if labels is not None else labels_from_env()
         self.policy = policy or default_policy()
-        self.tls_ca, token = auth.client_options(tls_ca, auth_token)
-        if stub is None:
+        self.tls_ca, token, self.token_source = auth.client_security(tls_ca, auth_token)
+        if stub is None:  # follows the leader of the list; a wrong token or TLS raises at once
             stub = LeaderStub(self.address, pb_grpc.MasterStub, tls_ca=self.tls_ca,
-                              token=token)  # follows the leader of the list
+                              token=token, token_source=self.token_source)
         self._stub = stub
         self._lock = threading.RLock()  # registration state
         self._report_lock = threading.RLock()  # one report-carrying call at a time
@@ -221,6 +224,9 @@ class MasterClient:
                 response = getattr(self._stub, method)(request, timeout=policy.call_timeout_s)
             except grpc.RpcError as exc:
                 code, details, reason = exc.code(), exc.details() or "", reason_of(exc)
+                if code in NEVER_RETRIED:  # the same token gets the same answer
+                    raise auth.credentials_refused(f"the master at {self.address}", code.name,
+                                                   self.token_source, reason) from None
                 if code in RETRYABLE:
                     uncertain = True
                     last = f"{code.name}: {details}"
@@ -393,6 +399,9 @@ class MasterClient:
             except MasterUnavailable as exc:
                 self._warn(f"heartbeat failed: {exc}; trying again every "
                            f"{self.heartbeat_interval_s:g} s")
+            except (auth.CredentialsRefused, TLSMismatch) as exc:  # never retried
+                log.error("heartbeats stopped: %s", exc.message)
+                return
             except Exception:  # noqa: BLE001 - the thread must outlive any one bad beat
                 log.exception("heartbeat failed")
 

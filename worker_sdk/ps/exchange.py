@@ -20,7 +20,7 @@ from pswire.connection import Connection
 from pswire.frames import code_name
 from rpckit import auth
 from rpckit.errors import Reason
-from rpckit.retry import RETRYABLE, Backoff, RetryPolicy
+from rpckit.retry import NEVER_RETRIED_NAMES, RETRYABLE, Backoff, RetryPolicy
 
 from .. import metrics, notice
 from .routes import PSError, PSUnavailable, Route, master_routes
@@ -88,7 +88,7 @@ class Exchange:
         metrics.maybe_serve()  # ELASTIC_PS_METRICS_PORT
         self.master = master
         # None: ELASTIC_PS_TLS_CA and ELASTIC_PS_AUTH_TOKEN(_FILE) (rpckit.auth)
-        self._tls_ca, self._token = auth.client_options(tls_ca, auth_token)
+        self._tls_ca, self._token, self._token_source = auth.client_security(tls_ca, auth_token)
         keys = list(server_keys) if server_keys is not None else [""] * len(endpoints or ())
         if endpoints is not None and len(keys) != len(endpoints):
             raise ValueError("give one server key per endpoint")
@@ -125,7 +125,7 @@ class Exchange:
 
     @property
     def _lookup(self) -> dict:
-        return {"tls_ca": self._tls_ca, "token": self._token}
+        return {"tls_ca": self._tls_ca, "token": self._token, "token_source": self._token_source}
 
     @property
     def num_ps(self) -> int:
@@ -235,24 +235,28 @@ class Exchange:
                     poller.unregister(sock)
                     code = code_name(resp.code)
                     if code in _RETRY_CODES:  # e.g. the PS is stopping: try again
-                        why = f"PS {index}: {resp.message}"
+                        why = f"PS {index} answered {code}: {resp.message}"
                         continue
                     pending.discard(index)
                     offers[index] = resp.local_endpoint
+                    where = f"PS {index} ({self._conns[index].current})"
+                    if code in NEVER_RETRIED_NAMES:  # the same token gets the same answer
+                        raise auth.credentials_refused(where, code, self._token_source,
+                                                       resp.reason)
                     if resp.code != 0 and resp.reason not in allow:
-                        raise PSError(code, resp.reason or Reason.INTERNAL, f"PS {index} ({self._conns[index].current}): "
-                                      f"{resp.message}")
+                        raise PSError(code, resp.reason or Reason.INTERNAL,
+                                      f"{where}: {resp.message}")
                     results[index] = (resp, frames[1:])
             if not pending:
                 for index, local in offers.items():
                     self._conns[index].offer(local)
                 if attempt > 1:  # one line per recovery, not one per try
-                    log.warning("the PS answered again after %d tries (%.1fs): %s", attempt,
-                                backoff.elapsed, why)
+                    log.warning("PS call recovered on try %d after %.1fs; the tries before "
+                                "failed with: %s", attempt, backoff.elapsed, why)
                 return results
             for index in waiting.values():
-                why = f"PS {index} at {self._conns[index].current} did not answer within " \
-                      f"{self.timeout_s:.1f}s"
+                why = (f"no answer from PS {index} at {self._conns[index].current} within "
+                       f"{self.timeout_s:.1f}s")
             delay = None if attempt >= self.max_attempts else backoff.next_delay()
             if delay is None:
                 break
@@ -264,10 +268,10 @@ class Exchange:
                 self._refresh(pending, timeout_s=min(self.timeout_s, left))
         log.info("giving up after %d tries (%.1f s): %s", attempt, backoff.elapsed, why)
         raise PSUnavailable(
-            f"PS {', '.join(str(i) for i in sorted(pending))} did not answer for "
+            f"PS {', '.join(str(i) for i in sorted(pending))} gave no usable answer for "
             f"{backoff.elapsed:.1f}s ({attempt} tries; retry budget {self.retry.total_s:.0f}s, "
-            f"{self.max_attempts} tries): {why}. Is the PS running? A PS restarted from its "
-            "checkpoint is found again through the master while the budget lasts")
+            f"{self.max_attempts} tries); last: {why}. Is the PS running? A PS restarted from "
+            "its checkpoint is found again through the master while the budget lasts")
 
     def _primary_moved(self, indexes: set[int]) -> bool:
         """Whether the master names another primary for one of `indexes` (asked at most every

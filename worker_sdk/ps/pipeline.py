@@ -332,9 +332,14 @@ class Pipeline:
             self._ledger.abandon(f"the step's gradient was refused as stale: {outcome.message}")
         elif isinstance(outcome, BaseException):
             if self._failure is None:
-                log.warning("a background push failed: %s", outcome)
                 self._failure = outcome
-                self._ledger.abandon(f"push failed: {outcome}")
+                if isinstance(outcome, Exception):
+                    log.warning("a background push failed: %s", outcome)
+                    self._ledger.abandon(f"push failed: {outcome}")
+                # else interrupted (KeyboardInterrupt, SystemExit): not a failure of the step,
+                # so no lease is reported FAILED (that would spend the shard's failure budget);
+                # its records are simply never acknowledged, and the leave hands them back
+                # with exact offsets
         elif outcome is _DROPPED or self._failure is not None:
             pass  # after a failure: applied or not, its records are never acknowledged
         else:

@@ -47,14 +47,18 @@ class Route(NamedTuple):
 
 
 def master_routes(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
-                  tls_ca: str = "", token: str = "", stub=None) -> list[Route]:
+                  tls_ca: str = "", token: str = "", token_source: str = "",
+                  stub=None) -> list[Route]:
     """The primary of each PS index, by index, as `master_endpoints`; `stub`: a Master stub
-    to reuse (else one is made and closed)."""
+    to reuse (else one is made and closed). A refused token or a TLS mismatch raises at once
+    (rpckit.auth.CredentialsRefused, rpckit.tls_check.TLSMismatch): waiting cannot mend it."""
     import grpc
 
     from protos import master_pb2, master_pb2_grpc
+    from rpckit.auth import credentials_refused
     from rpckit.channels import LeaderStub
     from rpckit.resolve import unresolvable
+    from rpckit.retry import NEVER_RETRIED
 
     from ..notice import WaitNotice
 
@@ -65,7 +69,8 @@ def master_routes(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
     # host:port[,host:port...]: follows the leader
     own = stub is None
     if own:
-        stub = LeaderStub(master, master_pb2_grpc.MasterStub, tls_ca=tls_ca, token=token)
+        stub = LeaderStub(master, master_pb2_grpc.MasterStub, tls_ca=tls_ca, token=token,
+                          token_source=token_source)
     try:
         while True:
             try:
@@ -78,6 +83,9 @@ def master_routes(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
                         "no PS has registered with the master yet: start elastic-ps "
                         f"--master {master}")
             except grpc.RpcError as exc:
+                if exc.code() in NEVER_RETRIED:
+                    raise credentials_refused(f"the master at {master}", exc.code().name,
+                                              token_source if token else "") from None
                 last = f"the master does not answer ({exc.code().name}: {exc.details()})"
                 misspelled = unresolvable(master, exc.details() or "")
                 if misspelled:
