@@ -27,15 +27,15 @@ from rpckit.metrics import Metrics, MetricsPortInUse, RpcLatency
 from rpckit.server import PortInUse, run_main
 
 from . import metrics as master_metrics
-from .committer import Committer
 from .core import MasterCore, Settings
-from .election import Deposed, Election
-from .leader import LeaderLease
-from .leader_gate import LeaderGate
-from .ps_monitor import PSMonitor
+from .ha.election import Deposed, Election
+from .ha.gate import LeaderGate
+from .ha.leader import LeaderLease
+from .persistence.committer import Committer
+from .persistence.store import Store, StoreError
+from .ps.monitor import PSMonitor
 from .server import SERVICE, MasterServicer, register
 from .settings import MasterSettings, parse
-from .store import Store, StoreError
 
 log = logging.getLogger("elastic-master")
 TICK_S = 0.05  # loss detection lag on top of --worker-timeout

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from protos import master_pb2 as pb
 
-from .core import Report, Result
-from .shards import Lease
-from .spec import DatasetSpec
+from .calls import Report, Result
+from .datasets.shards import Lease
+from .datasets.spec import DatasetSpec
 
 OUTCOME = {pb.ShardReport.DONE: "DONE", pb.ShardReport.FAILED: "FAILED",
             pb.ShardReport.PROGRESS: "PROGRESS"}

@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from rpckit.metrics import PREFIX, Metrics
 
-from .ledger import NO_LABELS
+from .datasets.ledger import NO_LABELS
 
 # requeue causes always exported (0 until they happen), so a graph has its series from the start
 CAUSES = ("failed", "lost", "timeout", "preempted")

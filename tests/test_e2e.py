@@ -9,7 +9,7 @@ import pytest
 
 from cluster.local import LocalCluster, records_done
 from examples.ctr import data as ctr_data
-from master.store import Store
+from master.persistence.store import Store
 from tests.master.harness import assert_exactly_once, audit
 
 pytestmark = pytest.mark.slow

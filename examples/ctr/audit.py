@@ -4,7 +4,7 @@ counted done must tile [0, num_records) with no gap and no overlap.
 A lease counts its whole range when DONE, and its acknowledged prefix `[start, start +
 records_done)` when it was taken back (requeued: its holder died, left or timed out) or
 FAILED; the rest of such a lease went back to TODO as a new piece. The rows are
-`master.store.Store.leases_of(dataset)`.
+`master.persistence.store.Store.leases_of(dataset)`.
 """
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ from examples.ctr import data as ctr_data
 from examples.ctr import failover
 from examples.ctr.audit import exactly_once
 from examples.ctr.summary import describe_ha, ha_claims, ha_ok, run_json
-from master.store import Store
+from master.persistence.store import Store
 
 
 @dataclass

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from master.committer import Committer
 from master.core import MasterCore
+from master.persistence.committer import Committer
 from rpckit.errors import ServiceError
-from master.store import Store
+from master.persistence.store import Store
 
 
 class GatedStore(Store):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from master.ctl import format_cost, format_status
-from master.ctl_views import cost_rows, dataset_rows
+from master.ctl.cli import format_cost, format_status
+from master.ctl.views import cost_rows, dataset_rows
 from protos import master_pb2 as pb
 from tests.master.test_ctl import ctl
 

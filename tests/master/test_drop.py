@@ -4,10 +4,11 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from master.core import MasterCore, Report
-from master.drop import drop_dataset
-from master.spec import DatasetSpec
-from master.store import Store
+from master.calls import Report
+from master.core import MasterCore
+from master.datasets.drop import drop_dataset
+from master.datasets.spec import DatasetSpec
+from master.persistence.store import Store
 from protos import master_pb2 as pb
 from rpckit.errors import Reason, ServiceError, reason_of
 from tests.fakes import FakeClock

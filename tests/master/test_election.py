@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from master import schema
-from master.batch import Batch
-from master.election import Deposed, Election
-from master.leader import LeaderLease, Role
-from master.store import Store
+from master.ha.election import Deposed, Election
+from master.ha.leader import LeaderLease, Role
+from master.persistence import schema
+from master.persistence.batch import Batch
+from master.persistence.store import Store
 
 
 class Clock:

@@ -9,12 +9,13 @@ import threading
 import pytest
 
 from master import workers as workers_module
-from master.committer import Committer
-from master.core import MasterCore, Report, Settings
+from master.calls import Report
+from master.core import MasterCore, Settings
+from master.datasets.shards import DatasetQueue
+from master.datasets.spec import DatasetSpec
 from master.limits import MAX_SEED
-from master.shards import DatasetQueue
-from master.spec import DatasetSpec
-from master.store import Store
+from master.persistence.committer import Committer
+from master.persistence.store import Store
 from master.views import status_view
 from rpckit.errors import ServiceError
 from tests.fakes import FakeClock

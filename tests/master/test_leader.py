@@ -1,7 +1,7 @@
 """The leader lease's decisions, on a fake clock."""
 from __future__ import annotations
 
-from master.leader import Action, LeaderLease, LeaseRow, Role
+from master.ha.leader import Action, LeaderLease, LeaseRow, Role
 
 LEASE = 5.0
 

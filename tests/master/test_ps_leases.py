@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from master.core import Settings
-from master.ps_leases import PrimaryLeases
+from master.ps.leases import PrimaryLeases
 from rpckit.errors import ServiceError
 from tests.fakes import FakeClock
 from tests.master.harness import Harness

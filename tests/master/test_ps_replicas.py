@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from master.core import Settings
-from master.ps_replicas import Role
+from master.ps.replicas import Role
 from rpckit.errors import ServiceError
 from tests.master.harness import Harness
 

@@ -1,6 +1,6 @@
 from hypothesis import given, settings, strategies as st
 
-from master.shard_order import ShardOrder
+from master.datasets.shard_order import ShardOrder
 
 
 @given(st.integers(min_value=1, max_value=3000), st.integers(min_value=-(2**40), max_value=2**40))

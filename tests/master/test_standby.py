@@ -9,7 +9,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from master.store import Store
+from master.persistence.store import Store
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 from rpckit.channels import LeaderStub

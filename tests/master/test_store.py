@@ -5,10 +5,10 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from master.batch import Batch
 from master.core import MasterCore
-from master.schema import metadata
-from master.store import Store, StoreError
+from master.persistence.batch import Batch
+from master.persistence.schema import metadata
+from master.persistence.store import Store, StoreError
 from tests.fakes import FakeClock
 
 
@@ -87,7 +87,7 @@ def test_upgrade_from_0001_keeps_and_converts_existing_rows(tmp_path):
     from alembic.config import Config
     from sqlalchemy import text
 
-    from master.store import MIGRATIONS
+    from master.persistence.store import MIGRATIONS
 
     url = f"sqlite:///{tmp_path}/old.db"
     store = Store(url)

@@ -21,7 +21,7 @@ from sqlalchemy.pool import StaticPool
 
 from . import schema
 from .batch import Batch
-from .core import Snapshot
+from .snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

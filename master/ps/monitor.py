@@ -20,8 +20,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from rpckit import auth
 from rpckit.channels import CHANNEL_OPTIONS
 
-from .committer import Committer
-from .core import MasterCore
+from ..core import MasterCore
+from ..persistence.committer import Committer
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from protos import master_pb2_grpc as pb_grpc
 from rpckit import auth
 from rpckit.channels import LeaderStub
 
-from .ctl_views import cost_rows, dataset_rows
+from .views import cost_rows, dataset_rows
 
 
 def _ago(ms: int, now_ms: int) -> str:

@@ -12,7 +12,7 @@ import time
 from typing import Callable
 
 from .batch import Batch
-from .states import EventKind
+from ..states import EventKind
 
 
 class Journal:

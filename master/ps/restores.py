@@ -16,7 +16,7 @@ import json
 
 from rpckit.errors import invalid
 
-from .journal import Journal
+from ..persistence.journal import Journal
 
 KIND = "ps_restored"
 MAX_MARKS = 256  # applied marks kept in the event (the PS sends at most this many)

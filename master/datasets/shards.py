@@ -18,10 +18,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .journal import Journal
-from .limits import clean_message
+from ..limits import clean_message
+from ..persistence.journal import Journal
+from ..states import Cause, EventKind, LeaseState
 from .spec import DatasetSpec
-from .states import Cause, EventKind, LeaseState
 
 MAX_ERRORS_KEPT = 3
 

@@ -6,7 +6,7 @@ works too with `-x url=...` (see docs/operations.md).
 from alembic import context
 from sqlalchemy import create_engine
 
-from master.schema import metadata
+from master.persistence.schema import metadata
 
 config = context.config
 

@@ -25,7 +25,7 @@ import logging
 import threading
 from typing import Callable, TypeVar
 
-from .core import MasterCore
+from ..core import MasterCore
 from rpckit.errors import Reason, ServiceError
 from .store import Store
 

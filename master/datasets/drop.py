@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from rpckit.errors import Reason, precondition, quote
 
-from .core import MasterCore
-from .states import EventKind
+from ..core import MasterCore
+from ..states import EventKind
 
 
 @dataclass

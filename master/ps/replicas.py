@@ -28,7 +28,7 @@ import enum
 from dataclasses import dataclass
 
 from rpckit.errors import Reason, invalid, precondition
-from .journal import Journal
+from ..persistence.journal import Journal
 
 MAX_REPLICAS = 8
 MAX_INSTANCE = 64

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from .shards import DatasetQueue
-from .states import WorkerState
+from ..states import WorkerState
 
 NO_LABELS = "(no labels)"
 

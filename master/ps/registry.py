@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from rpckit.auth import is_curve_key
 from rpckit.errors import Reason, invalid, precondition, unavailable
-from .journal import Journal
-from .limits import MAX_NUM_PS, check_address, check_int
-from .ps_leases import PrimaryLeases
-from .ps_replicas import Join, Promotion, ReplicaSets, Role, check_instance
-from .states import EventKind
+from ..limits import MAX_NUM_PS, check_address, check_int
+from ..persistence.journal import Journal
+from ..states import EventKind
+from .leases import PrimaryLeases
+from .replicas import Join, Promotion, ReplicaSets, Role, check_instance
 
 
 @dataclass

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .limits import (
+from ..limits import (
     MAX_EPOCHS, MAX_LEASE_TIMEOUT_S, MAX_RECORDS, MAX_SEED, check_int, check_name,
     check_seconds,
 )

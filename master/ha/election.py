@@ -25,7 +25,7 @@ from typing import Callable
 from sqlalchemy import event, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from . import schema
+from ..persistence import schema
 from .leader import Action, LeaderLease, LeaseRow, Role
 
 log = logging.getLogger(__name__)
