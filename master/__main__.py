@@ -1,7 +1,7 @@
 """`elastic-master` / `python -m master`: start the master and serve until SIGTERM or SIGINT.
 
 Any number of masters may run on one `--db`. Each binds its port at once, then competes for
-the leader lease (master/leader.py, master/election.py): the winner loads the state from the
+the leader lease (master/ha/leader.py, master/ha/election.py): the winner loads the state from the
 database and serves; the others are standbys (health NOT_SERVING, every Master call refused
 with NOT_LEADER naming the leader) until the leader's lease runs out, when one of them takes
 over. A leader that loses its lease (it was frozen past it, or could not reach the database

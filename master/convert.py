@@ -46,7 +46,7 @@ def spec_from_pb(msg: pb.DatasetSpec) -> DatasetSpec:
 
 
 def ps_to_pb(row: dict, lost: bool = False, replicas=None) -> pb.PSInfo:
-    """A PS index's primary row; with `replicas` (master/ps_replicas.py) also its
+    """A PS index's primary row; with `replicas` (master/ps/replicas.py) also its
     generation and backups."""
     info = _ps_info(row, lost)
     if replicas is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from protos import master_pb2 as pb
 
-NO_LABELS = "(no labels)"  # the ledger's row of workers without labels (master/ledger.py)
+NO_LABELS = "(no labels)"  # the ledger's row of workers without labels (master/datasets/ledger.py)
 OTHER_LABELS = "(other labels)"
 
 

@@ -10,7 +10,7 @@ create it again from its spec at its next GetShard (the SDK does that for an unk
 starting over from epoch 0: stop the workers first.
 
 Runs under the committer's lock like every core call; the drop is durable when the call is
-answered (the journal's batch deletes the rows, master/batch.py `drop_dataset`).
+answered (the journal's batch deletes the rows, master/persistence/batch.py `drop_dataset`).
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ class DatasetSpec:
         check_int("num_records", self.num_records, 1, MAX_RECORDS)
         check_int("shard_size", self.shard_size, 1, MAX_RECORDS)
         check_int("num_epochs", self.num_epochs, 1, MAX_EPOCHS)
-        # the shuffle key is seed + epoch, packed as int64 (master/shard_order.py)
+        # the shuffle key is seed + epoch, packed as int64 (master/datasets/shard_order.py)
         check_int("seed", self.seed, -MAX_SEED, MAX_SEED)
         check_seconds("lease_timeout_s (0 means 600 s)", self.lease_timeout_s,
                       MAX_LEASE_TIMEOUT_S)

@@ -8,7 +8,7 @@ A leader counts its lease from the moment it *started* the renewal that succeede
 believes in its lease no longer than any standby waits: when `serving` turns false, it stops.
 
 Safety does not rest on the clocks: every commit of the leader is fenced by the row (see
-`master/election.py`), so a leader that was deposed while it was frozen cannot write, whatever
+`master/ha/election.py`), so a leader that was deposed while it was frozen cannot write, whatever
 it believes. The clocks only decide when to take over and when to stop answering reads.
 """
 from __future__ import annotations

@@ -58,8 +58,8 @@ class Batch:
         self.events.append(row)
 
     def drop_dataset(self, name: str) -> None:
-        """Delete every row of dataset `name` (master/drop.py). A store applies drops first,
-        so the rows of this name still pending here are dropped from the batch now: what is
+        """Delete every row of dataset `name` (master/datasets/drop.py). A store applies drops
+        first, so the rows of this name still pending here are dropped from the batch now: what is
         added after this call (the name created again) is what stays."""
         for table in DATASET_TABLES:
             for pending in (self.inserts[table], self.updates[table]):

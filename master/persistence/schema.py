@@ -1,4 +1,5 @@
-"""The master's tables (SQLAlchemy Core). Migrations in master/migrations create them."""
+"""The master's tables (SQLAlchemy Core). Migrations in master/persistence/migrations
+create them."""
 from __future__ import annotations
 
 from sqlalchemy import (
@@ -102,7 +103,7 @@ ps = Table(
     Column("data_public_key", String(40), nullable=False, server_default=""),
 )
 
-# PS replicas (master/ps_replicas.py): each index's generation and primary process, and its
+# PS replicas (master/ps/replicas.py): each index's generation and primary process, and its
 # backups, one row per backup process
 ps_generations = Table(
     "ps_generations", metadata,
@@ -136,8 +137,8 @@ events = Table(
     Index("ix_events_kind", "kind"),  # the ledger reads the few ps_restored events
 )
 
-# The leader lease (one row, id 1): which master may commit. See master/leader.py and
-# master/election.py; not written through batches, so not in TABLES.
+# The leader lease (one row, id 1): which master may commit. See master/ha/leader.py and
+# master/ha/election.py; not written through batches, so not in TABLES.
 leader = Table(
     "leader", metadata,
     Column("id", Integer, primary_key=True, autoincrement=False),

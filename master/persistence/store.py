@@ -73,7 +73,7 @@ class Store:
             raise StoreError(f"cannot open database {_safe_url(url)}: {exc}") from exc
         self._updates = {}
         # set by the leader election: runs first in every commit and aborts it unless this
-        # master still holds the leader lease (master/election.py)
+        # master still holds the leader lease (master/ha/election.py)
         self.fence: Callable[[Connection], None] | None = None
 
     # ---- schema -----------------------------------------------------------------------------

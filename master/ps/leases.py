@@ -11,7 +11,7 @@ What it decides: `left(index)`, the seconds until the current primary of `index`
 answer anything on its own. The master makes another primary of an index without waiting for
 it only by promoting an in-sync backup (the old primary cannot answer a push without that
 backup's acknowledgement, and the promoted backup refuses to give one); a backup that is not
-in sync, or a new process, becomes the primary only once `left` is 0 (master/ps_registry.py).
+in sync, or a new process, becomes the primary only once `left` is 0 (master/ps/registry.py).
 
 Nothing is stored: a master that starts (or takes over as leader, or rebuilds its state)
 assumes every primary was granted a lease the moment it started, the latest any earlier

@@ -1,10 +1,10 @@
 """Watches the registered parameter servers through their gRPC health service.
 
 A primary whose health check has failed for `failover_timeout` seconds while its index has an
-in-sync backup is replaced by that backup (master/ps_replicas.py: promotion, new generation).
+in-sync backup is replaced by that backup (master/ps/replicas.py: promotion, new generation).
 A primary failing for `timeout` seconds is recorded as lost (a `ps_lost` event and
 `state=lost` in status) until it registers again; a backup that is not in sync, if any, takes
-over then, but not before the primary's lease ran out (master/ps_leases.py: until then the
+over then, but not before the primary's lease ran out (master/ps/leases.py: until then the
 primary is not marked lost and the next round asks again). A backup failing for `timeout` is dropped from its index. Workers find the new
 address with ListPS; a PS without a backup restores its checkpoint.
 """

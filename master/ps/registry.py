@@ -1,17 +1,17 @@
 """The parameter-server registry: which PS serves each index, its backups, and the set's size.
 
 Plain Python on the journal, like the rest of the core (moved out of `MasterCore`). Replicas
-(`--ps-replicas`: generations, backups, promotions) are decided by master/ps_replicas.py; this
+(`--ps-replicas`: generations, backups, promotions) are decided by master/ps/replicas.py; this
 module keeps the primaries' rows and carries those decisions out.
 
 The set has one `num_ps`. A PS of that set may register (again) at any time; each primary
 registration of an index bumps its incarnation. A registration with another `num_ps` is
 refused (FAILED_PRECONDITION, PS_SET_MISMATCH) while any primary of the current set is alive,
 and replaces the whole set once every one is lost (its health check failed for the timeout,
-see master/ps_monitor.py). So one misconfigured PS, or the stale rows of a set that is gone,
+see master/ps/monitor.py). So one misconfigured PS, or the stale rows of a set that is gone,
 block the right PS only until they are found dead, never for good.
 
-With replicas, a primary's lease (master/ps_leases.py) says how long it may still answer
+With replicas, a primary's lease (master/ps/leases.py) says how long it may still answer
 pushes on its own. Another primary is made without waiting for it only by promoting an in-sync
 backup; a syncing backup (`mark_lost`) or a new process (`join`) takes over only once the old
 primary's lease must have run out: until then `mark_lost` does nothing (the monitor asks again)

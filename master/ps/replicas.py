@@ -11,7 +11,7 @@ Plain Python on the journal, like the rest of the core. What it decides (`--ps-r
 - Which backup takes over. `promote` prefers an in-sync backup (one the primary waits for
   before it answers a push: it holds every acknowledged push); only when the primary is
   declared lost with none in sync does a syncing one take over (`allow_syncing`), and only
-  once the old primary's lease ran out (master/ps_registry.py, master/ps_leases.py). Every
+  once the old primary's lease ran out (master/ps/registry.py, master/ps/leases.py). Every
   change of primary bumps the index's `generation`; the other backups go back to syncing
   (they copy the new primary again).
 - Which backups are in sync: only the primary of the current generation may say so

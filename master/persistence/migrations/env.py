@@ -1,7 +1,9 @@
-"""Alembic environment: the master runs migrations itself at start (see master/store.py).
+"""Alembic environment: the master runs migrations itself at start (see
+master/persistence/store.py).
 
 The connection comes in `config.attributes["connection"]`; the standalone `alembic` command
-works too with `-x url=...` (see docs/operations.md).
+works too, given an ini whose `script_location` is this folder and `-x url=...`:
+`alembic -c my.ini -x url=sqlite:///master.db upgrade head`.
 """
 from alembic import context
 from sqlalchemy import create_engine
