@@ -158,7 +158,7 @@ def test_a_call_that_breaks_midway_changes_nothing(monkeypatch):
 def test_get_status_shows_only_committed_state():
     """GetStatus goes through the committer: it is answered only once what it shows is
     durable, so a commit that fails takes the status down with it instead of showing it."""
-    from tests.master.test_committer import GatedStore
+    from tests.master.persistence.test_committer import GatedStore
     from master.server import MasterServicer
 
     store = GatedStore()

@@ -6,7 +6,7 @@ import pytest
 from master.ctl.cli import format_cost, format_status
 from master.ctl.views import cost_rows, dataset_rows
 from protos import master_pb2 as pb
-from tests.master.test_ctl import ctl
+from tests.master.ctl.test_cli import ctl
 
 
 def _dataset(epochs_done: int, running: int) -> pb.DatasetStatus:

@@ -74,7 +74,7 @@ def test_only_an_in_sync_backup_is_promoted_on_failover(h):
 def test_lost_primary_without_an_in_sync_backup_hands_over_to_a_syncing_one(h):
     join(h, 10, "a")
     join(h, 20, "b")
-    h.clock.advance(2.5)  # once a's lease must have run out (tests/master/test_ps_leases.py)
+    h.clock.advance(2.5)  # once a's lease must have run out (tests/master/ps/test_leases.py)
     assert h.core.mark_ps_lost(0, h.core.ps[0]["incarnation"], "down")
     h.commit()
     assert h.core.replicas.primary_instance(0) == "b" and 0 not in h.core.ps_lost
