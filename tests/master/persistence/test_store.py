@@ -18,7 +18,7 @@ def test_migrations_produce_exactly_the_schema(tmp_path):
     store.upgrade()  # idempotent
     with store.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
-    assert diff == [], f"master/schema.py and the migrations disagree: {diff}"
+    assert diff == [], f"master/persistence/schema.py and the migrations disagree: {diff}"
 
 
 def test_sqlite_is_in_wal_mode_with_full_sync(tmp_path):
