@@ -1,7 +1,7 @@
 """`elastic-master` / `python -m master`: start the master and serve until SIGTERM or SIGINT.
 
 Any number of masters may run on one `--db`. Each binds its port at once, then competes for
-the leader lease (master/leader.py, master/election.py): the winner loads the state from the
+the leader lease (master/ha/leader.py, master/ha/election.py): the winner loads the state from the
 database and serves; the others are standbys (health NOT_SERVING, every Master call refused
 with NOT_LEADER naming the leader) until the leader's lease runs out, when one of them takes
 over. A leader that loses its lease (it was frozen past it, or could not reach the database
@@ -27,15 +27,15 @@ from rpckit.metrics import Metrics, MetricsPortInUse, RpcLatency
 from rpckit.server import PortInUse, announce, run_main
 
 from . import metrics as master_metrics
-from .committer import Committer
 from .core import MasterCore, Settings
-from .election import Deposed, Election
-from .leader import LeaderLease
-from .leader_gate import LeaderGate
-from .ps_monitor import PSMonitor
+from .ha.election import Deposed, Election
+from .ha.gate import LeaderGate
+from .ha.leader import LeaderLease
+from .persistence.committer import Committer
+from .persistence.store import Store, StoreError
+from .ps.monitor import PSMonitor
 from .server import SERVICE, MasterServicer, register
 from .settings import MasterSettings, parse
-from .store import Store, StoreError
 
 log = logging.getLogger("elastic-master")
 TICK_S = 0.05  # loss detection lag on top of --worker-timeout

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from protos import master_pb2 as pb
 
-from .core import Report, Result
-from .shards import Lease
-from .spec import DatasetSpec
+from .calls import Report, Result
+from .datasets.shards import Lease
+from .datasets.spec import DatasetSpec
 
 OUTCOME = {pb.ShardReport.DONE: "DONE", pb.ShardReport.FAILED: "FAILED",
             pb.ShardReport.PROGRESS: "PROGRESS"}
@@ -46,7 +46,7 @@ def spec_from_pb(msg: pb.DatasetSpec) -> DatasetSpec:
 
 
 def ps_to_pb(row: dict, lost: bool = False, replicas=None) -> pb.PSInfo:
-    """A PS index's primary row; with `replicas` (master/ps_replicas.py) also its
+    """A PS index's primary row; with `replicas` (master/ps/replicas.py) also its
     generation and backups."""
     info = _ps_info(row, lost)
     if replicas is not None:

@@ -2,7 +2,9 @@
 
 `MasterCore` is plain Python with injected clocks: no network, no database. Callers hold
 one lock around every method, then commit the journal's batch before they answer (see
-`master/committer.py`). It can be rebuilt from a store's `Snapshot` after a restart.
+`master/persistence/committer.py`). It can be rebuilt from a store's `Snapshot`
+(master/persistence/snapshot.py) after a restart. What its calls take and give back
+(`Report`, `Result`, `ShardGrant`) is in master/calls.py.
 
 Every method checks its whole request (master/limits.py) before it changes anything, so a
 refused call leaves no trace; the committer also drops the journal changes of any call that
@@ -13,16 +15,18 @@ from __future__ import annotations
 import json
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from rpckit.errors import Reason, already_exists, invalid, not_found, quote
-from .journal import Journal
+from .calls import Report, Result, ShardGrant
+from .datasets.shards import DatasetQueue, Lease
+from .datasets.spec import DatasetSpec
 from .limits import MAX_REPORTS, check_labels, check_name, check_reason, clean_message
-from .ps_leases import PrimaryLeases
-from .ps_registry import PSRegistration, PSRegistry
-from .shards import DatasetQueue, Lease
-from .spec import DatasetSpec
+from .persistence.journal import Journal
+from .persistence.snapshot import Snapshot
+from .ps.leases import PrimaryLeases
+from .ps.registry import PSRegistration, PSRegistry
 from .states import Cause, EventKind, Grant, Outcome, WorkerState
 from .workers import Worker, WorkerRegistry
 
@@ -39,49 +43,8 @@ class Settings:
     max_shards_per_call: int = 256
     max_leases_per_worker: int = 1024  # bounds a Heartbeat's answer and a worker's grab
     wait_retry_ms: int = 100
-    ps_replicas: int = 0  # backups asked for per PS index (master/ps_replicas.py)
-    ps_lease_s: float = 2.0  # a PS primary's lease (master/ps_leases.py)
-
-
-@dataclass
-class Report:
-    lease_id: int
-    outcome: Outcome | str  # an Outcome; anything else is refused on its own
-    records_done: int = 0
-    message: str = ""
-
-
-@dataclass
-class Result:
-    lease_id: int
-    accepted: bool
-    duplicate: bool = False
-    reason: str = ""
-
-
-@dataclass
-class Snapshot:
-    """The durable state a store hands back at start-up."""
-
-    datasets: list[dict] = field(default_factory=list)
-    epochs: list[dict] = field(default_factory=list)
-    leases: list[dict] = field(default_factory=list)  # active (state doing) only
-    pieces: list[dict] = field(default_factory=list)
-    workers: list[dict] = field(default_factory=list)
-    ps: list[dict] = field(default_factory=list)
-    ps_generations: list[dict] = field(default_factory=list)
-    ps_backups: list[dict] = field(default_factory=list)
-    max_lease_id: int = 0
-    max_piece_key: int = 0
-    max_event_seq: int = 0
-
-
-@dataclass
-class ShardGrant:
-    status: Grant
-    leases: list[Lease]
-    results: list[Result]
-    retry_after_ms: int = 0
+    ps_replicas: int = 0  # backups asked for per PS index (master/ps/replicas.py)
+    ps_lease_s: float = 2.0  # a PS primary's lease (master/ps/leases.py)
 
 
 class MasterCore:
@@ -109,7 +72,7 @@ class MasterCore:
         self.workers = WorkerRegistry()
         self.datasets: dict[str, DatasetQueue] = {}
         self.leases: dict[int, Lease] = {}
-        # primary leases count from this (re)build: see master/ps_leases.py
+        # primary leases count from this (re)build: see master/ps/leases.py
         leases = PrimaryLeases(self.monotonic, self.settings.ps_lease_s) \
             if self.settings.ps_replicas else None
         self.ps_set = PSRegistry(self.journal, self.settings.ps_replicas, snap.ps,
@@ -430,7 +393,7 @@ class MasterCore:
                     break
                 self._take_back(lease, Cause.TIMEOUT)
 
-    # ---- parameter servers (master/ps_registry.py) -----------------------------------------
+    # ---- parameter servers (master/ps/registry.py) -----------------------------------------
 
     def register_ps(self, address: str, data_address: str, index: int, num_ps: int,
                     data_public_key: str = "", instance: str = "") -> int:

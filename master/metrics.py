@@ -1,7 +1,7 @@
 """The master's Prometheus metrics (`--metrics-port`), read from the core at scrape time.
 
-The core already counts everything per dataset epoch (master/shards.py `EpochStats`, restored
-from the database after a restart), so `MasterCollector` sums those counters under the
+The core already counts everything per dataset epoch (master/datasets/shards.py `EpochStats`,
+restored from the database after a restart), so `MasterCollector` sums those counters under the
 committer's lock when Prometheus scrapes, instead of counting a second time on the hot path.
 Sums over every epoch of a dataset are counters; they restart from the durable counts after a
 master restart and drop when a dataset is dropped (Prometheus' `rate` treats that as a reset).
@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from rpckit.metrics import PREFIX, Metrics
 
-from .ledger import NO_LABELS
+from .datasets.ledger import NO_LABELS
 
 # requeue causes always exported (0 until they happen), so a graph has its series from the start
 CAUSES = ("failed", "lost", "timeout", "preempted")

@@ -18,18 +18,19 @@ from grpc_health.v1 import health
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 
-from .committer import Committer
+from .calls import Report
 from .convert import GRANT, ps_to_pb, spec_from_pb, spec_to_pb, to_lease, to_reports, to_results
-from .core import MasterCore, Report
+from .core import MasterCore
+from .persistence.committer import Committer
 from rpckit import decode
 from rpckit import server as rpc_server
 from rpckit.errors import ServiceError, abort, invalid
 from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
-from . import ps_restores
-from .drop import drop_dataset
-from .ledger import ledger
+from .datasets.drop import drop_dataset
+from .datasets.ledger import ledger
 from .limits import MAX_EVENTS_PAGE, check_name
-from .store import Store
+from .persistence.store import Store
+from .ps import restores as ps_restores
 from .views import status_view
 
 log = logging.getLogger(__name__)

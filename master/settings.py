@@ -32,7 +32,7 @@ class MasterSettings:
     auth_token_file: str = ""
 
     def describe(self) -> str:
-        from .store import _safe_url
+        from .persistence.store import _safe_url
 
         return describe(self, redact=auth.SECRET_FIELDS, rewrite={"db": _safe_url(self.db)})
 

@@ -68,12 +68,12 @@ class Cause(Word):
 
 
 class EventKind(Word):
-    """The kinds of the elasticity timeline (DESIGN.md names them)."""
+    """The kinds of the elasticity timeline (docs/master.md, "The timeline", names them)."""
 
     MASTER_STARTED = "master_started"
     MASTER_RECOVERED = "master_recovered"  # state reloaded from the database after a bug
     DATASET_CREATED = "dataset_created"
-    DATASET_DROPPED = "dataset_dropped"  # elastic-ctl drop (master/drop.py)
+    DATASET_DROPPED = "dataset_dropped"  # elastic-ctl drop (master/datasets/drop.py)
     EPOCH_STARTED = "epoch_started"
     EPOCH_FINISHED = "epoch_finished"
     WORKER_REGISTERED = "worker_registered"

@@ -15,7 +15,7 @@ from protos import master_pb2 as pb
 
 from .convert import ps_to_pb, spec_to_pb, to_lease
 from .core import MasterCore
-from .shards import DatasetQueue, EpochStats
+from .datasets.shards import DatasetQueue, EpochStats
 from .workers import Worker
 
 STATUS_BYTES = 3 << 20

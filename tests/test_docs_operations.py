@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cluster.launch import Launcher
-from master import ctl
+from master.ctl import cli as ctl
 from master import settings as master_settings
 from ps import settings as ps_settings
 from rpckit.settings import FlagParser, env_name

@@ -10,7 +10,7 @@ import pytest
 from cluster.local import LocalCluster, records_done
 from examples.ctr import data as ctr_data
 from examples.ctr.evaluate import HeldOutAUC
-from master.store import Store
+from master.persistence.store import Store
 from tests.master.harness import assert_exactly_once, audit
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ import torch
 
 from protos import master_pb2 as pb
 from protos import ps_pb2, ps_pb2_grpc
-from tests.master.test_standby import _wait
+from tests.master.ha.test_standby import _wait
 from worker_sdk import PSClient
 from worker_sdk.ps.data_client import DataClient
 

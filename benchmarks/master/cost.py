@@ -9,10 +9,11 @@ from pathlib import Path
 
 
 def bench_cost(args, workdir: Path, log) -> dict:
-    from master.committer import Committer
-    from master.core import MasterCore, Report, Settings
-    from master.spec import DatasetSpec
-    from master.store import Store
+    from master.calls import Report
+    from master.core import MasterCore, Settings
+    from master.datasets.spec import DatasetSpec
+    from master.persistence.committer import Committer
+    from master.persistence.store import Store
 
     def fresh(n_shards: int, durable: bool, tag: str, count: int):
         # enough epochs never to run out; small datasets roll over epochs on the way

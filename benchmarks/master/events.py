@@ -19,8 +19,8 @@ def bench_events(args, workdir: Path, log) -> dict:
     with GetEvents from a real master started on that database."""
     import grpc
 
-    from master.journal import Journal
-    from master.store import Store
+    from master.persistence.journal import Journal
+    from master.persistence.store import Store
     from protos import master_pb2 as pb
     from protos import master_pb2_grpc as pb_grpc
 

@@ -6,7 +6,7 @@ would acknowledge pushes the new primary never sees. So a primary answers a muta
 while it holds a lease, renewed by each successful `ReportReplicas` (ps/replication/primary.py renews
 every quarter lease). The lease runs from the moment the renewal was SENT, on this process's
 monotonic clock: the master answered after that, so the master's record of the grant
-(master/ps_leases.py) is later than this, and the master waits the lease plus a margin after
+(master/ps/leases.py) is later than this, and the master waits the lease plus a margin after
 it before a backup that is not in sync (or a new process) takes over.
 
 Plain Python with an injected clock; the replication code carries it out.

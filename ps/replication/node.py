@@ -1,6 +1,6 @@
 """This PS's place in its index's replica set, and the data plane's gate that follows from it.
 
-The master decides the role (master/ps_replicas.py); the registrar hands each answer to
+The master decides the role (master/ps/replicas.py); the registrar hands each answer to
 `on_role`. What the gate lets through, by role:
 
 - pending (not registered yet) and fenced (deposed, registering again): nothing; clients get

@@ -23,7 +23,7 @@ What it promises:
   by every successful report to the master (at least every quarter lease): checked before it
   is applied and again just before it is answered. A primary that lost touch with the master
   (or was paused) for longer than the lease answers nothing, so once the master made another
-  primary after the lease ran out (master/ps_leases.py), this one can no longer acknowledge a
+  primary after the lease ran out (master/ps/leases.py), this one can no longer acknowledge a
   push that the new primary lacks. A push applied but not answered for lack of a lease is
   answered, as a duplicate, when the client retries it here with its seq once renewed.
 """

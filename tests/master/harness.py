@@ -1,9 +1,10 @@
 """A core wired to a real (in-memory SQLite) store, committed by hand: restarts without sockets."""
 from __future__ import annotations
 
-from master.core import MasterCore, Report, Settings
-from master.spec import DatasetSpec
-from master.store import Store
+from master.calls import Report
+from master.core import MasterCore, Settings
+from master.datasets.spec import DatasetSpec
+from master.persistence.store import Store
 from tests.fakes import FakeClock
 
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from master.core import Report
+from master.calls import Report
 from rpckit.errors import ServiceError
-from master.spec import DatasetSpec
+from master.datasets.spec import DatasetSpec
 from tests.master.harness import Harness, assert_exactly_once
 
 

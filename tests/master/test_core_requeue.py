@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from master.core import Report, Settings
+from master.calls import Report
+from master.core import Settings
 from tests.master.harness import Harness, assert_exactly_once
 from tests.master.test_core import codes
 

@@ -11,7 +11,7 @@ import pytest
 
 from cluster.launch import LISTENING
 from worker_sdk.data.simworker import SimWorker
-from master.store import Store
+from master.persistence.store import Store
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 from tests.conftest import REPO

@@ -9,12 +9,13 @@ import threading
 import pytest
 
 from master import workers as workers_module
-from master.committer import Committer
-from master.core import MasterCore, Report, Settings
+from master.calls import Report
+from master.core import MasterCore, Settings
+from master.datasets.shards import DatasetQueue
+from master.datasets.spec import DatasetSpec
 from master.limits import MAX_SEED
-from master.shards import DatasetQueue
-from master.spec import DatasetSpec
-from master.store import Store
+from master.persistence.committer import Committer
+from master.persistence.store import Store
 from master.views import status_view
 from rpckit.errors import ServiceError
 from tests.fakes import FakeClock
@@ -157,7 +158,7 @@ def test_a_call_that_breaks_midway_changes_nothing(monkeypatch):
 def test_get_status_shows_only_committed_state():
     """GetStatus goes through the committer: it is answered only once what it shows is
     durable, so a commit that fails takes the status down with it instead of showing it."""
-    from tests.master.test_committer import GatedStore
+    from tests.master.persistence.test_committer import GatedStore
     from master.server import MasterServicer
 
     store = GatedStore()

@@ -16,7 +16,7 @@ import time
 import grpc
 import pytest
 
-from master.store import Store
+from master.persistence.store import Store
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 from tests.master.harness import audit

@@ -10,7 +10,8 @@ from __future__ import annotations
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from master.core import Report, Settings
+from master.calls import Report
+from master.core import Settings
 from rpckit.errors import ServiceError
 from tests.master.harness import Harness, assert_exactly_once
 

@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 import rpckit.errors
-from master.committer import Committer
 from master.core import MasterCore, Settings
+from master.persistence.committer import Committer
+from master.persistence.store import Store
 from master.server import build_server
-from master.store import Store
 from protos import master_pb2 as pb
 from ps.dataplane import data_plane
 from ps.params import ParamStore

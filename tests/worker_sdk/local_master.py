@@ -42,7 +42,7 @@ class _Context:
 
 
 class _Committer:
-    """Commits every change before the answer, like master.committer.Committer."""
+    """Commits every change before the answer, like master.persistence.committer.Committer."""
 
     def __init__(self, harness: Harness):
         self.harness = harness

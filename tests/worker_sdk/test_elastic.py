@@ -223,7 +223,7 @@ def test_a_master_killed_and_restarted_is_ridden_out(master, spawn):
 
 def _credited_by_worker(db_url: str, dataset: str) -> dict[str, int]:
     """Records the master credited to each worker id, from the durable lease history."""
-    from master.store import Store
+    from master.persistence.store import Store
 
     credited: dict[str, int] = collections.Counter()
     for row in Store(db_url).leases_of(dataset):

@@ -1,0 +1,4 @@
+"""`python -m master.ctl`: the same as `elastic-ctl`."""
+from .cli import main
+
+main()
