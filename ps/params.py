@@ -38,6 +38,7 @@ import torch
 from .applied import AppliedTable, Duplicate
 from .dense import Dense, Stats
 from .embedding import Table, TableSpec
+from .tables.table import row_share
 from rpckit.errors import (Reason, ServiceError, invalid, not_found, precondition, quote,
                            unavailable)
 from .gate import Gate
@@ -121,7 +122,8 @@ class ParamStore(Snapshots, Steps):
                 value = t.detach().clone().contiguous()
                 dense[name] = Dense(name, value, make_dense(optimizer, value))
             self.dense = dense
-            self.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg))
+            self.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg),
+                                            row_cap=row_share(spec.max_rows, self.num_ps))
                            for spec, cfg in checked}
             self.table_cfgs = {spec.name: cfg for spec, cfg in checked}
             self.optimizer_cfg = dict(optimizer)

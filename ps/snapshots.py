@@ -15,6 +15,7 @@ import torch
 
 from .dense import Dense
 from .embedding import Table, TableSpec
+from .tables.table import row_share
 from .optim import RowOptimizer, restore_dense
 
 FORMAT = 1
@@ -112,7 +113,8 @@ class Snapshots:
         for row in state["tables"]:
             spec = TableSpec(**row["spec"])
             # the table adopts the checkpoint's tensors: no second copy of the rows
-            table = Table(spec, RowOptimizer.from_config(row["optimizer"]), capacity=0)
+            table = Table(spec, RowOptimizer.from_config(row["optimizer"]), capacity=0,
+                          row_cap=row_share(spec.max_rows, self.num_ps))
             table.restore(row)
             tables[spec.name] = table
             table_cfgs[spec.name] = dict(row["optimizer"])
