@@ -23,6 +23,7 @@ from protos import master_pb2_grpc as pb_grpc
 from rpckit import auth
 from rpckit.channels import LeaderStub
 
+from .ctl_tables import table_lines
 from .ctl_views import cost_rows, dataset_rows
 
 
@@ -189,7 +190,8 @@ def cmd_cost(stub, args) -> int:
 
 
 def cmd_status(stub, args) -> int:
-    print(format_status(stub.GetStatus(pb.GetStatusRequest(), timeout=args.timeout)))
+    status = stub.GetStatus(pb.GetStatusRequest(), timeout=args.timeout)
+    print(format_status(status) + table_lines(status.ps, args))
     lost = format_updates_lost(stub.GetLedger(pb.GetLedgerRequest(), timeout=args.timeout))
     if lost:
         print(lost)
