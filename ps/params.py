@@ -80,6 +80,7 @@ class ParamStore(Snapshots, Steps):
         self.tables: dict[str, Table] = {}
         self.table_cfgs: dict[str, dict] = {}
         self.stopping = False
+        self.restores = 0  # snapshots restored over the state (a checkpoint, a primary's copy)
 
     # -- init ---------------------------------------------------------------------------------
 
