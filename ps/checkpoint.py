@@ -414,7 +414,8 @@ class Checkpointer:
             number = self._next_number
             if self.store.restores != self._restores:
                 self._base, self._restores = None, self.store.restores
-            delta = delta and self._base is not None
+            delta = (delta and self._base is not None
+                     and not any(t.needs_full for t in self.store.tables.values()))
             with self.store.snapshot_view(delta=delta, clean=True) as state:
                 state["taken_ms"] = taken_ms
                 try:

@@ -82,6 +82,8 @@ class Table:
         self.filtered = 0
         self.evicted = {cause: 0 for cause in Cause}
         self.evicted_ids: list[np.ndarray] = []  # since the last checkpoint file
+        self._evicted_pending = 0
+        self.needs_full = False  # more evicted since the last file than rows: write a full one
         self.snaps: list = []  # SnapshotPins of open snapshot views reading the rows
         self._next_step: int | None = None
         self._next_time: float | None = None
@@ -97,7 +99,7 @@ class Table:
         n += sum(a.nbytes for a in (self.ids, self.counts, self.steps, self.ticks, self.touched,
                                     self.dirty, self.free))
         n += self.index.nbytes + (self.sketch.nbytes if self.sketch is not None else 0)
-        return n
+        return n + 8 * self._evicted_pending
 
     # -- reading and writing rows -------------------------------------------------------------
 
@@ -253,8 +255,15 @@ class Table:
         self.ids[slots] = -1
         self.dirty[slots] = False
         self.free = np.concatenate([self.free, slots])
-        self.evicted_ids.append(gone)
         self.evicted[cause] += int(slots.size)
+        if self.needs_full:
+            return
+        self.evicted_ids.append(gone)
+        self._evicted_pending += gone.size
+        if self._evicted_pending > max(len(self), 1024):
+            # a delta would hold more evicted ids than a full file holds rows, and a PS that
+            # writes no deltas would keep them forever: forget them, the next file is full
+            self.evicted_ids, self._evicted_pending, self.needs_full = [], 0, True
 
     def _touch(self, slots: np.ndarray, now: float) -> None:
         # fancy-index += counts an id repeated within one request once: one touch a request
@@ -364,7 +373,7 @@ class Table:
         """Everything up to now is in a checkpoint file."""
         with self.lock:
             self.dirty[:] = False
-            self.evicted_ids = []
+            self.evicted_ids, self._evicted_pending, self.needs_full = [], 0, False
 
     def restore(self, state: dict) -> None:
         """Adopt a full export (a checkpoint's tensors become the table's: no second copy)."""
@@ -391,7 +400,7 @@ class Table:
                 setattr(self, name, np.full(n, fill, dtype=np.float64 if name == "touched"
                                             else np.int64))
         self.dirty = np.zeros(n, dtype=bool)
-        self.evicted_ids = []
+        self.evicted_ids, self._evicted_pending, self.needs_full = [], 0, False
         live = np.flatnonzero(ids >= 0)
         self.free = np.flatnonzero(ids < 0)[::-1].copy()
         self.index = RowIndex(live.size)

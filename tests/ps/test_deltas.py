@@ -195,3 +195,18 @@ def _by_id(store: ParamStore):
     ids, order = torch.sort(state["ids"][live])
     return ids.tolist(), state["weights"][live][order].numpy().tobytes(), \
         state["counts"][live][order].tolist()
+
+
+def test_evictions_past_the_table_size_make_the_next_file_full(tmp_path):
+    store = _store(max_rows=2000)
+    cp = Checkpointer(store, CheckpointDir(tmp_path, 0, 1))
+    cp.write()
+    for start in range(0, 20_000, 1000):  # far more evicted ids than rows, and no file
+        store.pull_rows("emb", torch.arange(start, start + 1000))
+    table = store.tables["emb"]
+    assert table.needs_full and not table.evicted_ids
+    info = cp.write(delta=True)
+    assert not info.delta and not table.needs_full
+    restored = ParamStore()
+    Checkpointer(restored, CheckpointDir(tmp_path, 0, 1)).restore()
+    _same(restored, store)
