@@ -5,7 +5,7 @@ Failover: per trial a fresh primary and backup of one PS index on a real master
 (`--ps-replicas 1`, default `--ps-failover-timeout`), a client pushing a small tensor in a
 loop, the primary SIGKILLed at a random moment; the time from the kill to the first push
 answered after it, and whether the parameter still equals the number of answered pushes.
-DESIGN.md's target: at most 3 s, no acknowledged push lost.
+The target (docs/benchmarks.md): at most 3 s, no acknowledged push lost.
 
 Cost: dense push+pull MB/s of one client against one PS (`--ps-replicas 0`) and against a
 primary with one in-sync backup (`--ps-replicas 1`), alternating, same tensor sizes.

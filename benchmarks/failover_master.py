@@ -7,7 +7,7 @@ master serves, as a worker SDK does while a standby answers). At a random moment
 leader's renewal cycle the leader is SIGKILLed; the trial measures the time to the first
 LEASED answer after the kill, then drains to the end and checks that every record was counted
 done once (the ledger's records_done equals the dataset size; duplicates are never counted).
-DESIGN.md's target: at most the lease + 1 s.
+The target (docs/benchmarks.md): at most the lease + 1 s.
 
     python scripts/bench_failover_master.py --trials 10
 """

@@ -4,7 +4,7 @@ A real master (default flags: 1 s heartbeats, 3 s worker timeout) and a simulate
 process (`python -m worker_sdk.data.simworker`, which heartbeats like the SDK) that holds leases while it
 "trains" slowly. The worker is SIGKILLed at a random moment of its heartbeat cycle; a second
 worker, already waiting, records when it receives a lease of one of the victim's shards.
-DESIGN.md's target: at most 3 s.
+The target (docs/benchmarks.md): at most 3 s.
 
     python scripts/bench_handover.py --trials 10
 """

@@ -46,7 +46,7 @@ class OptimizerConfig(_message.Message):
     def __init__(self, name: _Optional[str] = ..., lr: _Optional[float] = ..., momentum: _Optional[float] = ..., dampening: _Optional[float] = ..., weight_decay: _Optional[float] = ..., nesterov: _Optional[bool] = ..., betas: _Optional[_Iterable[float]] = ..., eps: _Optional[float] = ..., amsgrad: _Optional[bool] = ..., lr_decay: _Optional[float] = ..., initial_accumulator_value: _Optional[float] = ..., maximize: _Optional[bool] = ...) -> None: ...
 
 class TableSpec(_message.Message):
-    __slots__ = ("name", "dim", "initializer", "init_a", "init_b", "seed", "optimizer", "num_embeddings")
+    __slots__ = ("name", "dim", "initializer", "init_a", "init_b", "seed", "optimizer", "num_embeddings", "max_rows", "admit_after", "ttl_s", "ttl_steps", "evict")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     INITIALIZER_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,11 @@ class TableSpec(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     NUM_EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
+    ADMIT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    TTL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    EVICT_FIELD_NUMBER: _ClassVar[int]
     name: str
     dim: int
     initializer: str
@@ -63,7 +68,12 @@ class TableSpec(_message.Message):
     seed: int
     optimizer: OptimizerConfig
     num_embeddings: int
-    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., initializer: _Optional[str] = ..., init_a: _Optional[float] = ..., init_b: _Optional[float] = ..., seed: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., num_embeddings: _Optional[int] = ...) -> None: ...
+    max_rows: int
+    admit_after: int
+    ttl_s: float
+    ttl_steps: int
+    evict: str
+    def __init__(self, name: _Optional[str] = ..., dim: _Optional[int] = ..., initializer: _Optional[str] = ..., init_a: _Optional[float] = ..., init_b: _Optional[float] = ..., seed: _Optional[int] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., num_embeddings: _Optional[int] = ..., max_rows: _Optional[int] = ..., admit_after: _Optional[int] = ..., ttl_s: _Optional[float] = ..., ttl_steps: _Optional[int] = ..., evict: _Optional[str] = ...) -> None: ...
 
 class InitParameters(_message.Message):
     __slots__ = ("tensors", "optimizer", "tables")
@@ -360,14 +370,29 @@ class TensorStatus(_message.Message):
     def __init__(self, meta: _Optional[_Union[TensorMeta, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
 
 class TableStatus(_message.Message):
-    __slots__ = ("spec", "rows", "pushes")
+    __slots__ = ("spec", "rows", "pushes", "bytes", "admitted", "filtered", "evicted")
+    class EvictedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     SPEC_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     PUSHES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    FILTERED_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_FIELD_NUMBER: _ClassVar[int]
     spec: TableSpec
     rows: int
     pushes: int
-    def __init__(self, spec: _Optional[_Union[TableSpec, _Mapping]] = ..., rows: _Optional[int] = ..., pushes: _Optional[int] = ...) -> None: ...
+    bytes: int
+    admitted: int
+    filtered: int
+    evicted: _containers.ScalarMap[str, int]
+    def __init__(self, spec: _Optional[_Union[TableSpec, _Mapping]] = ..., rows: _Optional[int] = ..., pushes: _Optional[int] = ..., bytes: _Optional[int] = ..., admitted: _Optional[int] = ..., filtered: _Optional[int] = ..., evicted: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class GetPSStatusResponse(_message.Message):
     __slots__ = ("index", "num_ps", "address", "data_address", "initialized", "optimizer", "tensors", "tables", "pushes", "pulls", "duplicates", "refused_stale", "staleness", "max_staleness_seen", "checkpoints", "last_checkpoint", "last_checkpoint_ms", "restored_from", "started_ms", "max_staleness_allowed", "waited_for_send", "copies_on_write", "data_public_key", "role", "generation", "replica_state", "backups_in_sync", "replication_seq")

@@ -171,6 +171,10 @@ def run(settings: PSSettings) -> int:
         background.append(threading.Thread(
             target=checkpointer.run_periodic, args=(settings.checkpoint_interval, stop),
             name="checkpointer", daemon=True))
+    if settings.delta_interval > 0:
+        background.append(threading.Thread(
+            target=checkpointer.run_periodic, args=(settings.delta_interval, stop, True),
+            name="delta-checkpointer", daemon=True))
     for t in background:
         t.start()
 

@@ -21,6 +21,9 @@ and the list of (dtype, shape) of the tensors, whose raw bytes follow in order. 
 each tensor's own memory to the file; restoring reads each tensor's bytes straight into the
 tensor it becomes, hashing as it goes, and refuses the whole file when the trailer does not
 match. Files of format 1 (`EPSCKPT1`, a plain `torch.save`) are still read.
+
+Delta files (`--delta-interval`, ps.deltas) hold only what changed since the previous file and
+are written the same way; restore is the newest full checkpoint plus its deltas in order.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from .deltas import DeltaFiles
 from .params import ParamStore
 from pswire.frames import as_buffer
 
@@ -70,6 +74,7 @@ class CheckpointInfo:
     seconds: float = 0.0
     time_ms: int = 0  # when the snapshot was taken (Unix ms)
     applied: dict = field(default_factory=dict)  # client_id -> last push seq it holds
+    delta: bool = False  # a delta file (ps.deltas), not a full checkpoint
 
 
 class _HashingWriter:
@@ -228,6 +233,7 @@ class CheckpointDir:
         self.num_ps = num_ps
         self.keep = max(1, keep)
         self._pattern = re.compile(rf"ps-{index}-of-{num_ps}-(\d+)\.ckpt$")
+        self.deltas = DeltaFiles(self.directory, index, num_ps)
 
     def name(self, number: int) -> str:
         return f"ps-{self.index}-of-{self.num_ps}-{number:08d}.ckpt"
@@ -247,10 +253,12 @@ class CheckpointDir:
         return sorted(p.name for p in self.directory.glob(f"ps-{self.index}-of-*.ckpt")
                       if (m := other.match(p.name)) and int(m.group(1)) != self.num_ps)
 
-    def write(self, state: dict, number: int) -> CheckpointInfo:
+    def write(self, state: dict, number: int, name: str | None = None) -> CheckpointInfo:
+        """Write `state` as checkpoint `number` (a full one unless `name`, a delta's, is
+        given), atomically."""
         start = time.perf_counter()
         self.directory.mkdir(parents=True, exist_ok=True)
-        final = self.directory / self.name(number)
+        final = self.directory / (name or self.name(number))
         tmp = self.directory / f".{final.name}.tmp-{os.getpid()}"
         try:
             with open(tmp, "wb") as f:
@@ -270,18 +278,18 @@ class CheckpointDir:
         files = self.files()
         for _, path in files[: max(0, len(files) - self.keep)]:
             path.unlink(missing_ok=True)
+        self.deltas.prune({number for number, _ in files[-self.keep:]})
 
     def clean_temporaries(self) -> None:
         """Remove half-written files left by a process that died while writing."""
-        for p in self.directory.glob(f".ps-{self.index}-of-{self.num_ps}-*.ckpt.tmp-*"):
+        for p in self.directory.glob(f".ps-{self.index}-of-{self.num_ps}-*.tmp-*"):
             p.unlink(missing_ok=True)
 
     def load_newest(self) -> tuple[dict, CheckpointInfo] | None:
         """The newest checkpoint that verifies (older ones are tried when it does not)."""
         for number, path in reversed(self.files()):
             try:
-                with open(path, "rb") as f:
-                    state = read(f, os.fstat(f.fileno()).st_size)
+                state = read_file(path)
             except (CorruptCheckpoint, OSError) as exc:
                 log.error("refusing checkpoint %s: %s; it is renamed to %s.corrupt and the "
                           "previous checkpoint is tried", path.name, exc, path.name)
@@ -292,6 +300,13 @@ class CheckpointDir:
                 continue
             return state, CheckpointInfo(path, number, path.stat().st_size)
         return None
+
+
+def read_file(path: Path) -> dict:
+    """The state in the checkpoint (or delta) file at `path`; CorruptCheckpoint if it does
+    not verify."""
+    with open(path, "rb") as f:
+        return read(f, os.fstat(f.fileno()).st_size)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -324,6 +339,9 @@ class Checkpointer:
         self.restored: CheckpointInfo | None = None
         self._last_mutations = -1
         self._next_number = 1
+        self._base: int | None = None  # the full checkpoint the live state's deltas chain from
+        self._restores = store.restores  # a restore over the state means: write a full next
+        self.deltas_written = 0
 
     def restore(self) -> CheckpointInfo | None:
         self.dir.clean_temporaries()
@@ -341,7 +359,8 @@ class Checkpointer:
             log.warning("ignoring checkpoints written with another PS count (%s): this PS is "
                         "%d of %d and rows are split by id %% num_ps", ", ".join(others[:3]),
                         self.dir.index, self.dir.num_ps)
-        self._next_number = (files[-1][0] + 1) if files else 1
+        self._next_number = max(files[-1][0] if files else 0,
+                                self.dir.deltas.newest_number()) + 1
         found = self.dir.load_newest()
         self._last_mutations = self._mutations()
         if found is None:
@@ -352,15 +371,39 @@ class Checkpointer:
         info.time_ms = int(state.get("taken_ms") or info.path.stat().st_mtime * 1000)
         info.applied = {str(cid): int(seq) for cid, seq, _ in state.get("applied", [])}
         self.store.restore(state)
+        self._base = info.number
+        info = self._apply_deltas(info)
+        self._restores = self.store.restores
         self.restored = self.last = info
         self._last_mutations = self._mutations()
+        return info
+
+    def _apply_deltas(self, info: CheckpointInfo) -> CheckpointInfo:
+        """Apply the deltas of full checkpoint `info` in order; returns the last file's info."""
+        chain = self.dir.deltas.chain(info.number)
+        for at, (number, path) in enumerate(chain):
+            try:
+                state = read_file(path)
+            except (CorruptCheckpoint, OSError) as exc:
+                self.dir.deltas.orphan([p for _, p in chain[at:]],
+                                       f"{path.name} does not verify: {exc}")
+                self._base = None  # the chain is broken here: the next checkpoint is full
+                break
+            self.store.apply_delta(state)
+            info = CheckpointInfo(path, number, path.stat().st_size,
+                                  time_ms=int(state.get("taken_ms") or 0), delta=True)
+            info.applied = {str(cid): int(seq) for cid, seq, _ in state.get("applied", [])}
+            log.info("applied delta %s", path.name)
         return info
 
     def _mutations(self) -> int:
         s = self.store.stats
         return s.pushes + s.row_pushes + int(self.store.initialized)
 
-    def write(self, only_if_changed: bool = False) -> CheckpointInfo | None:
+    def write(self, only_if_changed: bool = False, delta: bool = False) -> CheckpointInfo | None:
+        """Write a full checkpoint, or with `delta` only what changed since the last file
+        (a full one when there is no chain to add to: none written or restored yet, a
+        restore over the state since, or a failed write)."""
         with self._lock:
             mutations = self._mutations()
             if only_if_changed and mutations == self._last_mutations:
@@ -368,21 +411,40 @@ class Checkpointer:
             # taken before the snapshot: an update that lands in between is in it, yet its
             # loss would be counted (the count errs toward lost, never toward trained)
             taken_ms = int(time.time() * 1000)
-            with self.store.snapshot_view() as state:
+            number = self._next_number
+            if self.store.restores != self._restores:
+                self._base, self._restores = None, self.store.restores
+            delta = (delta and self._base is not None
+                     and not any(t.needs_full for t in self.store.tables.values()))
+            with self.store.snapshot_view(delta=delta, clean=True) as state:
                 state["taken_ms"] = taken_ms
-                info = self.dir.write(state, self._next_number)
-            info.time_ms = taken_ms
+                try:
+                    if delta:
+                        state["base"] = self._base
+                        info = self.dir.write(state, number,
+                                              self.dir.deltas.name(number, self._base))
+                    else:
+                        info = self.dir.write(state, number)
+                except BaseException:
+                    self._base = None  # what this file held is in no file: write a full next
+                    raise
+            if not delta:
+                self._base = number
+            info.time_ms, info.delta = taken_ms, delta
             self._next_number += 1
             self.written += 1
+            self.deltas_written += int(delta)
             self.last = info
             self._last_mutations = mutations
-            log.info("checkpoint %s: %d bytes in %.3fs", info.path.name, info.bytes, info.seconds)
+            log.info("%s %s: %d bytes in %.3fs", "delta" if delta else "checkpoint",
+                     info.path.name, info.bytes, info.seconds)
             return info
 
-    def run_periodic(self, interval: float, stop: threading.Event) -> None:
-        """Write a checkpoint every `interval` seconds when something changed, until `stop`."""
+    def run_periodic(self, interval: float, stop: threading.Event, delta: bool = False) -> None:
+        """Write a checkpoint (a delta with `delta`) every `interval` seconds when something
+        changed, until `stop`."""
         while not stop.wait(interval):
             try:
-                self.write(only_if_changed=True)
+                self.write(only_if_changed=True, delta=delta)
             except Exception:  # noqa: BLE001 - keep serving; the next try may succeed
                 log.exception("periodic checkpoint failed")

@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from protos import ps_pb2
 from rpckit.metrics import PREFIX, Metrics
+from .tables.metrics import table_families
 
 STALENESS_BOUNDS = (0, 1, 2, 4, 8, 16, 32, 64)  # ps.params caps staleness at 64
 ROW_KINDS = ("pull_rows", "push_rows")
@@ -122,6 +123,7 @@ class PSCollector:
         init = GaugeMetricFamily(PREFIX + "ps_initialized", "1 once InitParameters arrived")
         init.add_metric([], 1.0 if store.initialized else 0.0)
         yield init
+        yield from table_families(store.tables)
         yield from self._checkpoints()
         yield from self._replica()
 

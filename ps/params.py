@@ -37,7 +37,10 @@ import torch
 
 from .applied import AppliedTable, Duplicate
 from .dense import Dense, Stats
-from .embedding import Table, TableSpec
+from pswire.tables import TableSpec
+
+from .tables.table import Table
+from .tables.table import row_share
 from rpckit.errors import (Reason, ServiceError, invalid, not_found, precondition, quote,
                            unavailable)
 from .gate import Gate
@@ -80,6 +83,7 @@ class ParamStore(Snapshots, Steps):
         self.tables: dict[str, Table] = {}
         self.table_cfgs: dict[str, dict] = {}
         self.stopping = False
+        self.restores = 0  # snapshots restored over the state (a checkpoint, a primary's copy)
 
     # -- init ---------------------------------------------------------------------------------
 
@@ -122,7 +126,8 @@ class ParamStore(Snapshots, Steps):
                 value = t.detach().clone().contiguous()
                 dense[name] = Dense(name, value, make_dense(optimizer, value))
             self.dense = dense
-            self.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg))
+            self.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg),
+                                            row_cap=row_share(spec.max_rows, self.num_ps))
                            for spec, cfg in checked}
             self.table_cfgs = {spec.name: cfg for spec, cfg in checked}
             self.optimizer_cfg = dict(optimizer)

@@ -55,11 +55,17 @@ def status_view(store: ParamStore, checkpointer: Checkpointer | None,
         resp.tensors.add(meta=meta_of(name, d.value), version=d.version)
     for name in sorted(store.tables):
         t = store.tables[name]
-        row = resp.tables.add(rows=len(t), pushes=t.pushes)
+        t.expire()  # lazy TTL: rows past it are not counted as held
+        row = resp.tables.add(rows=len(t), pushes=t.pushes, bytes=t.nbytes,
+                              admitted=t.admitted, filtered=t.filtered)
+        row.evicted.update({cause.value: n for cause, n in t.evicted.items()})
         row.spec.name, row.spec.dim, row.spec.seed = t.spec.name, t.spec.dim, t.spec.seed
         row.spec.initializer, row.spec.init_a, row.spec.init_b = (
             t.spec.initializer, t.spec.init_a, t.spec.init_b)
         row.spec.num_embeddings = t.spec.num_embeddings
+        row.spec.max_rows, row.spec.admit_after, row.spec.evict = (
+            t.spec.max_rows, t.spec.admit_after, t.spec.evict)
+        row.spec.ttl_s, row.spec.ttl_steps = t.spec.ttl_s, t.spec.ttl_steps
         row.spec.optimizer.CopyFrom(config_to_pb(store.table_cfgs[name]))
     resp.staleness.update({int(k): int(v) for k, v in dict(s.staleness).items()})
     if checkpointer is not None:

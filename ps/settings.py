@@ -32,6 +32,7 @@ class PSSettings:
     num_ps: int = 1
     checkpoint_dir: str = "ps-checkpoints"
     checkpoint_interval: float = 30.0
+    delta_interval: float = 0.0
     keep_checkpoints: int = 3
     max_staleness: int = -1
     threads: int = -1  # dataplane.AUTO
@@ -97,6 +98,10 @@ def parse(argv: list[str] | None = None) -> PSSettings:
     p.flag("--checkpoint-interval", d.checkpoint_interval,
            "seconds between checkpoints when something changed (0: only on SIGTERM and the "
            "Checkpoint RPC)")
+    p.flag("--delta-interval", d.delta_interval,
+           "seconds between delta checkpoints (only the rows changed or evicted since the "
+           "last file; restore is the newest full one plus its deltas) when something "
+           "changed (0: none)")
     p.flag("--keep-checkpoints", d.keep_checkpoints, "checkpoint files kept per PS")
     p.flag("--max-staleness", d.max_staleness,
            "refuse a gradient more than this many versions stale (FAILED_PRECONDITION, "
@@ -153,6 +158,8 @@ def check(s: PSSettings) -> list[str]:
         problems.append(f"--index {s.index} is outside 0..{s.num_ps - 1} (--num-ps {s.num_ps})")
     if s.checkpoint_interval < 0:
         problems.append("--checkpoint-interval must be >= 0")
+    if s.delta_interval < 0:
+        problems.append("--delta-interval must be >= 0")
     if s.keep_checkpoints < 1:
         problems.append("--keep-checkpoints must be >= 1")
     if s.max_staleness < -1:

@@ -14,7 +14,10 @@ from dataclasses import asdict
 import torch
 
 from .dense import Dense
-from .embedding import Table, TableSpec
+from pswire.tables import TableSpec
+
+from .tables.table import Table
+from .tables.table import row_share
 from .optim import RowOptimizer, restore_dense
 
 FORMAT = 1
@@ -58,19 +61,24 @@ class Snapshots:
             return _cloned(state)
 
     @contextmanager
-    def snapshot_view(self):
+    def snapshot_view(self, delta: bool = False, clean: bool = False):
         """A consistent view of everything a restart needs, valid inside the `with`: its
         tensors are the live ones, pinned (a push copies a pinned tensor or table before
-        changing it). Taken under the exclusive gate, which it holds only for that."""
+        changing it). Taken under the exclusive gate, which it holds only for that.
+        `delta`: tables hold only the rows changed and evicted since the last checkpoint file
+        (ps.tables.table.Table.delta); `clean`: this view becomes that file (a checkpoint's)."""
         pin = SnapshotPin()
         try:
             with self.gate.exclusive():
-                state = self._view_locked(pin)
+                state = self._view_locked(pin, delta)
+                if clean:
+                    for t in self.tables.values():
+                        t.mark_clean()
             yield state
         finally:
             pin.release()
 
-    def _view_locked(self, pin: SnapshotPin) -> dict:
+    def _view_locked(self, pin: SnapshotPin, delta: bool = False) -> dict:
         dense = []
         for name in sorted(self.dense):
             d = self.dense[name]
@@ -86,7 +94,7 @@ class Snapshots:
         for name in sorted(self.tables):
             t = self.tables[name]
             tables.append({"spec": asdict(t.spec), "optimizer": dict(self.table_cfgs[name]),
-                           **t.export(pin)})
+                           **(t.delta() if delta else t.export(pin))})
         return {
             "format": FORMAT, "index": self.index, "num_ps": self.num_ps,
             "initialized": self.initialized, "optimizer": self.optimizer_cfg,
@@ -112,7 +120,8 @@ class Snapshots:
         for row in state["tables"]:
             spec = TableSpec(**row["spec"])
             # the table adopts the checkpoint's tensors: no second copy of the rows
-            table = Table(spec, RowOptimizer.from_config(row["optimizer"]), capacity=0)
+            table = Table(spec, RowOptimizer.from_config(row["optimizer"]), capacity=0,
+                          row_cap=row_share(spec.max_rows, self.num_ps))
             table.restore(row)
             tables[spec.name] = table
             table_cfgs[spec.name] = dict(row["optimizer"])
@@ -122,6 +131,25 @@ class Snapshots:
         self.applied.restore(state["applied"])
         self.stats.pushes = int(state.get("stats", {}).get("pushes", 0))
         self.stats.row_pushes = int(state.get("stats", {}).get("row_pushes", 0))
+        self.restores += 1
+
+    def apply_delta(self, state: dict) -> None:
+        """Apply a delta view (`snapshot_view(delta=True)`) on top of the restored state: the
+        dense part, the applied table and the stats are replaced, the tables' changed rows
+        written and evicted rows dropped (at start, before serving)."""
+        tables, cfgs = self.tables, self.table_cfgs
+        restores = self.restores
+        self.restore({**state, "tables": []})
+        self.tables, self.table_cfgs, self.restores = tables, cfgs, restores
+        for row in state["tables"]:
+            name = row["spec"]["name"]
+            if name not in self.tables:  # declared after the full snapshot
+                spec = TableSpec(**row["spec"])
+                self.tables[name] = Table(spec, RowOptimizer.from_config(row["optimizer"]),
+                                          capacity=0,
+                                          row_cap=row_share(spec.max_rows, self.num_ps))
+                self.table_cfgs[name] = dict(row["optimizer"])
+            self.tables[name].apply_delta(row)
 
 
 def _cloned(obj):

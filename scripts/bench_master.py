@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark the master against DESIGN.md's targets: `benchmarks.master` (see --help)."""
+"""Benchmark the master against its targets (docs/benchmarks.md): `benchmarks.master` (see --help)."""
 import sys
 from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""Benchmark the master against DESIGN.md's performance targets, on 127.0.0.1 only."""
+"""Benchmark the master against its performance targets (docs/benchmarks.md), on 127.0.0.1 only."""
 from __future__ import annotations
 
 import argparse

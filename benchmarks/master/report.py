@@ -1,5 +1,5 @@
 """The master benchmarks' report: markdown tables of the results and the verdicts against
-DESIGN.md's targets."""
+the targets (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import statistics
@@ -119,14 +119,14 @@ def _events(ev: dict, args) -> list[str]:
 
 
 def render(results: dict, args) -> str:
-    """The report of the parts that ran, then the verdicts against DESIGN.md's targets."""
+    """The report of the parts that ran, then the verdicts against the targets (docs/benchmarks.md)."""
     sections = {"throughput": _throughput, "cost": _cost, "rss": _rss, "progress": _progress,
                 "events": _events}
     lines = []
     for key, section in sections.items():
         if results.get(key):
             lines += section(results[key], args)
-    lines += ["Targets (DESIGN.md):"] + ([f"  {t}" for t in targets(results)]
+    lines += ["Targets (docs/benchmarks.md):"] + ([f"  {t}" for t in targets(results)]
                                          or ["  (none for the parts run)"])
     return "\n".join(lines)
 
@@ -149,7 +149,7 @@ def targets(results: dict) -> list[str]:
                 need = TARGET_X_DLROVER * DLROVER_REF[1]
                 out.append(f"{verdict(r['shards_per_s'] >= need)} batched shards/s at {top} "
                            f"clients {r['shards_per_s']:,.0f} >= {need:,.0f} "
-                           f"(3x DLRover 0.6.1's reference 1,100/s from DESIGN.md)")
+                           f"(3x DLRover 0.6.1's reference 1,100/s, docs/benchmarks.md)")
                 measured = r.get("x_dlrover_measured")
                 if measured:
                     out.append(f"{verdict(measured >= TARGET_X_DLROVER)} batched shards/s at "

@@ -15,7 +15,7 @@ from benchmarks.master.load import Clients
 from benchmarks.master.servers import create_dataset, start_dlrover, start_echo, start_master
 from cluster.launch import Launcher
 
-DLROVER_REF = (800, 1100)  # get+report round trips/s at 32 client processes, DESIGN.md
+DLROVER_REF = (800, 1100)  # get+report round trips/s at 32 client processes (docs/benchmarks.md)
 
 
 def bench_throughput(args, workdir: Path, log) -> dict:

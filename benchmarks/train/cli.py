@@ -8,7 +8,7 @@ local tensor loop, local record-by-record loop, elastic-ps with 1 worker, with 2
 (each elastic run: its own master and 2 PS). Printed: records/s, the ratio to the local tensor
 loop of the same round (medians over rounds), the final held-out AUC of each run, and the step
 timeline of the elastic runs (share of worker wall time reading, waiting on pulls, computing,
-waiting on pushes). Floors (DESIGN.md, issue 15): 1 worker >= 0.5x at batch 1024, >= 0.35x at
+waiting on pushes). Floors (docs/benchmarks.md, issue 15): 1 worker >= 0.5x at batch 1024, >= 0.35x at
 batch 256, AUC within 0.005 of the local loop.
 """
 from __future__ import annotations

@@ -24,6 +24,7 @@ from rpckit import auth
 from rpckit.channels import LeaderStub
 from rpckit.errors import ServiceError
 
+from .tables import table_lines
 from .views import PS_HEADERS, ago, cost_rows, dataset_rows, ps_rows
 
 
@@ -187,7 +188,8 @@ def cmd_cost(stub, args) -> int:
 
 
 def cmd_status(stub, args) -> int:
-    print(format_status(stub.GetStatus(pb.GetStatusRequest(), timeout=args.timeout)))
+    status = stub.GetStatus(pb.GetStatusRequest(), timeout=args.timeout)
+    print(format_status(status) + table_lines(status.ps, args))
     lost = format_updates_lost(stub.GetLedger(pb.GetLedgerRequest(), timeout=args.timeout))
     if lost:
         print(lost)

@@ -65,7 +65,10 @@ class Handlers:
             tables.append((TableSpec(name=spec.name, dim=spec.dim,
                                      initializer=spec.initializer or "normal",
                                      init_a=spec.init_a, init_b=spec.init_b, seed=spec.seed,
-                                     num_embeddings=spec.num_embeddings), cfg))
+                                     num_embeddings=spec.num_embeddings,
+                                     max_rows=spec.max_rows, admit_after=spec.admit_after or 1,
+                                     ttl_s=spec.ttl_s, ttl_steps=spec.ttl_steps,
+                                     evict=spec.evict or "lru"), cfg))
         initialized, versions, message = self.store.init_parameters(
             tensors, config_from_pb(body.optimizer), tables)
         resp = ps_pb2.DataResponse(code=0, message=message, seq=req.seq)

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from ps.embedding import Table, TableSpec, initial_rows
+from ps.embedding import initial_rows
+from ps.tables.table import Table
+from pswire.tables import TableSpec
 from rpckit.errors import ServiceError as PSError
 from ps.optim import RowOptimizer
 from pswire.optimizers import make_config

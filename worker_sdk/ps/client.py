@@ -42,18 +42,27 @@ log = logging.getLogger(__name__)
 
 class ElasticEmbedding(nn.Module):
     """An embedding table on the PS: rows are created there lazily, the first time an id is
-    pulled, deterministically from (seed, id); `num_embeddings=None` means unbounded ids."""
+    pulled, deterministically from (seed, id); `num_embeddings=None` means unbounded ids.
+
+    Bounding the rows held (docs/ps.md): `max_rows` (a cap over all PS, 0: none),
+    `admit_after` (a row at the K-th pull of its id; before, the initial value and no row),
+    `ttl_s` / `ttl_steps` (rows untouched that long are evicted), `evict` ("lru" or "lfu":
+    which rows make room at the cap). An evicted id comes back at its initial value."""
 
     def __init__(self, num_embeddings: int | None = None, dim: int = 16, *, table: str,
                  initializer: str = "normal", init_a: float = 0.0, init_b: float = 0.01,
-                 seed: int = 0, optimizer: dict | None = None):
+                 seed: int = 0, optimizer: dict | None = None, max_rows: int = 0,
+                 admit_after: int = 1, ttl_s: float = 0.0, ttl_steps: int = 0,
+                 evict: str = "lru"):
         super().__init__()
         if num_embeddings is not None and num_embeddings <= 0:
             raise ValueError("num_embeddings must be positive (or None for unbounded ids)")
         self.num_embeddings = num_embeddings
         self.dim = dim
         self.spec = TableSpec(name=table, dim=dim, initializer=initializer, init_a=init_a,
-                              init_b=init_b, seed=seed, num_embeddings=num_embeddings or 0)
+                              init_b=init_b, seed=seed, num_embeddings=num_embeddings or 0,
+                              max_rows=max_rows, admit_after=admit_after, ttl_s=ttl_s,
+                              ttl_steps=ttl_steps, evict=evict)
         self.spec.check()
         self.optimizer = optimizer  # row-wise sgd/adagrad config; None: the dense optimizer's
         self.client: PSClient | None = None

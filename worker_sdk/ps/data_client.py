@@ -307,7 +307,9 @@ def _table_pb(t) -> ps_pb2.TableSpec:
         cfg = t.pop("optimizer", cfg)
         t = TableSpec(**t)
     msg = ps_pb2.TableSpec(name=t.name, dim=t.dim, initializer=t.initializer, init_a=t.init_a,
-                           init_b=t.init_b, seed=t.seed, num_embeddings=t.num_embeddings)
+                           init_b=t.init_b, seed=t.seed, num_embeddings=t.num_embeddings,
+                           max_rows=t.max_rows, admit_after=t.admit_after, ttl_s=t.ttl_s,
+                           ttl_steps=t.ttl_steps, evict=t.evict)
     if cfg:
         msg.optimizer.CopyFrom(config_to_pb(cfg))
     return msg

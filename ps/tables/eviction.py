@@ -1,0 +1,55 @@
+"""Which rows leave a table: TTL expiry and the cap's choice of victims (LRU or LFU).
+
+Pure functions over the table's per-slot metadata (numpy arrays indexed by slot), so the
+rules are tested without a table. A table calls them under its lock.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+import numpy as np
+
+
+class Cause(str, Enum):
+    """Why a row left (the `cause` label of elasticps_ps_table_evicted_total)."""
+
+    TTL = "ttl"
+    CAP = "cap"
+
+
+def expired(live: np.ndarray, steps: np.ndarray, touched: np.ndarray, *, pushes: int,
+            now: float, ttl_steps: int, ttl_s: float) -> np.ndarray:
+    """Slots (among `live`) untouched for more than `ttl_steps` pushes or `ttl_s` seconds."""
+    out = np.zeros(live.size, dtype=bool)
+    if ttl_steps:
+        out |= pushes - steps[live] > ttl_steps
+    if ttl_s:
+        out |= now - touched[live] > ttl_s
+    return live[out]
+
+
+def next_expiry(live: np.ndarray, steps: np.ndarray, touched: np.ndarray, *, ttl_steps: int,
+                ttl_s: float) -> tuple[int | None, float | None]:
+    """The first push count and time at which some row of `live` may expire (None: never).
+    Touches only move these later, so no row expires before them."""
+    if not live.size:
+        return None, None
+    step = int(steps[live].min()) + ttl_steps + 1 if ttl_steps else None
+    at = float(touched[live].min()) + ttl_s if ttl_s else None
+    return step, at
+
+
+def victims(candidates: np.ndarray, count: int, policy: str, counts: np.ndarray,
+            ticks: np.ndarray) -> np.ndarray:
+    """`count` slots of `candidates` to evict: least recently touched (lru: smallest tick) or
+    least often (lfu: smallest count, then least recently touched)."""
+    if count <= 0 or not candidates.size:
+        return candidates[:0]
+    if count >= candidates.size:
+        return candidates
+    if policy == "lfu":
+        # counts below 2**31 and ticks below 2**32 keep this exact in an int64
+        key = (np.minimum(counts[candidates], 2**31 - 1) << 32) | (ticks[candidates] & 0xFFFFFFFF)
+    else:
+        key = ticks[candidates]
+    return candidates[np.argpartition(key, count - 1)[:count]]

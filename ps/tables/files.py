@@ -1,0 +1,150 @@
+"""A table's rows to and from checkpoint files: full exports, deltas, restores.
+
+Functions over a `ps.tables.table.Table` (its methods `export`, `delta`, `restore`,
+`apply_delta` and `rows` call them), kept apart from the request path: what a file holds (the
+rows of slots [0, high) with their metadata and the table's counters, or only the rows touched
+and the ids evicted since the last file) and how a table adopts it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .eviction import Cause
+from .index import RowIndex, distinct_in_order
+
+_META = ("counts", "steps", "ticks", "touched")
+
+
+def scalars(table) -> dict:
+    return {"step": table.step, "pushes": table.pushes, "tick": table.tick,
+            "admitted": table.admitted, "filtered": table.filtered,
+            "evictions": {c.value: n for c, n in table.evicted.items()},
+            "sketch": None if table.sketch is None else table.sketch.export()}
+
+
+def export(table, pin=None) -> dict:
+    """The rows (call under the store's exclusive gate): slots [0, high), free ones with
+    id -1. With `pin` (a SnapshotPin) the rows are views of the live ones, valid until the
+    pin is released (a change copies them first); without, a copy. Ids and row metadata
+    are copied either way (40 bytes a row)."""
+    with table.lock:
+        n = table.high
+        weights, accum = table.weights[:n], None if table.accum is None else table.accum[:n]
+        if pin is None:
+            weights, accum = weights.clone(), None if accum is None else accum.clone()
+        else:
+            table.snaps = [p for p in table.snaps if not p.done] + [pin]
+        meta = {name: torch.from_numpy(getattr(table, name)[:n].copy()) for name in _META}
+        return {"ids": torch.from_numpy(table.ids[:n].copy()), "weights": weights,
+                "accum": accum, **meta, **scalars(table)}
+
+
+def delta(table) -> dict:
+    """The rows touched and the ids evicted since the last `mark_clean` (call under the
+    store's exclusive gate, then `mark_clean`). The rows are copied: a few of them."""
+    with table.lock:
+        slots = np.flatnonzero(table.dirty[: table.high] & (table.ids[: table.high] >= 0))
+        at = torch.from_numpy(slots)
+        evicted = (np.concatenate(table.evicted_ids) if table.evicted_ids
+                   else np.empty(0, dtype=np.int64))
+        meta = {name: torch.from_numpy(getattr(table, name)[slots]) for name in _META}
+        return {"delta": True, "ids": torch.from_numpy(table.ids[slots]),
+                "weights": table.weights.index_select(0, at),
+                "accum": None if table.accum is None else table.accum.index_select(0, at),
+                "evicted_ids": torch.from_numpy(evicted), **meta, **scalars(table)}
+
+
+def restore(table, state: dict) -> None:
+    """Adopt a full export (a checkpoint's tensors become the table's: no second copy)."""
+    ids = state["ids"].numpy().astype(np.int64, copy=True)
+    n = ids.size
+    if state["weights"].shape != (n, table.spec.dim):
+        raise ValueError(f"table {table.spec.name!r}: checkpoint rows have shape "
+                         f"{tuple(state['weights'].shape)}, expected ({n}, {table.spec.dim})")
+    table.weights = state["weights"].contiguous()
+    if table.accum is not None:
+        accum = state.get("accum")
+        table.accum = (accum.contiguous() if accum is not None else
+                      torch.full((n, table.spec.dim), table.optimizer.initial_accumulator_value))
+    table.ids = ids
+    table.high = n
+    restore_scalars(table, state)
+    now = table.clock()
+    for name in _META:
+        value = state.get(name)
+        if value is not None:
+            setattr(table, name, value.numpy().copy())
+        else:  # a checkpoint from before row metadata: touched now, never counted
+            fill = {"steps": table.pushes, "ticks": table.tick, "touched": now}.get(name, 0)
+            setattr(table, name, np.full(n, fill, dtype=np.float64 if name == "touched"
+                                        else np.int64))
+    table.dirty = np.zeros(n, dtype=bool)
+    table.evicted_ids, table._evicted_pending, table.needs_full = [], 0, False
+    live = np.flatnonzero(ids >= 0)
+    table.free = np.flatnonzero(ids < 0)[::-1].copy()
+    table.index = RowIndex(live.size)
+    table.index.insert(ids[live], live)
+    table._reset_deadlines()
+
+
+def apply_delta(table, state: dict) -> None:
+    """Apply a delta (from `delta`) on top of this table: the evicted ids leave, the
+    changed rows are written (created where absent)."""
+    with table.lock:
+        # an id evicted twice since the last file (evicted, admitted, evicted) is listed
+        # twice: delete it once
+        gone = distinct_in_order(state["evicted_ids"].numpy().astype(np.int64))
+        if gone.size:
+            slots = table.index.delete(gone)
+            slots = slots[slots >= 0]
+            table.ids[slots] = -1
+            table.free = np.concatenate([table.free, slots])
+        keys = state["ids"].numpy().astype(np.int64)
+        slots = table.index.lookup(keys)
+        absent = np.flatnonzero(slots < 0)
+        if absent.size:
+            n = absent.size
+            reused = table.free[-n:][::-1] if table.free.size else table.free
+            table.free = table.free[: table.free.size - reused.size]
+            fresh = np.arange(table.high, table.high + n - reused.size, dtype=np.int64)
+            table._reserve(table.high + fresh.size)
+            table.high += fresh.size
+            slots[absent] = np.concatenate([reused, fresh])
+            table.index.insert(keys[absent], slots[absent])
+        at = torch.from_numpy(slots)
+        table.weights[at] = state["weights"]
+        if table.accum is not None and state.get("accum") is not None:
+            table.accum[at] = state["accum"]
+        table.ids[slots] = keys
+        for name in _META:
+            getattr(table, name)[slots] = state[name].numpy()
+        restore_scalars(table, state)
+        table._reset_deadlines()
+
+
+def restore_scalars(table, state: dict) -> None:
+    table.step = int(state.get("step", 0))
+    table.pushes = int(state.get("pushes", 0))
+    table.tick = int(state.get("tick", 0))
+    table.admitted = int(state.get("admitted", 0))
+    table.filtered = int(state.get("filtered", 0))
+    evicted = state.get("evictions")
+    if evicted:
+        table.evicted = {c: int(evicted.get(c.value, 0)) for c in Cause}
+    sketch = state.get("sketch")
+    if table.sketch is not None and sketch is not None:
+        table.sketch.restore(sketch)
+
+
+def contents(table) -> dict[int, tuple]:
+    """{id: (weights, accum or None, count, step)}: the table's content (for tests and
+    comparisons; O(rows) Python objects)."""
+    with table.lock:
+        out = {}
+        for slot in table._live():
+            out[int(table.ids[slot])] = (
+                table.weights[slot].clone(),
+                None if table.accum is None else table.accum[slot].clone(),
+                int(table.counts[slot]), int(table.steps[slot]))
+        return out

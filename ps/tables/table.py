@@ -1,0 +1,387 @@
+"""One embedding table's rows on this PS: bounded by admission, a cap and a TTL.
+
+Rows live in slot-indexed arrays: float32 weights (and Adagrad accumulators) [capacity, dim],
+and per slot the row's id (-1: a free slot), its count (touches: one per request that pulls
+or pushes it), last-touched step (the table's push count then), a touch tick (the order of
+touches, for LRU) and last-touched time (for `ttl_s`). `ps.tables.index.RowIndex` maps ids to
+slots at a cost per request independent of the table's size; slots freed by eviction are
+reused by the next rows created.
+
+What it promises (docs/ps.md, "Bounded embedding tables"):
+
+- A row is created at the `admit_after`-th sighting of its id (a sighting: the id in a request
+  that pulls rows); until then a pull answers the initial value and stores nothing but the
+  sighting (in `AdmissionSketch`, fixed memory), and a push of the id is dropped. With
+  `admit_after=1` a push of an absent id creates its row too (as before).
+- With a cap (`row_cap`, this PS's share of `max_rows`) the rows held never exceed it: making
+  room evicts the least recently (lru) or least often (lfu) touched rows that the request does
+  not touch itself, at least 1/64 of the cap at a time (one O(rows) selection per batch, so the
+  cost per created row stays flat). A request with more new ids than fit gets the initial
+  value for the rest, which it does not store.
+- Rows untouched for more than `ttl_steps` pushes or `ttl_s` seconds are evicted lazily: on
+  the first request after the oldest row's deadline (pushes are exact; time sweeps run at most
+  twice a second), and by `expire()` (status and metrics call it).
+- An evicted row is gone: seen again, it is admitted again from its initial value.
+- Everything changed (touched) or evicted since the last checkpoint file is tracked, so a
+  delta file holds only those rows (`delta`, `mark_clean`, `apply_delta`).
+- Thread-safe: one lock per table, held for the whole of a pull (so a pull sees whole pushes)
+  or a push. Snapshot views (`export(pin)`) read the live weights; a change to a pinned table
+  copies them first (copy on write), as before.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+
+from pswire.tables import TableSpec
+
+from ..embedding import initial_rows
+from ..limits import too_large
+from ..optim import RowOptimizer
+from . import files
+from .admission import AdmissionSketch
+from .eviction import Cause, expired, next_expiry, victims
+from .index import RowIndex, distinct_in_order
+
+EVICT_BATCH = 1 / 64     # at the cap, evict at least this share of it at once
+TIME_SWEEP_S = 0.5       # time-based expiry runs at most this often
+_META = ("counts", "steps", "ticks", "touched")
+
+
+class Table:
+    """One embedding table's rows on this PS (see the module docstring)."""
+
+    def __init__(self, spec: TableSpec, optimizer: RowOptimizer, capacity: int = 1024,
+                 row_cap: int = 0, clock: Callable[[], float] = time.time):
+        spec.check()
+        self.spec = spec
+        self.optimizer = optimizer
+        self.row_cap = row_cap
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.index = RowIndex(capacity)
+        if row_cap:
+            capacity = min(capacity, row_cap)
+        self.high = 0  # slots [0, high) were used; those with id -1 are free
+        self.free = np.empty(0, dtype=np.int64)
+        self.ids = np.full(capacity, -1, dtype=np.int64)
+        self.counts = np.zeros(capacity, dtype=np.int64)
+        self.steps = np.zeros(capacity, dtype=np.int64)
+        self.ticks = np.zeros(capacity, dtype=np.int64)
+        self.touched = np.zeros(capacity, dtype=np.float64)
+        self.dirty = np.zeros(capacity, dtype=bool)
+        self.weights = torch.empty(capacity, spec.dim)
+        self.accum = (torch.empty(capacity, spec.dim) if optimizer.has_accumulator else None)
+        self.sketch = AdmissionSketch() if spec.admit_after > 1 else None
+        self.step = 0
+        self.pushes = 0
+        self.tick = 0
+        self.admitted = 0
+        self.filtered = 0
+        self.evicted = {cause: 0 for cause in Cause}
+        self.evicted_ids: list[np.ndarray] = []  # since the last checkpoint file
+        self._evicted_pending = 0
+        self.needs_full = False  # more evicted since the last file than rows: write a full one
+        self.snaps: list = []  # SnapshotPins of open snapshot views reading the rows
+        self._next_step: int | None = None
+        self._next_time: float | None = None
+        self._last_sweep = -math.inf
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the table's arrays (allocated capacity, index and sketch)."""
+        n = self.weights.nbytes + (self.accum.nbytes if self.accum is not None else 0)
+        n += sum(a.nbytes for a in (self.ids, self.counts, self.steps, self.ticks, self.touched,
+                                    self.dirty, self.free))
+        n += self.index.nbytes + (self.sketch.nbytes if self.sketch is not None else 0)
+        return n + 8 * self._evicted_pending
+
+    # -- reading and writing rows -------------------------------------------------------------
+
+    def pull(self, ids: torch.Tensor, max_new: int | None = None) -> tuple[torch.Tensor, int]:
+        """Rows of `ids` (a copy, [n, dim]) and how many rows this call created; more than
+        `max_new` new rows are refused (TOO_LARGE) before anything changes. Ids not admitted
+        (yet) answer their initial value."""
+        keys = ids.numpy()
+        with self.lock:
+            now = self.clock()
+            self._expire(now)
+            slots = self.index.lookup(keys)
+            created = 0
+            missing_at = np.flatnonzero(slots < 0)
+            if missing_at.size:
+                missing = distinct_in_order(keys[missing_at])
+                admit = self._admitted(missing, max_new)
+                created = self._create(admit, slots[slots >= 0], now)
+                slots[missing_at] = self.index.lookup(keys[missing_at])
+            held = slots >= 0
+            self.tick += 1
+            self._touch(slots[held], now)
+            if held.all():
+                return self.weights.index_select(0, torch.from_numpy(slots)), created
+            rows = torch.empty(keys.size, self.spec.dim)
+            at = torch.from_numpy(np.flatnonzero(held))
+            rows[at] = self.weights.index_select(0, torch.from_numpy(slots[held]))
+            rows[torch.from_numpy(np.flatnonzero(~held))] = initial_rows(self.spec,
+                                                                         keys[~held])
+            return rows, created
+
+    def push(self, ids: torch.Tensor, grads: torch.Tensor, max_new: int | None = None) -> int:
+        """Apply summed gradients of `ids`; returns the number of distinct rows updated.
+        Rows of ids not admitted are dropped (admit_after > 1) or created (admit_after 1;
+        more than `max_new` to create are refused, TOO_LARGE, changing nothing)."""
+        keys = ids.numpy()
+        if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):
+            unique, summed = ids, grads  # sorted and distinct already (what the SDK sends)
+        else:
+            unique, inverse = torch.unique(ids, return_inverse=True)
+            summed = torch.zeros(unique.numel(), self.spec.dim, dtype=grads.dtype)
+            summed.index_add_(0, inverse, grads)
+        keys = unique.numpy()
+        with self.lock:
+            now = self.clock()
+            self._expire(now)
+            slots = self.index.lookup(keys)
+            absent = slots < 0
+            if absent.any() and self.spec.admit_after == 1:
+                new = keys[absent]
+                self._refuse_too_many(new.size, max_new)
+                self._create(new, slots[~absent], now)
+                slots[absent] = self.index.lookup(new)
+                absent = slots < 0  # past the cap within this one request
+            if absent.any():
+                keep = np.flatnonzero(~absent)
+                slots, summed = slots[keep], summed[torch.from_numpy(keep)]
+            self._unshare()
+            self.step += 1
+            self.pushes += 1
+            self.tick += 1
+            self._touch(slots, now)
+            if slots.size:
+                self.optimizer.apply(self.weights, self.accum, torch.from_numpy(slots), summed,
+                                     self.step)
+            self._expire(now)  # this push may have put rows past ttl_steps
+            return int(slots.size)
+
+    def missing(self, ids: torch.Tensor) -> int:
+        """How many rows a pull of `ids` would create now (at most)."""
+        keys = ids.numpy()
+        with self.lock:
+            absent = distinct_in_order(keys[self.index.lookup(keys) < 0])
+            if self.sketch is None:
+                return int(absent.size)
+            estimate = self.sketch.estimate(absent)
+            return int(np.count_nonzero(estimate + 1 >= self.spec.admit_after))
+
+    def expire(self) -> None:
+        """Evict the rows whose TTL passed (the lazy expiry, run from outside a request)."""
+        with self.lock:
+            self._expire(self.clock())
+
+    # -- under the lock -------------------------------------------------------------------------
+
+    def _refuse_too_many(self, created: int, max_new: int | None) -> None:
+        if max_new is not None and created > max_new:
+            raise too_large(f"table {self.spec.name!r}: this request would create {created} "
+                            f"rows; at most {max_new} new rows per request (--max-new-rows): "
+                            "split the ids over several requests")
+
+    def _admitted(self, missing: np.ndarray, max_new: int | None) -> np.ndarray:
+        """Which of `missing` (distinct ids holding no row) this sighting admits; counts the
+        sighting of the others."""
+        if self.sketch is None:
+            self._refuse_too_many(missing.size, max_new)
+            return missing
+        estimate = self.sketch.estimate(missing) + 1
+        admit = estimate >= self.spec.admit_after
+        self._refuse_too_many(int(np.count_nonzero(admit)), max_new)
+        self.sketch.add(missing[~admit])
+        self.filtered += int(missing.size - np.count_nonzero(admit))
+        return missing[admit]
+
+    def _create(self, new: np.ndarray, protect: np.ndarray, now: float) -> int:
+        """Create rows of `new` (distinct, absent) at their initial value, evicting at the cap
+        rows other than `protect` (slots this request touches). Returns how many were made."""
+        if not new.size:
+            return 0
+        if self.row_cap:
+            over = len(self) + new.size - self.row_cap
+            if over > 0:
+                self._make_room(over, protect)
+                new = new[: max(0, self.row_cap - len(self))]
+                if not new.size:
+                    return 0
+        n = new.size
+        reused = self.free[-n:][::-1] if self.free.size else self.free
+        fresh = n - reused.size
+        self.free = self.free[: self.free.size - reused.size]
+        slots = np.concatenate([reused, np.arange(self.high, self.high + fresh, dtype=np.int64)])
+        self._reserve(self.high + fresh)
+        if reused.size:
+            self._unshare()  # a view may read those slots: they held evicted rows
+        self.high += fresh
+        at = torch.from_numpy(slots)
+        self.weights[at] = initial_rows(self.spec, new)
+        if self.accum is not None:
+            self.accum[at] = self.optimizer.initial_accumulator_value
+        self.ids[slots] = new
+        self.counts[slots] = 0
+        self.steps[slots] = self.pushes
+        self.ticks[slots] = self.tick
+        self.touched[slots] = now
+        self.dirty[slots] = True
+        self.index.insert(new, slots)
+        self.admitted += n
+        self._note_deadline(slots)
+        return n
+
+    def _make_room(self, over: int, protect: np.ndarray) -> None:
+        live = self._live()
+        if protect.size:
+            live = live[~np.isin(live, protect)]
+        count = max(over, math.ceil(self.row_cap * EVICT_BATCH))
+        self._evict(victims(live, count, self.spec.evict, self.counts, self.ticks), Cause.CAP)
+
+    def _evict(self, slots: np.ndarray, cause: Cause) -> None:
+        if not slots.size:
+            return
+        gone = self.ids[slots].copy()
+        self.index.delete(gone)
+        self.ids[slots] = -1
+        self.dirty[slots] = False
+        self.free = np.concatenate([self.free, slots])
+        self.evicted[cause] += int(slots.size)
+        if self.needs_full:
+            return
+        self.evicted_ids.append(gone)
+        self._evicted_pending += gone.size
+        if self._evicted_pending > max(len(self), 1024):
+            # a delta would hold more evicted ids than a full file holds rows, and a PS that
+            # writes no deltas would keep them forever: forget them, the next file is full
+            self.evicted_ids, self._evicted_pending, self.needs_full = [], 0, True
+
+    def _touch(self, slots: np.ndarray, now: float) -> None:
+        # fancy-index += counts an id repeated within one request once: one touch a request
+        self.counts[slots] += 1
+        self.steps[slots] = self.pushes
+        self.ticks[slots] = self.tick
+        self.touched[slots] = now
+        self.dirty[slots] = True
+
+    def _live(self) -> np.ndarray:
+        return np.flatnonzero(self.ids[: self.high] >= 0)
+
+    def _note_deadline(self, slots: np.ndarray) -> None:
+        """New rows can expire no earlier than rows already held: only a first row sets the
+        deadlines (touches only move deadlines later)."""
+        spec = self.spec
+        if not (spec.ttl_steps or spec.ttl_s) or not slots.size:
+            return
+        step, at = next_expiry(slots, self.steps, self.touched, ttl_steps=spec.ttl_steps,
+                               ttl_s=spec.ttl_s)
+        if step is not None and (self._next_step is None or step < self._next_step):
+            self._next_step = step
+        if at is not None and (self._next_time is None or at < self._next_time):
+            self._next_time = at
+
+    def _expire(self, now: float) -> None:
+        spec = self.spec
+        if not (spec.ttl_steps or spec.ttl_s):
+            return
+        due = self._next_step is not None and self.pushes >= self._next_step
+        if (not due and self._next_time is not None and now >= self._next_time
+                and now - self._last_sweep >= TIME_SWEEP_S):
+            due = True
+        if not due:
+            return
+        self._last_sweep = now
+        live = self._live()
+        gone = expired(live, self.steps, self.touched, pushes=self.pushes, now=now,
+                       ttl_steps=spec.ttl_steps, ttl_s=spec.ttl_s)
+        self._evict(gone, Cause.TTL)
+        rest = live[~np.isin(live, gone)] if gone.size else live
+        self._next_step, self._next_time = next_expiry(
+            rest, self.steps, self.touched, ttl_steps=spec.ttl_steps, ttl_s=spec.ttl_s)
+
+    def _unshare(self) -> None:
+        """Before changing weights in place: copy them when an open snapshot view reads them."""
+        if self.snaps:
+            if any(not pin.done for pin in self.snaps):
+                self.weights = self.weights.clone()
+                if self.accum is not None:
+                    self.accum = self.accum.clone()
+            self.snaps = []
+
+    def _reserve(self, needed: int) -> None:
+        capacity = self.weights.shape[0]
+        if needed <= capacity:
+            return
+        capacity = max(needed, capacity * 2)
+        if self.row_cap:
+            capacity = max(needed, min(capacity, self.row_cap))
+        self.ids = _grown_np(self.ids, capacity, -1)
+        for name in _META + ("dirty",):
+            setattr(self, name, _grown_np(getattr(self, name), capacity, 0))
+        self.weights = _grown(self.weights, capacity)
+        if self.accum is not None:
+            self.accum = _grown(self.accum, capacity)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+
+    def export(self, pin=None) -> dict:
+        """The rows, with their metadata and the counters (see files.export)."""
+        return files.export(self, pin)
+
+    def delta(self) -> dict:
+        """The rows touched and the ids evicted since the last `mark_clean` (files.delta)."""
+        return files.delta(self)
+
+    def mark_clean(self) -> None:
+        """Everything up to now is in a checkpoint file."""
+        with self.lock:
+            self.dirty[:] = False
+            self.evicted_ids, self._evicted_pending, self.needs_full = [], 0, False
+
+    def restore(self, state: dict) -> None:
+        """Adopt a full export (files.restore)."""
+        files.restore(self, state)
+
+    def apply_delta(self, state: dict) -> None:
+        """Apply a delta on top of this table (files.apply_delta)."""
+        files.apply_delta(self, state)
+
+    def _reset_deadlines(self) -> None:
+        spec = self.spec
+        self._next_step, self._next_time = next_expiry(
+            self._live(), self.steps, self.touched, ttl_steps=spec.ttl_steps, ttl_s=spec.ttl_s)
+        self._last_sweep = -math.inf
+
+    def rows(self) -> dict[int, tuple]:
+        """{id: (weights, accum or None, count, step)} (files.contents; for tests)."""
+        return files.contents(self)
+
+
+def row_share(max_rows: int, num_ps: int) -> int:
+    """This PS's share of a table's `max_rows` (0: no cap): max_rows / num_ps rounded up, so
+    the rows held over all PS never exceed max_rows + num_ps - 1."""
+    return -(-max_rows // max(1, num_ps)) if max_rows else 0
+
+
+def _grown(t: torch.Tensor, capacity: int) -> torch.Tensor:
+    out = torch.empty(capacity, t.shape[1], dtype=t.dtype)
+    out[: t.shape[0]] = t
+    return out
+
+
+def _grown_np(a: np.ndarray, capacity: int, fill) -> np.ndarray:
+    out = np.full(capacity, fill, dtype=a.dtype)
+    out[: a.size] = a
+    return out
