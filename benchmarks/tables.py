@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 from ps.checkpoint import CheckpointDir, Checkpointer
-from ps.embedding import TableSpec
+from pswire.tables import TableSpec
 from ps.limits import Limits
-from ps.optim import make_config
+from pswire.optimizers import make_config
 from ps.params import ParamStore
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)

@@ -14,7 +14,7 @@ import torch
 
 from ps.checkpoint import CheckpointDir, Checkpointer
 from pswire.tables import TableSpec
-from ps.optim import make_config
+from pswire.optimizers import make_config
 from ps.params import ParamStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,7 +129,7 @@ CHILD = textwrap.dedent("""
     import sys, numpy as np, torch
     from ps.checkpoint import CheckpointDir, Checkpointer
     from pswire.tables import TableSpec
-    from ps.optim import make_config
+    from pswire.optimizers import make_config
     from ps.params import ParamStore
 
     def step_ids(k):

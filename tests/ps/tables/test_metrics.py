@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from pswire.tables import TableSpec
 from ps.metrics import PSCollector
-from ps.optim import make_config
+from pswire.optimizers import make_config
 from ps.params import ParamStore
 
 

@@ -7,8 +7,8 @@ import torch
 from pswire.tables import TableSpec
 from ps.server import status_view
 from rpckit.errors import ServiceError
-from worker_sdk.ps_client import ElasticEmbedding
-from worker_sdk.ps_data import DataClient
+from worker_sdk.ps.client import ElasticEmbedding
+from worker_sdk.ps.data_client import DataClient
 
 
 @pytest.mark.parametrize("field,value", [

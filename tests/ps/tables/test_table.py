@@ -9,7 +9,7 @@ from ps.embedding import initial_rows
 from pswire.tables import TableSpec
 from ps.optim import RowOptimizer
 from ps.params import ParamStore
-from ps.optim import make_config
+from pswire.optimizers import make_config
 from ps.tables.eviction import Cause
 from ps.tables.table import Table, row_share
 from rpckit.errors import ServiceError
