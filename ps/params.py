@@ -45,8 +45,9 @@ from rpckit.errors import (Reason, ServiceError, invalid, not_found, preconditio
                            unavailable)
 from .gate import Gate
 from .snapshots import Snapshots
-from .steps import Steps
+from .steps import StepParts, Steps
 from .limits import Limits, check_names
+from .model_match import first_difference, shape_of
 from .optim import RowOptimizer, make_dense, step_dense
 from pswire.optimizers import row_config, validate_dense
 from pswire.partition import MAX_ROW_ID
@@ -65,7 +66,7 @@ def _copy_export(t: torch.Tensor):
     return t.clone(), None
 
 
-class ParamStore(Snapshots, Steps):
+class ParamStore:
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
                  applied_capacity: int = 100_000, limits: Limits | None = None):
         self.index = index
@@ -83,7 +84,32 @@ class ParamStore(Snapshots, Steps):
         self.tables: dict[str, Table] = {}
         self.table_cfgs: dict[str, dict] = {}
         self.stopping = False
+        # parts of the store, each handed the store: snapshots and restores, Step requests
+        self.snapshots = Snapshots(self)
+        self.steps = Steps(self)
         self.restores = 0  # snapshots restored over the state (a checkpoint, a primary's copy)
+
+    # -- what the parts do --------------------------------------------------------------------
+
+    def step(self, client_id: str, seq: int, parts: StepParts, export) -> dict:
+        """A Step: the mutations once, then the reads (ps/steps.py)."""
+        return self.steps.step(client_id, seq, parts, export)
+
+    def snapshot(self) -> dict:
+        """A consistent, self-contained copy of everything a restart needs (ps/snapshots.py)."""
+        return self.snapshots.snapshot()
+
+    def snapshot_view(self, delta: bool = False, clean: bool = False):
+        """A consistent, pinned view of the live state, inside a `with` (ps/snapshots.py)."""
+        return self.snapshots.snapshot_view(delta, clean)
+
+    def restore(self, state: dict) -> None:
+        """Replace the whole state by a snapshot's (ps/snapshots.py)."""
+        self.snapshots.restore(state)
+
+    def apply_delta(self, state: dict) -> None:
+        """Apply a delta view on top of the restored state (ps/snapshots.py)."""
+        self.snapshots.apply_delta(state)
 
     # -- init ---------------------------------------------------------------------------------
 
@@ -114,7 +140,7 @@ class ParamStore(Snapshots, Steps):
         with self.gate.shared(), self._init_lock:
             self._refuse_if_stopping()
             if self.initialized:
-                mismatch = self._mismatch(tensors, optimizer, checked)
+                mismatch = first_difference(self, tensors, optimizer, checked)
                 if mismatch:
                     raise precondition(Reason.MODEL_MISMATCH, f"PS {self.index} holds another "
                                        f"model: {mismatch}. The first InitParameters won; "
@@ -133,34 +159,6 @@ class ParamStore(Snapshots, Steps):
             self.optimizer_cfg = dict(optimizer)
             self.initialized = True
             return True, self.versions(), "initialized"
-
-    def _mismatch(self, tensors, optimizer, tables) -> str:
-        """The first difference between the model held here and the one declared ('' if
-        none), quoting at most a short prefix of the client's names."""
-        theirs = dict(tensors)
-        for name in sorted(set(self.dense) | set(theirs)):
-            d, t = self.dense.get(name), theirs.get(name)
-            if d is None:
-                return f"tensor {quote(name)} is not held here"
-            if t is None:
-                return f"tensor {quote(name)} {_shape(d.value)} held here was not declared"
-            if t.shape != d.value.shape or t.dtype != d.value.dtype:
-                return f"tensor {quote(name)} is {_shape(d.value)} here, declared {_shape(t)}"
-        if optimizer != self.optimizer_cfg:
-            return f"the optimizer is {self.optimizer_cfg} here, declared {optimizer}"
-        declared = {spec.name: (spec, cfg) for spec, cfg in tables}
-        for name in sorted(set(self.tables) | set(declared)):
-            if name not in declared:
-                return f"table {quote(name)} held here was not declared"
-            spec, cfg = declared[name]
-            if name not in self.tables:
-                return f"table {quote(name)} is not held here"
-            if spec != self.tables[name].spec:
-                return f"table {quote(name)} is {self.tables[name].spec} here, declared {spec}"
-            if cfg != self.table_cfgs[name]:
-                return (f"table {quote(name)} has optimizer {self.table_cfgs[name]} here, "
-                        f"declared {cfg}")
-        return ""
 
     # -- dense --------------------------------------------------------------------------------
 
@@ -235,7 +233,7 @@ class ParamStore(Snapshots, Steps):
                                 "tensor (pswire.partition)")
             if tuple(shape) != tuple(d.value.shape) or dtype != d.value.dtype:
                 raise invalid(f"gradient of {quote(name)} is {DTYPE_NAMES.get(dtype)}"
-                              f"{list(shape)}, the tensor is {_shape(d.value)}")
+                              f"{list(shape)}, the tensor is {shape_of(d.value)}")
 
     def _at_most_once(self, client_id: str, seq: int, apply, defaults) -> dict:
         """Run `apply` once per (client_id, seq): a retry gets the first answer back, marked
@@ -335,7 +333,7 @@ class ParamStore(Snapshots, Steps):
         on a copy when a snapshot view still reads it)."""
         if d.snaps:
             if any(not pin.done for pin in d.snaps):
-                self._copy_for_snapshot(d)  # protects every open view at once
+                self.snapshots.copy_for_snapshot(d)  # protects every open view at once
             d.snaps = []
         if d.pins:
             self._unpin(d)
@@ -415,10 +413,6 @@ class ParamStore(Snapshots, Steps):
         """From now on refuse every mutation (UNAVAILABLE), after those in flight finished."""
         with self.gate.exclusive():
             self.stopping = True
-
-def _shape(t: torch.Tensor) -> str:
-    return f"{DTYPE_NAMES.get(t.dtype, t.dtype)}{list(t.shape)}"
-
 
 def table_specs(tables: Iterable) -> list[tuple[TableSpec, dict | None]]:
     """Normalize tables given as TableSpec, dicts or (TableSpec, optimizer cfg) pairs."""

@@ -3,7 +3,7 @@
 A snapshot view is taken under the store's exclusive gate and only takes references: the live
 tensors, optimizer states and table rows, pinned. The first change to a pinned tensor or table
 while a view is open copies it first (copy on write), so a checkpoint or a backup's copy reads
-the state at the snapshot while pushes and pulls go on. `ParamStore` mixes this in.
+the state at the snapshot while pushes and pulls go on. A `ParamStore` holds one (`store.snapshots`).
 """
 from __future__ import annotations
 
@@ -39,9 +39,13 @@ class SnapshotPin:
 
 
 class Snapshots:
-    """Snapshot and restore for `ParamStore` (which owns the attributes used here)."""
+    """Snapshot and restore of a `ParamStore`: a part of the store, handed the store whose
+    tensors, tables, gate and tables of applied requests it reads and replaces."""
 
-    def _copy_for_snapshot(self, d: Dense) -> None:
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def copy_for_snapshot(self, d: Dense) -> None:
         """Under d.lock: move the tensor and its optimizer state to fresh memory, leaving
         what the snapshot view references untouched (the optimizer updates its state in
         place: exp_avg, sum, even Adam's step counter)."""
@@ -51,8 +55,8 @@ class Snapshots:
             for key, value in list(state.items()):
                 if isinstance(value, torch.Tensor):
                     state[key] = value.clone()
-        with self._stats_lock:
-            self.stats.snapshot_copies += 1
+        with self.store._stats_lock:
+            self.store.stats.snapshot_copies += 1
 
     def snapshot(self) -> dict:
         """A consistent, self-contained copy of everything a restart needs (pushes entirely
@@ -69,10 +73,10 @@ class Snapshots:
         (ps.tables.table.Table.delta); `clean`: this view becomes that file (a checkpoint's)."""
         pin = SnapshotPin()
         try:
-            with self.gate.exclusive():
+            with self.store.gate.exclusive():
                 state = self._view_locked(pin, delta)
                 if clean:
-                    for t in self.tables.values():
+                    for t in self.store.tables.values():
                         t.mark_clean()
             yield state
         finally:
@@ -80,8 +84,8 @@ class Snapshots:
 
     def _view_locked(self, pin: SnapshotPin, delta: bool = False) -> dict:
         dense = []
-        for name in sorted(self.dense):
-            d = self.dense[name]
+        for name in sorted(self.store.dense):
+            d = self.store.dense[name]
             with d.lock:
                 d.snaps = [p for p in d.snaps if not p.done] + [pin]
                 optim = d.optimizer.state_dict()
@@ -91,24 +95,24 @@ class Snapshots:
                 dense.append({"name": name, "value": d.value.detach(), "version": d.version,
                               "pushes": d.pushes, "optim": optim})
         tables = []
-        for name in sorted(self.tables):
-            t = self.tables[name]
-            tables.append({"spec": asdict(t.spec), "optimizer": dict(self.table_cfgs[name]),
+        for name in sorted(self.store.tables):
+            t = self.store.tables[name]
+            tables.append({"spec": asdict(t.spec), "optimizer": dict(self.store.table_cfgs[name]),
                            **(t.delta() if delta else t.export(pin))})
         return {
-            "format": FORMAT, "index": self.index, "num_ps": self.num_ps,
-            "initialized": self.initialized, "optimizer": self.optimizer_cfg,
-            "dense": dense, "tables": tables, "applied": self.applied.export(),
-            "stats": {"pushes": self.stats.pushes, "row_pushes": self.stats.row_pushes},
+            "format": FORMAT, "index": self.store.index, "num_ps": self.store.num_ps,
+            "initialized": self.store.initialized, "optimizer": self.store.optimizer_cfg,
+            "dense": dense, "tables": tables, "applied": self.store.applied.export(),
+            "stats": {"pushes": self.store.stats.pushes, "row_pushes": self.store.stats.row_pushes},
         }
 
     def restore(self, state: dict) -> None:
         """Replace everything with a snapshot (at start, before serving)."""
         if state.get("format") != FORMAT:
             raise ValueError(f"checkpoint format {state.get('format')} is not {FORMAT}")
-        if (state["index"], state["num_ps"]) != (self.index, self.num_ps):
+        if (state["index"], state["num_ps"]) != (self.store.index, self.store.num_ps):
             raise ValueError(f"checkpoint is of PS {state['index']} of {state['num_ps']}, this "
-                             f"is PS {self.index} of {self.num_ps}")
+                             f"is PS {self.store.index} of {self.store.num_ps}")
         dense = {}
         cfg = state["optimizer"]
         for row in state["dense"]:
@@ -121,35 +125,35 @@ class Snapshots:
             spec = TableSpec(**row["spec"])
             # the table adopts the checkpoint's tensors: no second copy of the rows
             table = Table(spec, RowOptimizer.from_config(row["optimizer"]), capacity=0,
-                          row_cap=row_share(spec.max_rows, self.num_ps))
+                          row_cap=row_share(spec.max_rows, self.store.num_ps))
             table.restore(row)
             tables[spec.name] = table
             table_cfgs[spec.name] = dict(row["optimizer"])
-        self.dense, self.tables, self.table_cfgs = dense, tables, table_cfgs
-        self.optimizer_cfg = dict(cfg) if cfg else None
-        self.initialized = bool(state["initialized"])
-        self.applied.restore(state["applied"])
-        self.stats.pushes = int(state.get("stats", {}).get("pushes", 0))
-        self.stats.row_pushes = int(state.get("stats", {}).get("row_pushes", 0))
-        self.restores += 1
+        self.store.dense, self.store.tables, self.store.table_cfgs = dense, tables, table_cfgs
+        self.store.optimizer_cfg = dict(cfg) if cfg else None
+        self.store.initialized = bool(state["initialized"])
+        self.store.applied.restore(state["applied"])
+        self.store.stats.pushes = int(state.get("stats", {}).get("pushes", 0))
+        self.store.stats.row_pushes = int(state.get("stats", {}).get("row_pushes", 0))
+        self.store.restores += 1
 
     def apply_delta(self, state: dict) -> None:
         """Apply a delta view (`snapshot_view(delta=True)`) on top of the restored state: the
         dense part, the applied table and the stats are replaced, the tables' changed rows
         written and evicted rows dropped (at start, before serving)."""
-        tables, cfgs = self.tables, self.table_cfgs
-        restores = self.restores
+        tables, cfgs = self.store.tables, self.store.table_cfgs
+        restores = self.store.restores
         self.restore({**state, "tables": []})
-        self.tables, self.table_cfgs, self.restores = tables, cfgs, restores
+        self.store.tables, self.store.table_cfgs, self.store.restores = tables, cfgs, restores
         for row in state["tables"]:
             name = row["spec"]["name"]
-            if name not in self.tables:  # declared after the full snapshot
+            if name not in self.store.tables:  # declared after the full snapshot
                 spec = TableSpec(**row["spec"])
-                self.tables[name] = Table(spec, RowOptimizer.from_config(row["optimizer"]),
+                self.store.tables[name] = Table(spec, RowOptimizer.from_config(row["optimizer"]),
                                           capacity=0,
-                                          row_cap=row_share(spec.max_rows, self.num_ps))
-                self.table_cfgs[name] = dict(row["optimizer"])
-            self.tables[name].apply_delta(row)
+                                          row_cap=row_share(spec.max_rows, self.store.num_ps))
+                self.store.table_cfgs[name] = dict(row["optimizer"])
+            self.store.tables[name].apply_delta(row)
 
 
 def _cloned(obj):

@@ -44,7 +44,11 @@ class StepParts:
 
 
 class Steps:
-    """ParamStore's `step` (a mixin: it uses the store's checks and at-most-once table)."""
+    """A `ParamStore`'s Step requests: a part of the store, handed the store whose checks,
+    tensors, tables and at-most-once table it uses."""
+
+    def __init__(self, store) -> None:
+        self.store = store
 
     def step(self, client_id: str, seq: int, parts: StepParts, export) -> dict:
         """Apply the mutations once, then read. Returns the answer: {code, message, reason,
@@ -54,30 +58,30 @@ class Steps:
         self._check_step(parts)
         answer = {"code": "OK", "message": "", "duplicate": False}
         if parts.mutates:
-            answer = self._at_most_once(client_id, seq, lambda: self._apply_step(parts),
+            answer = self.store._at_most_once(client_id, seq, lambda: self._apply_step(parts),
                                         lambda: {"rows": [0] * len(parts.rows)})
             if answer["code"] != "OK":
                 return answer
         if parts.pull is not None:
-            answer["pulled"] = self.pull(parts.pull, export)
+            answer["pulled"] = self.store.pull(parts.pull, export)
         # checked above; a table's pull takes its lock, so it sees each row push whole
-        answer["pulled_rows"] = [self.tables[table].pull(ids, self.limits.max_new_rows)
+        answer["pulled_rows"] = [self.store.tables[table].pull(ids, self.store.limits.max_new_rows)
                                  for table, ids in parts.pull_rows]
         if parts.pull_rows:
-            self.stats.row_pulls += len(parts.pull_rows)
+            self.store.stats.row_pulls += len(parts.pull_rows)
         return answer
 
     def _check_step(self, parts: StepParts) -> None:
-        self._require_init()
+        self.store._require_init()
         if parts.grads is not None:
-            self._validate_push([(n, g.shape, g.dtype) for n, g in parts.grads], parts.versions)
+            self.store._validate_push([(n, g.shape, g.dtype) for n, g in parts.grads], parts.versions)
             for name, g in parts.grads:
                 require_finite(g, f"the gradient of {quote(name)}")
         tables = [t for t, _, _ in parts.rows]
-        check_names(tables, self.limits, "a Step's row pushes")
+        check_names(tables, self.store.limits, "a Step's row pushes")
         for table, ids, grads in parts.rows:
-            spec = self.table(table).spec
-            self._check_ids(ids, table)
+            spec = self.store.table(table).spec
+            self.store._check_ids(ids, table)
             if grads.dtype != torch.float32 or tuple(grads.shape) != (ids.numel(), spec.dim):
                 raise invalid(f"table {table!r}: gradients must be float32 [{ids.numel()}, "
                               f"{spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}"
@@ -85,19 +89,19 @@ class Steps:
             require_finite(grads, f"the row gradients of table {quote(table)}")
             self._check_new_rows(table, ids)
         if parts.pull is not None:
-            check_names(parts.pull, self.limits, "a Step's pull")
-            self._require_tensors(parts.pull)
-        check_names([t for t, _ in parts.pull_rows], self.limits, "a Step's row pulls")
+            check_names(parts.pull, self.store.limits, "a Step's pull")
+            self.store._require_tensors(parts.pull)
+        check_names([t for t, _ in parts.pull_rows], self.store.limits, "a Step's row pulls")
         for table, ids in parts.pull_rows:
-            self.table(table)
-            self._check_ids(ids, table)
+            self.store.table(table)
+            self.store._check_ids(ids, table)
             self._check_new_rows(table, ids)
 
     def _check_new_rows(self, table: str, ids: torch.Tensor) -> None:
         """Refuse now what would be refused half-way (--max-new-rows): after the push."""
-        limit = self.limits.max_new_rows
+        limit = self.store.limits.max_new_rows
         if ids.numel() > limit:
-            created = self.tables[table].missing(ids)
+            created = self.store.tables[table].missing(ids)
             if created > limit:
                 raise too_large(f"table {table!r}: this step would create {created} rows; at "
                                 f"most {limit} new rows per request (--max-new-rows): split "
@@ -106,16 +110,16 @@ class Steps:
     def _apply_step(self, parts: StepParts) -> dict:
         answer = {"code": "OK", "message": ""}
         if parts.grads is not None:
-            pushed = self._apply(parts.grads, parts.versions, parts.checked)
+            pushed = self.store._apply(parts.grads, parts.versions, parts.checked)
             if pushed["code"] != "OK":  # refused as stale: nothing of the step is applied
                 return {**pushed, "push": pushed, "rows": [0] * len(parts.rows)}
             answer["push"] = pushed
         counts = []
         for table, ids, grads in parts.rows:
-            counts.append(self.tables[table].push(ids, grads, self.limits.max_new_rows))
+            counts.append(self.store.tables[table].push(ids, grads, self.store.limits.max_new_rows))
         if counts:
-            with self._stats_lock:
-                self.stats.row_pushes += len(counts)
+            with self.store._stats_lock:
+                self.store.stats.row_pushes += len(counts)
         answer["rows"] = counts
         return answer
 
