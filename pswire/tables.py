@@ -34,6 +34,15 @@ class TableSpec:
     ttl_steps: int = 0       # ... or this many of the table's pushes; 0: never
     evict: str = "lru"       # which rows make room at max_rows: "lru" or "lfu"
 
+    @property
+    def stateful_reads(self) -> bool:
+        """Whether a pull of this table changes what the PS holds beyond creating rows at
+        their initial values: it counts a sighting (admission), may evict at the cap, and
+        moves the touch order that LRU/LFU and the TTL read. Such pulls are replicated to
+        backups in order, like pushes, so a backup holds the same rows."""
+        return (self.max_rows > 0 or self.admit_after > 1 or self.ttl_s > 0
+                or self.ttl_steps > 0)
+
     def check(self) -> None:
         if not self.name:
             raise invalid("a table needs a name")

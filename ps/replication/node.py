@@ -39,13 +39,18 @@ log = logging.getLogger(__name__)
 MUTATIONS = frozenset({"init_parameters", "push", "push_rows", "step"})
 
 
-def mutates(kind: str, req: ps_pb2.DataRequest) -> bool:
+def mutates(kind: str, req: ps_pb2.DataRequest, stateful=lambda table: False) -> bool:
     """Whether a client request may change the model: a push's staleness check
-    (Push.check_only) does not, nor a Step of reads only."""
+    (Push.check_only) does not, nor a Step of reads only, unless it pulls rows of a table
+    whose reads change it (`stateful(table)`: admission, a cap, a TTL; see
+    pswire.tables.TableSpec.stateful_reads)."""
     if kind == "push":
         return not req.push.check_only
     if kind == "step":
-        return req.step.HasField("push") or len(req.step.push_rows) > 0
+        return (req.step.HasField("push") or len(req.step.push_rows) > 0
+                or any(stateful(r.table) for r in req.step.pull_rows))
+    if kind == "pull_rows":
+        return stateful(req.pull_rows.table)
     return kind in MUTATIONS
 
 
@@ -107,9 +112,11 @@ class ReplicaNode:
                          f"request names {req.generation}: this PS was deposed")
         if kind == "follow":
             return self._follow(primary, req)
-        if self.replicas > 0 and mutates(kind, req):
+        if self.replicas > 0 and mutates(kind, req, self._stateful_reads):
+            reads_change = kind == "step" and any(self._stateful_reads(r.table)
+                                                  for r in req.step.pull_rows)
             return primary.mutate(req, header, frames,
-                                  lambda: self.handlers.handle(kind, req, frames))
+                                  lambda: self.handlers.handle(kind, req, frames), reads_change)
         return self.handlers.handle(kind, req, frames)
 
     def _follow(self, primary: Primary, req: ps_pb2.DataRequest) -> list:
@@ -182,10 +189,17 @@ class ReplicaNode:
         kind = inner.WhichOneof("body")
         if kind == "step":  # a backup applies the mutations; the reads were the primary's
             step = inner.step
-            frames = frames[:len(frames) - len(step.pull_rows)]
             step.ClearField("pull")
-            del step.pull_rows[:]
+            if not any(self._stateful_reads(r.table) for r in step.pull_rows):
+                frames = frames[:len(frames) - len(step.pull_rows)]
+                del step.pull_rows[:]
+            # else the row pulls change the tables (sightings, evictions, touch order):
+            # the backup makes them too, in the same order, and drops the rows read
         return self.handlers.handle(kind, inner, frames)
+
+    def _stateful_reads(self, table: str) -> bool:
+        t = self.store.tables.get(table)
+        return t is not None and t.spec.stateful_reads
 
     def _primary_silent(self) -> None:
         self.urgent.set()

@@ -161,15 +161,17 @@ class Primary:
     # -- the data path --------------------------------------------------------------------------
 
     def mutate(self, req: ps_pb2.DataRequest, header: bytes, frames: list,
-               dispatch: Callable[[], list]) -> list:
+               dispatch: Callable[[], list], reads_change: bool = False) -> list:
         """Apply (dispatch) in the one order, forward, and answer once the backups have it,
-        all under a valid lease."""
+        all under a valid lease. reads_change: the request's row pulls change tables (see
+        ReplicaNode), so a retried Step answered as a duplicate is forwarded too: the backup's
+        at-most-once table skips its mutations as this one did, and makes the same reads."""
         self.lease.wait_valid(LEASE_WAIT_S, lambda: self.fenced)
         with self.order:
             self._refuse_if_fenced()
             self._refuse_without_lease("nothing was applied")
             reply = dispatch()
-            if self.followers and _changed(req, reply):
+            if self.followers and _changed(req, reply, reads_change):
                 self.seq += 1
                 for f in list(self.followers.values()):
                     msg = ps_pb2.DataRequest(token=self.token, replicate=ps_pb2.Replicate(
@@ -346,9 +348,9 @@ class Primary:
             self._detach(f)
 
 
-def _changed(req: ps_pb2.DataRequest, reply: list) -> bool:
+def _changed(req: ps_pb2.DataRequest, reply: list, reads_change: bool = False) -> bool:
     """Whether a mutation's answer says it took effect now (not a duplicate's stored answer,
-    not a refusal that changed nothing)."""
+    unless its reads change tables, and not a refusal that changed nothing)."""
     resp = ps_pb2.DataResponse.FromString(_bytes(reply[0]))
     kind = resp.WhichOneof("body")
     if kind == "push":
@@ -356,9 +358,11 @@ def _changed(req: ps_pb2.DataRequest, reply: list) -> bool:
     if kind == "push_rows":
         return not resp.push_rows.duplicate and resp.code == 0
     if kind == "step":  # as a push: OK, or refused stale (kept in the at-most-once table)
-        return not resp.step.push.duplicate and resp.code in (0, 9)
+        return (reads_change or not resp.step.push.duplicate) and resp.code in (0, 9)
     if kind == "init_parameters":
         return resp.init_parameters.initialized
+    if kind == "pull_rows":  # of a table whose reads change it (ReplicaNode forwards only those)
+        return resp.code == 0
     return False
 
 

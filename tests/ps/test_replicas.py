@@ -143,6 +143,40 @@ def test_steps_are_replicated_whole_and_survive_the_primary(launcher):
     assert [t.version for t in ps_status(backup).tensors] == [60]
 
 
+def _table_facts(proc) -> tuple:
+    t = ps_status(proc).tables[0]
+    return t.rows, t.admitted, t.filtered, dict(t.evicted)
+
+
+def test_a_backup_holds_the_same_bounded_table_rows_as_its_primary(launcher):
+    """A bounded table's reads change it (sightings for admission, evictions at the cap, the
+    touch order): they go through the replication order too, so the backup admits and evicts
+    the same rows. Without that it admits nothing (only pulls count sightings) and drops
+    every row push, and the promoted backup answers initial values."""
+    from pswire.tables import TableSpec
+
+    master, primary, backup = start_pair(launcher)
+    spec = TableSpec("t", 2, initializer="zeros", admit_after=2, max_rows=4)
+    with DataClient(master=master.address, timeout_s=5, max_attempts=20) as client:
+        client.init_parameters({"w": torch.zeros(1)}, "sgd", lr=1.0, tables=[spec])
+        for first in range(0, 12, 2):  # a stream of ids over a cap of 4 rows
+            ids = torch.tensor([first, first + 1, 1])
+            client.pull_rows("t", ids)              # first sighting of the new ids
+            client.step(pull_rows={"t": ids})       # second: admitted (a Step of reads only)
+            client.push_rows("t", ids, -torch.ones(3, 2))
+        ids = torch.arange(12)
+        before = client.pull_rows("t", ids)
+        wait_until("the backup caught up", lambda: _table_facts(backup) ==
+                   _table_facts(primary), timeout=10)
+        facts = _table_facts(primary)
+        assert facts[0] == 4 and facts[3].get("cap", 0) > 0  # capped, so rows were evicted
+        assert (before != 0).any()  # trained rows are held
+        primary.kill(signal.SIGKILL)
+        after = client.pull_rows("t", ids)
+        assert client.generations == [2]
+    assert torch.equal(after, before)
+
+
 def test_a_backup_whose_primary_refuses_its_token_exits_1_naming_its_source(launcher):
     """Not retried: the backup stops at the first refusal (the master here takes no token, so
     only the primary tells the two tokens apart)."""

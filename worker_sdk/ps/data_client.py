@@ -43,7 +43,6 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 import torch
-import zmq
 
 from protos import ps_pb2
 from pswire import partition
@@ -65,25 +64,11 @@ __all__ = ["DataClient", "PendingCall", "PushOutcome", "StaleGradient", "StepOut
 
 
 class DataClient:
-    def __init__(self, endpoints: Sequence[str] | None = None, *, master: str | None = None,
-                 client_id: str | None = None, timeout_s: float = 10.0, max_attempts: int = 8,
-                 backoff_s: float = 0.05, max_backoff_s: float = 2.0,
-                 retry_budget_s: float = RETRY_BUDGET_S,
-                 discovery_timeout_s: float = 30.0, context: zmq.Context | None = None,
-                 prefer_local: bool = True, tls_ca: str | None = None,
-                 auth_token: str | None = None, server_keys: Sequence[str] | None = None):
-        """timeout_s: how long one try waits for an answer; a call gives up (PSUnavailable)
-        after `retry_budget_s` seconds or `max_attempts` tries, whichever comes first.
-        tls_ca, auth_token: for the master's ListPS and (the token) every data request;
-        None: ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN(_FILE). server_keys: with `endpoints`,
-        each PS's CURVE public key when its data plane is encrypted (GetPSStatus tells it);
-        with `master`, they come from ListPS."""
-        self.exchange = Exchange(
-            endpoints, master=master, client_id=client_id, timeout_s=timeout_s,
-            max_attempts=max_attempts, backoff_s=backoff_s, max_backoff_s=max_backoff_s,
-            retry_budget_s=retry_budget_s, discovery_timeout_s=discovery_timeout_s,
-            context=context, prefer_local=prefer_local, tls_ca=tls_ca, auth_token=auth_token,
-            server_keys=server_keys)
+    def __init__(self, endpoints: Sequence[str] | None = None, **options):
+        """endpoints (tcp://host:port per PS) or master=: where the PS set is; the other
+        options (timeouts, retries, TLS and token, server keys) are `Exchange`'s
+        (worker_sdk/ps/exchange.py), which sends this client's requests."""
+        self.exchange = Exchange(endpoints, **options)
         self.owner: dict[str, int] = {}       # dense tensor name -> PS index
         self.versions: dict[str, int] = {}    # versions of the last pull, per tensor
         # PS index -> whether it refuses stale pushes (learnt from init and pull answers);

@@ -76,7 +76,8 @@ class Exchange:
                  discovery_timeout_s: float = 30.0, context: zmq.Context | None = None,
                  prefer_local: bool = True, tls_ca: str | None = None,
                  auth_token: str | None = None, server_keys: Sequence[str] | None = None):
-        """timeout_s: how long one try waits for an answer; a call gives up (PSUnavailable)
+        """endpoints or master: where the PS set is (exactly one of them).
+        timeout_s: how long one try waits for an answer; a call gives up (PSUnavailable)
         after `retry_budget_s` seconds or `max_attempts` tries, whichever comes first.
         tls_ca, auth_token: for the master's ListPS and (the token) every data request;
         None: ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN(_FILE). server_keys: with `endpoints`,
