@@ -33,6 +33,7 @@ from .ha.gate import LeaderGate
 from .ha.leader import LeaderLease
 from .persistence.committer import Committer
 from .persistence.store import Store, StoreError
+from .ps.layout import SlotsMismatch
 from .ps.monitor import PSMonitor
 from .server import SERVICE, MasterServicer, register
 from .settings import MasterSettings, parse
@@ -48,7 +49,7 @@ def _core_settings(s: MasterSettings) -> Settings:
         heartbeat_interval=s.heartbeat_interval, worker_timeout=s.worker_timeout,
         max_shard_failures=s.max_shard_failures, min_workers=s.min_workers, max_wait=s.max_wait,
         ps_replicas=s.ps_replicas,
-        ps_lease_s=s.ps_lease_s,
+        ps_lease_s=s.ps_lease_s, ps_slots=s.ps_slots,
     )
 
 
@@ -133,8 +134,16 @@ def run(settings: MasterSettings) -> int:
     try:
         store = Store(settings.db)
         store.upgrade()
+        stored = store.ps_slots()
+        if stored and stored != settings.ps_slots:  # fixed for the job: refuse before leading
+            raise SlotsMismatch(
+                f"--ps-slots {settings.ps_slots} but the job on this --db has a PS layout of "
+                f"{stored} slots: the slot count is fixed for a job, since rows and tensors "
+                f"are placed by slot. Start the master with --ps-slots {stored}, or give a new "
+                "job a new --db")
     except Exception as exc:  # noqa: BLE001 - unreachable, a broken schema, gone away
-        why = exc if isinstance(exc, StoreError) else f"cannot prepare the database: {exc}"
+        why = exc if isinstance(exc, (StoreError, SlotsMismatch)) else \
+            f"cannot prepare the database: {exc}"
         print(f"elastic-master: {why}", file=sys.stderr)
         server.stop(None)
         if metrics:

@@ -45,10 +45,13 @@ def spec_from_pb(msg: pb.DatasetSpec) -> DatasetSpec:
     )
 
 
-def ps_to_pb(row: dict, lost: bool = False, replicas=None) -> pb.PSInfo:
+def ps_to_pb(row: dict, lost: bool = False, replicas=None, layout=None) -> pb.PSInfo:
     """A PS index's primary row; with `replicas` (master/ps/replicas.py) also its
-    generation and backups."""
+    generation and backups, with `layout` (master/ps/layout.py) its slot ranges."""
     info = _ps_info(row, lost)
+    if layout is not None:
+        info.slots.extend(pb.SlotRange(start=r.start, end=r.end)
+                          for r in layout.ranges(row["idx"]))
     if replicas is not None:
         info.generation = replicas.generation(row["idx"])
         info.instance = replicas.primary_instance(row["idx"])
@@ -64,3 +67,12 @@ def _ps_info(row: dict, lost: bool) -> pb.PSInfo:
                      num_ps=row["num_ps"], registered_ms=row["registered_ms"],
                      incarnation=row["incarnation"], state="lost" if lost else "alive",
                      data_public_key=row.get("data_public_key", ""))
+
+
+def layout_to_pb(layout) -> pb.PSLayoutStatus:
+    """The PS layout's state for GetStatus (master/ps/layout.py)."""
+    return pb.PSLayoutStatus(
+        layout_version=layout.version, ps_slots=layout.ps_slots, num_ps=layout.num_ps,
+        target_num_ps=layout.target, resizing=layout.resizing,
+        moves_planned=layout.moves_planned, moves_pending=len(layout.moves),
+        resize_started_ms=layout.resize_started_ms, moves_by_phase=layout.phases())

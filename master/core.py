@@ -25,6 +25,7 @@ from .datasets.spec import DatasetSpec
 from .limits import MAX_REPORTS, check_labels, check_name, check_reason, clean_message
 from .persistence.journal import Journal
 from .persistence.snapshot import Snapshot
+from .ps.layout import PSLayout, Resized
 from .ps.leases import PrimaryLeases
 from .ps.registry import PSRegistration, PSRegistry
 from .states import Cause, EventKind, Grant, Outcome, WorkerState
@@ -45,6 +46,7 @@ class Settings:
     wait_retry_ms: int = 100
     ps_replicas: int = 0  # backups asked for per PS index (master/ps/replicas.py)
     ps_lease_s: float = 2.0  # a PS primary's lease (master/ps/leases.py)
+    ps_slots: int = 1024  # hash slots of the PS layout, fixed for the job (master/ps/layout.py)
 
 
 class MasterCore:
@@ -75,8 +77,11 @@ class MasterCore:
         # primary leases count from this (re)build: see master/ps/leases.py
         leases = PrimaryLeases(self.monotonic, self.settings.ps_lease_s) \
             if self.settings.ps_replicas else None
+        # raises SlotsMismatch when the job's layout has another --ps-slots
+        layout = PSLayout(self.journal, self.settings.ps_slots, snap.ps_layout,
+                          snap.ps_slot_ranges, snap.ps_slot_moves)
         self.ps_set = PSRegistry(self.journal, self.settings.ps_replicas, snap.ps,
-                                 snap.ps_generations, snap.ps_backups, leases)
+                                 snap.ps_generations, snap.ps_backups, leases, layout)
         self.recent_ended: OrderedDict[int, tuple[str, int, str]] = OrderedDict()
         self.next_lease_id = snap.max_lease_id + 1
         self._piece_key = snap.max_piece_key
@@ -99,6 +104,10 @@ class MasterCore:
     @property
     def replicas(self):
         return self.ps_set.replicas
+
+    @property
+    def layout(self) -> PSLayout:
+        return self.ps_set.layout
 
     # ---- restore ----------------------------------------------------------------------------
 
@@ -423,3 +432,8 @@ class MasterCore:
 
     def list_ps(self) -> tuple[list[dict], int, bool]:
         return self.ps_set.listing()
+
+    def resize_ps(self, num_ps: int) -> Resized:
+        """`elastic-ctl resize-ps N`: the target PS count, its slot moves planned (durable
+        once this call is answered). Allowed with no PS up."""
+        return self.ps_set.layout.resize(num_ps)

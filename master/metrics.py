@@ -112,6 +112,21 @@ class MasterCollector:
         yield from c.values()
         yield from g.values()
         yield from (live, leases, ps)
+        yield from self._layout(core.layout)
+
+    @staticmethod
+    def _layout(layout):
+        """The PS layout (master/ps/layout.py): its version, size, target and pending moves."""
+        for name, doc, value in (
+            ("ps_layout_version", "the PS layout's version (0: none yet)", layout.version),
+            ("ps_layout_num_ps", "PS indices of the layout", layout.num_ps),
+            ("ps_target_num_ps", "the PS count resize-ps asked for", layout.target),
+            ("ps_slot_moves_pending", "slot moves the current resize has not done",
+             len(layout.moves)),
+        ):
+            gauge = GaugeMetricFamily(PREFIX + name, doc)
+            gauge.add_metric([], value)
+            yield gauge
 
 
 def time_commits(store, metrics: Metrics) -> None:

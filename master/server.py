@@ -195,13 +195,26 @@ class MasterServicer(pb_grpc.MasterServicer):
     @_guard
     def ListPS(self, request, context):
         def listing():
-            rows, num_ps, complete = self.core.list_ps()
-            return [ps_to_pb(r, r["idx"] in self.core.ps_lost, self.core.replicas)
-                    for r in rows], num_ps, complete
+            core = self.core
+            rows, num_ps, complete = core.list_ps()
+            layout = core.layout
+            return pb.ListPSResponse(
+                ps=[ps_to_pb(r, r["idx"] in core.ps_lost, core.replicas, layout) for r in rows],
+                num_ps=num_ps, complete=complete, replicas=core.settings.ps_replicas,
+                layout_version=layout.version, ps_slots=layout.ps_slots,
+                target_num_ps=layout.target,
+                joining=[ps_to_pb(r, r["idx"] in core.ps_lost, core.replicas, layout)
+                         for r in core.ps_set.joining()])
 
-        ps, num_ps, complete = self.committer.read(listing)
-        return pb.ListPSResponse(ps=ps, num_ps=num_ps, complete=complete,
-                                 replicas=self.core.settings.ps_replicas)
+        return self.committer.read(listing)
+
+    @_guard
+    def ResizePS(self, request, context):
+        done = self.committer.call(lambda: self.core.resize_ps(request.num_ps))
+        return pb.ResizePSResponse(
+            layout_version=done.version, num_ps=done.num_ps, target_num_ps=done.target,
+            moves_planned=done.moves_planned, moves_pending=done.moves_pending,
+            ps_slots=self.core.layout.ps_slots, changed=done.changed)
 
     @_guard
     def ReportReplicas(self, request, context):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pswire.slots import MAX_SLOTS
 from rpckit import auth, metrics
 from rpckit.settings import LOG_LEVELS, FlagParser, describe
 
@@ -24,6 +25,7 @@ class MasterSettings:
     ps_failover_timeout: float = 1.0
     metrics_port: int = -1
     ps_lease_s: float = 2.0
+    ps_slots: int = 1024
     log_level: str = "INFO"
     tls_cert: str = ""
     tls_key: str = ""
@@ -71,6 +73,9 @@ def parse(argv: list[str] | None = None) -> MasterSettings:
            "seconds a PS primary may answer pushes after its last contact with the master "
            "(with --ps-replicas); a backup that is not in sync takes over only once the old "
            "primary's lease ran out (plus 0.5 s)")
+    p.flag("--ps-slots", d.ps_slots,
+           f"hash slots rows and dense tensors are placed through (the PS layout), 1..{MAX_SLOTS}; "
+           "fixed for the job: a restart with another value on the same --db is refused")
     p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
     auth.add_flags(p, server=True, client=True)  # --tls-ca: the PS health checks
     return p.settings(MasterSettings, argv, check)  # bad flags: exit 2 with the reasons
@@ -102,6 +107,8 @@ def check(s: MasterSettings) -> list[str]:
         problems.append("--ps-failover-timeout must be > 0")
     if not 0.2 <= s.ps_lease_s <= 60:
         problems.append(f"--ps-lease-s must be in 0.2..60, got {s.ps_lease_s}")
+    if not 1 <= s.ps_slots <= MAX_SLOTS:
+        problems.append(f"--ps-slots must be in 1..{MAX_SLOTS}, got {s.ps_slots}")
     if s.threads < 4:
         problems.append("--threads must be >= 4")
     return problems

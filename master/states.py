@@ -81,5 +81,20 @@ class EventKind(Word):
     WORKER_LOST = "worker_lost"
     PS_REGISTERED = "ps_registered"
     PS_LOST = "ps_lost"
+    PS_RESIZE_STARTED = "ps_resize_started"  # resize-ps set a new target (master/ps/layout.py)
+    PS_SLOTS_MOVED = "ps_slots_moved"        # slots changed owner: how many, how long
+    PS_RESIZE_FINISHED = "ps_resize_finished"  # the layout reached its target
     LEASE_REQUEUED = "lease_requeued"
     SHARD_QUARANTINED = "shard_quarantined"
+
+
+class MovePhase(Word):
+    """Where a pending slot move stands (master/ps/layout.py; the live move drives it).
+
+    Before HANDOVER the old owner is authoritative, so a move in PLANNED or COPYING is rolled
+    back to PLANNED by a restart of either PS or the master; from HANDOVER on it finishes
+    forward (the layout takes the new owner and its version goes up)."""
+
+    PLANNED = "planned"    # decided by the resize plan; nothing copied yet
+    COPYING = "copying"    # the old owner streams the slot to the new one while serving
+    HANDOVER = "handover"  # writes to the slot paused; the new owner confirms it has it all

@@ -13,7 +13,7 @@ from itertools import islice
 
 from protos import master_pb2 as pb
 
-from .convert import ps_to_pb, spec_to_pb, to_lease
+from .convert import layout_to_pb, ps_to_pb, spec_to_pb, to_lease
 from .core import MasterCore
 from .datasets.shards import DatasetQueue, EpochStats
 from .workers import Worker
@@ -83,8 +83,9 @@ def worker_view(core: MasterCore, w: Worker) -> pb.WorkerStatus:
 def status_view(core: MasterCore, budget: int = STATUS_BYTES) -> pb.GetStatusResponse:
     now_ms = core.journal.now_ms()
     reply = pb.GetStatusResponse(
-        ps=[ps_to_pb(core.ps[i], i in core.ps_lost, core.replicas) for i in sorted(core.ps)],
-        time_ms=now_ms,
+        ps=[ps_to_pb(core.ps[i], i in core.ps_lost, core.replicas, core.layout)
+            for i in sorted(core.ps)],
+        time_ms=now_ms, layout=layout_to_pb(core.layout),
     )
     budget -= reply.ByteSize()
     for queue in core.datasets.values():

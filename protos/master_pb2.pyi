@@ -314,7 +314,7 @@ class WorkerStatus(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., last_heartbeat_ms: _Optional[int] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., state: _Optional[str] = ..., registered_ms: _Optional[int] = ..., leases_held: _Optional[int] = ...) -> None: ...
 
 class PSInfo(_message.Message):
-    __slots__ = ("address", "data_address", "index", "num_ps", "registered_ms", "incarnation", "state", "data_public_key", "generation", "backups", "instance")
+    __slots__ = ("address", "data_address", "index", "num_ps", "registered_ms", "incarnation", "state", "data_public_key", "generation", "backups", "instance", "slots")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -326,6 +326,7 @@ class PSInfo(_message.Message):
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     BACKUPS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
     address: str
     data_address: str
     index: int
@@ -337,7 +338,45 @@ class PSInfo(_message.Message):
     generation: int
     backups: _containers.RepeatedCompositeFieldContainer[PSBackup]
     instance: str
-    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., registered_ms: _Optional[int] = ..., incarnation: _Optional[int] = ..., state: _Optional[str] = ..., data_public_key: _Optional[str] = ..., generation: _Optional[int] = ..., backups: _Optional[_Iterable[_Union[PSBackup, _Mapping]]] = ..., instance: _Optional[str] = ...) -> None: ...
+    slots: _containers.RepeatedCompositeFieldContainer[SlotRange]
+    def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., registered_ms: _Optional[int] = ..., incarnation: _Optional[int] = ..., state: _Optional[str] = ..., data_public_key: _Optional[str] = ..., generation: _Optional[int] = ..., backups: _Optional[_Iterable[_Union[PSBackup, _Mapping]]] = ..., instance: _Optional[str] = ..., slots: _Optional[_Iterable[_Union[SlotRange, _Mapping]]] = ...) -> None: ...
+
+class SlotRange(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
+
+class PSLayoutStatus(_message.Message):
+    __slots__ = ("layout_version", "ps_slots", "num_ps", "target_num_ps", "resizing", "moves_planned", "moves_pending", "resize_started_ms", "moves_by_phase")
+    class MovesByPhaseEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PS_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    RESIZING_FIELD_NUMBER: _ClassVar[int]
+    MOVES_PLANNED_FIELD_NUMBER: _ClassVar[int]
+    MOVES_PENDING_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    MOVES_BY_PHASE_FIELD_NUMBER: _ClassVar[int]
+    layout_version: int
+    ps_slots: int
+    num_ps: int
+    target_num_ps: int
+    resizing: bool
+    moves_planned: int
+    moves_pending: int
+    resize_started_ms: int
+    moves_by_phase: _containers.ScalarMap[str, int]
+    def __init__(self, layout_version: _Optional[int] = ..., ps_slots: _Optional[int] = ..., num_ps: _Optional[int] = ..., target_num_ps: _Optional[int] = ..., resizing: _Optional[bool] = ..., moves_planned: _Optional[int] = ..., moves_pending: _Optional[int] = ..., resize_started_ms: _Optional[int] = ..., moves_by_phase: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class PSBackup(_message.Message):
     __slots__ = ("address", "data_address", "data_public_key", "state", "instance", "registered_ms")
@@ -356,20 +395,22 @@ class PSBackup(_message.Message):
     def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., data_public_key: _Optional[str] = ..., state: _Optional[str] = ..., instance: _Optional[str] = ..., registered_ms: _Optional[int] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("datasets", "workers", "ps", "time_ms", "workers_not_shown", "datasets_not_shown")
+    __slots__ = ("datasets", "workers", "ps", "time_ms", "workers_not_shown", "datasets_not_shown", "layout")
     DATASETS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     PS_FIELD_NUMBER: _ClassVar[int]
     TIME_MS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_NOT_SHOWN_FIELD_NUMBER: _ClassVar[int]
     DATASETS_NOT_SHOWN_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
     datasets: _containers.RepeatedCompositeFieldContainer[DatasetStatus]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerStatus]
     ps: _containers.RepeatedCompositeFieldContainer[PSInfo]
     time_ms: int
     workers_not_shown: int
     datasets_not_shown: int
-    def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., ps: _Optional[_Iterable[_Union[PSInfo, _Mapping]]] = ..., time_ms: _Optional[int] = ..., workers_not_shown: _Optional[int] = ..., datasets_not_shown: _Optional[int] = ...) -> None: ...
+    layout: PSLayoutStatus
+    def __init__(self, datasets: _Optional[_Iterable[_Union[DatasetStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerStatus, _Mapping]]] = ..., ps: _Optional[_Iterable[_Union[PSInfo, _Mapping]]] = ..., time_ms: _Optional[int] = ..., workers_not_shown: _Optional[int] = ..., datasets_not_shown: _Optional[int] = ..., layout: _Optional[_Union[PSLayoutStatus, _Mapping]] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("seq", "time_ms", "kind", "worker_id", "dataset", "epoch", "shard_index", "cause", "detail")
@@ -535,16 +576,48 @@ class ListPSRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListPSResponse(_message.Message):
-    __slots__ = ("ps", "num_ps", "complete", "replicas")
+    __slots__ = ("ps", "num_ps", "complete", "replicas", "layout_version", "ps_slots", "target_num_ps", "joining")
     PS_FIELD_NUMBER: _ClassVar[int]
     NUM_PS_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PS_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    JOINING_FIELD_NUMBER: _ClassVar[int]
     ps: _containers.RepeatedCompositeFieldContainer[PSInfo]
     num_ps: int
     complete: bool
     replicas: int
-    def __init__(self, ps: _Optional[_Iterable[_Union[PSInfo, _Mapping]]] = ..., num_ps: _Optional[int] = ..., complete: _Optional[bool] = ..., replicas: _Optional[int] = ...) -> None: ...
+    layout_version: int
+    ps_slots: int
+    target_num_ps: int
+    joining: _containers.RepeatedCompositeFieldContainer[PSInfo]
+    def __init__(self, ps: _Optional[_Iterable[_Union[PSInfo, _Mapping]]] = ..., num_ps: _Optional[int] = ..., complete: _Optional[bool] = ..., replicas: _Optional[int] = ..., layout_version: _Optional[int] = ..., ps_slots: _Optional[int] = ..., target_num_ps: _Optional[int] = ..., joining: _Optional[_Iterable[_Union[PSInfo, _Mapping]]] = ...) -> None: ...
+
+class ResizePSRequest(_message.Message):
+    __slots__ = ("num_ps",)
+    NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    num_ps: int
+    def __init__(self, num_ps: _Optional[int] = ...) -> None: ...
+
+class ResizePSResponse(_message.Message):
+    __slots__ = ("layout_version", "num_ps", "target_num_ps", "moves_planned", "moves_pending", "ps_slots", "changed")
+    LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_NUM_PS_FIELD_NUMBER: _ClassVar[int]
+    MOVES_PLANNED_FIELD_NUMBER: _ClassVar[int]
+    MOVES_PENDING_FIELD_NUMBER: _ClassVar[int]
+    PS_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    layout_version: int
+    num_ps: int
+    target_num_ps: int
+    moves_planned: int
+    moves_pending: int
+    ps_slots: int
+    changed: bool
+    def __init__(self, layout_version: _Optional[int] = ..., num_ps: _Optional[int] = ..., target_num_ps: _Optional[int] = ..., moves_planned: _Optional[int] = ..., moves_pending: _Optional[int] = ..., ps_slots: _Optional[int] = ..., changed: _Optional[bool] = ...) -> None: ...
 
 class RequeueRequest(_message.Message):
     __slots__ = ("dataset", "quarantined")

@@ -89,6 +89,11 @@ class MasterStub:
                 request_serializer=protos_dot_master__pb2.ListPSRequest.SerializeToString,
                 response_deserializer=protos_dot_master__pb2.ListPSResponse.FromString,
                 _registered_method=True)
+        self.ResizePS = channel.unary_unary(
+                '/elasticps.v1.Master/ResizePS',
+                request_serializer=protos_dot_master__pb2.ResizePSRequest.SerializeToString,
+                response_deserializer=protos_dot_master__pb2.ResizePSResponse.FromString,
+                _registered_method=True)
         self.ReportReplicas = channel.unary_unary(
                 '/elasticps.v1.Master/ReportReplicas',
                 request_serializer=protos_dot_master__pb2.ReportReplicasRequest.SerializeToString,
@@ -182,6 +187,12 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResizePS(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportReplicas(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -263,6 +274,11 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.ListPS,
                     request_deserializer=protos_dot_master__pb2.ListPSRequest.FromString,
                     response_serializer=protos_dot_master__pb2.ListPSResponse.SerializeToString,
+            ),
+            'ResizePS': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResizePS,
+                    request_deserializer=protos_dot_master__pb2.ResizePSRequest.FromString,
+                    response_serializer=protos_dot_master__pb2.ResizePSResponse.SerializeToString,
             ),
             'ReportReplicas': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportReplicas,
@@ -582,6 +598,33 @@ class Master:
             '/elasticps.v1.Master/ListPS',
             protos_dot_master__pb2.ListPSRequest.SerializeToString,
             protos_dot_master__pb2.ListPSResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResizePS(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.Master/ResizePS',
+            protos_dot_master__pb2.ResizePSRequest.SerializeToString,
+            protos_dot_master__pb2.ResizePSResponse.FromString,
             options,
             channel_credentials,
             insecure,

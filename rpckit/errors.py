@@ -35,7 +35,9 @@ class Reason(str, enum.Enum):
     UNKNOWN_DATASET = "UNKNOWN_DATASET"        # CreateDataset first
     DATASET_EXISTS = "DATASET_EXISTS"          # same name, another spec
     DATASET_BUSY = "DATASET_BUSY"              # the dataset has leases out
-    PS_SET_MISMATCH = "PS_SET_MISMATCH"        # a PS with a num_ps the job does not use
+    PS_SET_MISMATCH = "PS_SET_MISMATCH"        # (no longer sent: LAYOUT_MISMATCH since round 3)
+    LAYOUT_MISMATCH = "LAYOUT_MISMATCH"        # a PS index or --num-ps outside the PS layout
+    RESIZE_IN_PROGRESS = "RESIZE_IN_PROGRESS"  # slots are being handed over: resize again later
     PS_REPLICAS_FULL = "PS_REPLICAS_FULL"      # the PS index has its --ps-replicas backups
     NOT_LEADER = "NOT_LEADER"                  # a standby master: call the leader
     DATABASE_FAILED = "DATABASE_FAILED"        # the master stops after a failed commit

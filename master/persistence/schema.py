@@ -123,6 +123,37 @@ ps_backups = Table(
     Column("registered_ms", BigInteger, nullable=False),
 )
 
+# The PS layout (master/ps/layout.py): one row (id 1) for the job's slot count, the layout's
+# version and size and a resize's target; each index's slot ranges ("0:342,853:1024", end
+# exclusive); and the slot moves a resize planned that are not done yet, one row per slot.
+ps_layout = Table(
+    "ps_layout", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("ps_slots", Integer, nullable=False),        # --ps-slots, fixed for the job
+    Column("version", BigInteger, nullable=False),      # layout_version
+    Column("num_ps", Integer, nullable=False),          # indices of the layout
+    Column("target_num_ps", Integer, nullable=False),   # resize-ps's target
+    Column("moves_planned", Integer, nullable=False),   # moves the current resize planned
+    Column("resize_started_ms", BigInteger, nullable=False),  # 0: no resize on
+    Column("changed_ms", BigInteger, nullable=False),
+)
+
+ps_slot_ranges = Table(
+    "ps_slot_ranges", metadata,
+    Column("idx", Integer, primary_key=True, autoincrement=False),
+    Column("ranges", Text, nullable=False),
+)
+
+ps_slot_moves = Table(
+    "ps_slot_moves", metadata,
+    Column("slot", Integer, primary_key=True, autoincrement=False),
+    Column("src", Integer, nullable=False),
+    Column("dst", Integer, nullable=False),
+    Column("phase", String(16), nullable=False),  # planned, copying, handover
+    Column("planned_ms", BigInteger, nullable=False),
+    Column("changed_ms", BigInteger, nullable=False),
+)
+
 events = Table(
     "events", metadata,
     Column("seq", BigInteger, primary_key=True, autoincrement=False),
@@ -150,7 +181,7 @@ leader = Table(
 )
 
 TABLES = {t.name: t for t in (datasets, epochs, leases, pieces, workers, ps, ps_generations,
-                                ps_backups)}
+                                ps_backups, ps_layout, ps_slot_ranges, ps_slot_moves)}
 
 
 def drop_dataset(conn, name: str) -> None:

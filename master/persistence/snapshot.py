@@ -20,6 +20,9 @@ class Snapshot:
     ps: list[dict] = field(default_factory=list)
     ps_generations: list[dict] = field(default_factory=list)
     ps_backups: list[dict] = field(default_factory=list)
+    ps_layout: list[dict] = field(default_factory=list)  # no row, or the one row (id 1)
+    ps_slot_ranges: list[dict] = field(default_factory=list)
+    ps_slot_moves: list[dict] = field(default_factory=list)
     max_lease_id: int = 0
     max_piece_key: int = 0
     max_event_seq: int = 0

@@ -115,6 +115,9 @@ class Store:
                 ps=rows(select(schema.ps)),
                 ps_generations=rows(select(schema.ps_generations)),
                 ps_backups=rows(select(schema.ps_backups)),
+                ps_layout=rows(select(schema.ps_layout)),
+                ps_slot_ranges=rows(select(schema.ps_slot_ranges)),
+                ps_slot_moves=rows(select(schema.ps_slot_moves)),
                 max_lease_id=conn.scalar(select(func.max(schema.leases.c.lease_id))) or 0,
                 max_piece_key=conn.scalar(select(func.max(schema.pieces.c.key))) or 0,
                 max_event_seq=conn.scalar(select(func.max(schema.events.c.seq))) or 0,
@@ -244,6 +247,11 @@ class Store:
             lz.handed_ms <= to_ms, (lz.state == "doing") | (lz.ended_ms >= from_ms))
         with self.engine.connect() as conn:
             return {r.lease_id: int(r.acked) for r in conn.execute(stmt) if r.acked}
+
+    def ps_slots(self) -> int:
+        """The job's --ps-slots as its layout recorded it (0: no layout yet)."""
+        with self.engine.connect() as conn:
+            return conn.scalar(select(schema.ps_layout.c.ps_slots)) or 0
 
     def workers_all(self) -> list[dict]:
         with self.engine.connect() as conn:

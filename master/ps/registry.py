@@ -4,12 +4,12 @@ Plain Python on the journal, like the rest of the core (moved out of `MasterCore
 (`--ps-replicas`: generations, backups, promotions) are decided by master/ps/replicas.py; this
 module keeps the primaries' rows and carries those decisions out.
 
-The set has one `num_ps`. A PS of that set may register (again) at any time; each primary
-registration of an index bumps its incarnation. A registration with another `num_ps` is
-refused (FAILED_PRECONDITION, PS_SET_MISMATCH) while any primary of the current set is alive,
-and replaces the whole set once every one is lost (its health check failed for the timeout,
-see master/ps/monitor.py). So one misconfigured PS, or the stale rows of a set that is gone,
-block the right PS only until they are found dead, never for good.
+The set's size is the PS layout's (master/ps/layout.py): the first registration makes the
+layout from its `num_ps`, and after that only `resize-ps` changes the count. A registration
+whose index is outside the layout (and not one a resize adds), or whose `num_ps` disagrees, is
+refused FAILED_PRECONDITION / LAYOUT_MISMATCH whatever state the set is in: no registration
+ever replaces the layout (issue 25: a stray PS refused while the set lived used to take its
+place once the set restarted). Each primary registration of an index bumps its incarnation.
 
 With replicas, a primary's lease (master/ps/leases.py) says how long it may still answer
 pushes on its own. Another primary is made without waiting for it only by promoting an in-sync
@@ -22,10 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rpckit.auth import is_curve_key
-from rpckit.errors import Reason, invalid, precondition, unavailable
+from rpckit.errors import Reason, invalid, unavailable
 from ..limits import MAX_NUM_PS, check_address, check_int
 from ..persistence.journal import Journal
 from ..states import EventKind
+from .layout import PSLayout
 from .leases import PrimaryLeases
 from .replicas import Join, Promotion, ReplicaSets, Role, check_instance
 
@@ -41,16 +42,20 @@ class PSRegistration:
 class PSRegistry:
     def __init__(self, journal: Journal, replicas: int = 0, rows: list[dict] = (),
                  generations: list[dict] = (), backups: list[dict] = (),
-                 leases: PrimaryLeases | None = None):
+                 leases: PrimaryLeases | None = None, layout: PSLayout | None = None):
         self.journal = journal
         self.leases = leases  # with replicas: primaries answer only under a lease
         self.rows: dict[int, dict] = {row["idx"]: dict(row) for row in rows}
         self.lost: set[int] = set()  # this run's view; every PS is presumed alive at start
         self.replicas = ReplicaSets(journal, replicas, generations, backups)
+        self.layout = layout if layout is not None else PSLayout(journal, 1024)
+        if self.layout.layout is None and self.rows:
+            # a database from before the layout: the registered set's count makes it
+            self.layout.create(next(iter(self.rows.values()))["num_ps"])
 
     @property
     def num_ps(self) -> int:
-        return next(iter(self.rows.values()))["num_ps"] if self.rows else 0
+        return self.layout.num_ps
 
     def join(self, address: str, data_address: str, index: int, num_ps: int,
              data_public_key: str = "", instance: str = "") -> PSRegistration:
@@ -59,10 +64,10 @@ class PSRegistry:
         check_address("PS data_address", data_address, empty_ok=True)
         if data_public_key and not is_curve_key(data_public_key):
             raise invalid("data_public_key must be a CURVE public key: 40 Z85 characters")
-        check_int("num_ps", num_ps, 1, MAX_NUM_PS)
-        check_int("PS index", index, 0, num_ps - 1)
+        check_int("num_ps", num_ps, 0, MAX_NUM_PS)  # 0: the layout's
+        check_int("PS index", index, 0, (num_ps or MAX_NUM_PS) - 1)
         check_instance(instance)
-        replaced = self._check_set(index, num_ps)
+        num_ps = self.layout.fit(index, num_ps)  # LAYOUT_MISMATCH: changes nothing
         previous = self.rows.get(index)
         join = self.replicas.decide(index, instance, address, previous, index in self.lost)
         if join == Join.PROMOTE_THEN_BACKUP:
@@ -74,12 +79,16 @@ class PSRegistry:
         if join == Join.PRIMARY and previous is not None \
                 and instance != self.replicas.primary_instance(index):
             self._check_lease_over(index)  # a new process replaces a primary
+        made = ""
+        if self.layout.layout is None:  # the first PS of the job: its count makes the layout
+            self.layout.create(num_ps)
+            made = f"; layout version 1 made: {self.layout.ps_slots} slots over {num_ps} PS"
         if join == Join.BACKUP:
             self.replicas.add_backup(index, instance, address, data_address, data_public_key)
             return PSRegistration(previous["incarnation"], Role.BACKUP,
                                   self.replicas.generation(index), previous)
         incarnation = self._register_primary(address, data_address, index, num_ps,
-                                             data_public_key, replaced)
+                                             data_public_key, made)
         before = self.replicas.generation(index)
         generation = self.replicas.set_primary(index, instance)
         if generation != before and self.leases is not None:
@@ -99,29 +108,8 @@ class PSRegistry:
         if self.leases is not None:
             self.leases.grant(index)
 
-    def _check_set(self, index: int, num_ps: int) -> int:
-        """Refuse another num_ps while the set lives; drop a set that is all lost. Returns how
-        many rows were dropped."""
-        if not self.rows or self.num_ps == num_ps:
-            return 0
-        alive = sorted(set(self.rows) - self.lost)
-        if alive:
-            raise precondition(
-                Reason.PS_SET_MISMATCH,
-                f"the PS set has num_ps={self.num_ps} and PS {alive[:8]} of it are alive; "
-                f"start this PS with --num-ps {self.num_ps}, or stop that set first "
-                "(a set gives way once all its PS are lost)"
-            )
-        dropped = len(self.rows)
-        for old in self.rows:
-            if old != index:  # the row of `index` itself is updated by the registration
-                self.journal.batch.delete("ps", old)
-        self.rows = {i: row for i, row in self.rows.items() if i == index}
-        self.lost.clear()
-        return dropped
-
     def _register_primary(self, address: str, data_address: str, index: int, num_ps: int,
-                          data_public_key: str = "", replaced: int = 0) -> int:
+                          data_public_key: str = "", note: str = "") -> int:
         previous = self.rows.get(index)
         row = dict(
             idx=index, address=address, data_address=data_address, num_ps=num_ps,
@@ -137,10 +125,9 @@ class PSRegistry:
             self.journal.batch.insert("ps", index, row)
         self.journal.event(
             EventKind.PS_REGISTERED,
-            cause="replaced" if replaced else "again" if previous else "new",
+            cause="again" if previous else "new" if self.layout.member(index) else "joining",
             detail=f"ps {index}/{num_ps} at {address} data {data_address} "
-            f"incarnation {row['incarnation']}"
-            + (f"; the lost set of {replaced} PS was dropped" if replaced else ""),
+            f"incarnation {row['incarnation']}{note}",
         )
         return row["incarnation"]
 
@@ -182,7 +169,13 @@ class PSRegistry:
                                self.rows[promotion.index]["num_ps"], b["data_public_key"])
 
     def listing(self) -> tuple[list[dict], int, bool]:
-        """(primary rows by index, num_ps, complete: every index 0..num_ps-1 registered)."""
-        rows = [self.rows[i] for i in sorted(self.rows)]
+        """(primary rows of the layout's indices, num_ps, complete: every index 0..num_ps-1
+        registered). Indices a grow adds are in `joining` until slots move to them."""
         num_ps = self.num_ps
+        rows = [self.rows[i] for i in sorted(self.rows) if i < num_ps]
         return rows, num_ps, num_ps > 0 and len(rows) == num_ps
+
+    def joining(self) -> list[dict]:
+        """Primary rows of registered indices a resize adds (num_ps..target-1)."""
+        return [self.rows[i] for i in sorted(self.rows)
+                if self.num_ps <= i < self.layout.target]

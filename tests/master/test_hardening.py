@@ -300,23 +300,31 @@ def test_a_wall_clock_step_declares_nobody_lost():
 # ---- the PS set and the quarantine ------------------------------------------------------------
 
 
-def test_a_wrong_num_ps_blocks_the_right_ps_only_while_it_is_alive(h):
-    h.core.register_ps("10.0.0.9:1", "tcp://10.0.0.9:2", 0, 3)  # misconfigured
-    h.commit()
-    with pytest.raises(ServiceError) as info:
-        h.core.register_ps("10.0.0.1:1", "tcp://10.0.0.1:2", 0, 2)
-    assert info.value.reason == "PS_SET_MISMATCH"
-    assert h.core.mark_ps_lost(0, 1, "health check failing")
+def test_a_wrong_num_ps_is_refused_for_good_and_never_replaces_the_layout(h):
+    """Issue 25: a stray PS refused while the set lived used to replace it once the set was
+    lost. With the durable layout only resize-ps changes the count."""
     h.core.register_ps("10.0.0.1:1", "tcp://10.0.0.1:2", 0, 2)
+    h.core.register_ps("10.0.0.2:1", "tcp://10.0.0.2:2", 1, 2)
+    h.commit()
+    for index, num_ps in ((2, 3), (0, 3), (2, 0)):  # the stray one, however it is started
+        with pytest.raises(ServiceError) as info:
+            h.core.register_ps("10.0.0.9:1", "tcp://10.0.0.9:2", index, num_ps)
+        assert info.value.code == "FAILED_PRECONDITION"
+        assert info.value.reason == "LAYOUT_MISMATCH"
+        assert "elastic-ctl resize-ps 3" in info.value.message
+    assert h.core.mark_ps_lost(0, 1, "health check failing")
+    assert h.core.mark_ps_lost(1, 1, "health check failing")
+    h.restart()
+    with pytest.raises(ServiceError) as info:  # the whole set lost and the master restarted
+        h.core.register_ps("10.0.0.9:1", "tcp://10.0.0.9:2", 2, 3)
+    assert info.value.reason == "LAYOUT_MISMATCH"
+    h.core.register_ps("10.0.0.1:1", "tcp://10.0.0.1:2", 0, 0)  # --num-ps left out
     h.core.register_ps("10.0.0.2:1", "tcp://10.0.0.2:2", 1, 2)
     h.commit()
     rows, num_ps, complete = h.core.list_ps()
     assert num_ps == 2 and complete and [r["address"] for r in rows] == [
         "10.0.0.1:1", "10.0.0.2:1"]
-    h.restart()
-    assert h.core.list_ps()[1:] == (2, True)  # the replacement is durable
-    with pytest.raises(ServiceError):  # now the right set is alive: the wrong one is refused
-        h.core.register_ps("10.0.0.9:1", "tcp://10.0.0.9:2", 0, 3)
+    assert h.core.layout.version == 1
 
 
 def test_a_released_quarantine_unfinishes_its_epoch_until_done_again():
