@@ -276,14 +276,15 @@ class Launcher:
            checkpoint_dir: str | Path | None = None, wait: bool = True,
            timeout: float = START_TIMEOUT_S, **kw) -> PSProc:
         """`python -m ps` on 127.0.0.1, free ports, registered with `master` (None:
-        --standalone); `wait=False` returns at once (`proc.start()` was called, `wait_ready`
-        waits for its line)."""
+        --standalone); `num_ps=0` leaves --num-ps out (the master's layout says); `wait=False`
+        returns at once (`proc.start()` was called, `wait_ready` waits for its line)."""
         name = f"ps{index}"
         ckpt = Path(checkpoint_dir) if checkpoint_dir else self.workdir / f"{name}-ckpt"
         if not ckpt.is_absolute():
             ckpt = self.workdir / ckpt
         argv = [sys.executable, "-m", "ps", "--host", HOST, "--port", "0", "--data-port", "0",
-                "--index", str(index), "--num-ps", str(num_ps), "--checkpoint-dir", str(ckpt),
+                "--index", str(index), *(["--num-ps", str(num_ps)] if num_ps else []),
+                "--checkpoint-dir", str(ckpt),
                 *(["--master", master] if master else ["--standalone"]), *flags]
         proc = PSProc(argv, self.log_path(name), ready=PS_LISTENING if wait else None, **kw)
         self.launch(proc, timeout)

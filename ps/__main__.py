@@ -1,8 +1,9 @@
 """`elastic-ps` / `python -m ps`: one parameter server, until SIGTERM or SIGINT.
 
-Start-up: restore the newest good checkpoint, bind the data plane and the gRPC port (exit 1
-with a message when either is taken), print one line with both addresses, register with the
-master. SIGTERM: refuse new mutations (clients retry elsewhere in time), write a checkpoint
+Start-up: without --num-ps, ask the master's PS layout for the count (ps/set_size.py; exit 1
+with the message when this index has no place in it); restore the newest good checkpoint, bind
+the data plane and the gRPC port (exit 1 with a message when either is taken), print one line
+with both addresses, register with the master (a refusal no retry mends: exit 1). SIGTERM: refuse new mutations (clients retry elsewhere in time), write a checkpoint
 with everything applied so far, stop, exit 0 (exit 1 when that checkpoint could not be
 written, so a supervisor sees the loss).
 """
@@ -88,14 +89,32 @@ def run(settings: PSSettings) -> int:
 
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
-    store = ParamStore(settings.index, settings.num_ps, settings.max_staleness,
+    stub = channel = None
+    if not settings.standalone:
+        stub, channel = connect(settings.master, settings.tls_ca, token, token_source)
+    num_ps = settings.num_ps or 1
+    if not settings.num_ps and stub is not None:
+        from .set_size import NoPlace, ask_master
+
+        try:
+            num_ps = ask_master(stub, settings.index, stop, token_source=token_source)
+        except NoPlace as exc:
+            print(f"elastic-ps: {exc}", file=sys.stderr, flush=True)
+            channel.close()
+            return 1
+        if not num_ps:  # stopped while the master did not answer
+            channel.close()
+            return 0
+    store = ParamStore(settings.index, num_ps, settings.max_staleness,
                        settings.applied_capacity, settings.limits)
     checkpointer = Checkpointer(store, CheckpointDir(settings.checkpoint_dir, settings.index,
-                                                     settings.num_ps, settings.keep_checkpoints))
+                                                     num_ps, settings.keep_checkpoints))
     try:
         restored = checkpointer.restore()
     except Exception as exc:  # noqa: BLE001 - e.g. an unreadable directory
         print(f"elastic-ps: cannot restore from {settings.checkpoint_dir}: {exc}", file=sys.stderr)
+        if channel is not None:
+            channel.close()
         return 1
     if restored:
         log.info("restored %s: %d tensors, %d tables, initialized=%s", restored.path.name,
@@ -124,10 +143,12 @@ def run(settings: PSSettings) -> int:
     except BindError as exc:
         print(f"elastic-ps: {exc}", file=sys.stderr)
         data.stop()
+        if channel is not None:
+            channel.close()
         return 1
     public = settings.public_host
     host_part = f"[{public}]" if ":" in public else public
-    me = Identity(settings.index, settings.num_ps, data_address=f"tcp://{host_part}:{data_port}",
+    me = Identity(settings.index, num_ps, data_address=f"tcp://{host_part}:{data_port}",
                   started_ms=now_ms(), data_public_key=curve[0].decode() if curve else "")
     if node is not None:
         node.data_address = me.data_address  # where the primary sends this backup mutations
@@ -143,6 +164,8 @@ def run(settings: PSSettings) -> int:
         data.stop()
         if metrics:
             metrics.close()
+        if channel is not None:
+            channel.close()
         return 1
     if metrics:
         ps_metrics.install(metrics, store, checkpointer, data, node)
@@ -153,15 +176,14 @@ def run(settings: PSSettings) -> int:
     log.info("settings: %s", settings.describe())
     local = f" local {data.local_endpoint}" if data.local_endpoint else ""
     shown = f" metrics http://{settings.host}:{metrics_port}/metrics" if metrics else ""
-    announce(f"elastic-ps {settings.index}/{settings.num_ps} listening on grpc {me.address} "
+    announce(f"elastic-ps {settings.index}/{num_ps} listening on grpc {me.address} "
              f"data {me.data_address}{local}{shown} (pid {os.getpid()})")
 
     background = []
-    channel = None
-    if not settings.standalone:
-        stub, channel = connect(settings.master, settings.tls_ca, token, token_source)
+    registrar = None
+    if stub is not None:
         registrar = Registrar(stub, me.address, me.data_address, settings.index,
-                              settings.num_ps, settings.register_interval,
+                              num_ps, settings.register_interval,
                               data_public_key=me.data_public_key, node=node,
                               restored=restored_message(restored, me.started_ms),
                               token_source=token_source, on_fatal=stop_for)
@@ -183,13 +205,18 @@ def run(settings: PSSettings) -> int:
     health.enter_graceful_shutdown()
     code = 0
     store.stop_mutations()
-    try:
-        info = checkpointer.write()
-        log.info("final checkpoint %s written", info.path.name)
-    except Exception as exc:  # noqa: BLE001 - say so and exit non-zero
-        log.exception("the final checkpoint failed")
-        print(f"elastic-ps: the final checkpoint failed: {exc}", file=sys.stderr)
-        code = 1
+    if fatal and registrar is not None and not registrar.registrations:
+        # refused before it ever served (a PS only serves the role the master gives it): its
+        # state is what it restored, and a file of it would pass for this index's checkpoint
+        log.info("never registered: no final checkpoint")
+    else:
+        try:
+            info = checkpointer.write()
+            log.info("final checkpoint %s written", info.path.name)
+        except Exception as exc:  # noqa: BLE001 - say so and exit non-zero
+            log.exception("the final checkpoint failed")
+            print(f"elastic-ps: the final checkpoint failed: {exc}", file=sys.stderr)
+            code = 1
     server.stop(grace=1).wait()
     if node is not None:
         node.close()

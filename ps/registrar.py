@@ -11,10 +11,12 @@ each registration answer and each listing hands the role and generation to the n
 listed neither as its index's primary nor as one of its backups registers again, and while
 the node is `urgent` (its primary went quiet) the listing is checked every `URGENT_S`.
 
-Two refusals end the PS instead of being retried, because the same settings get the same
-answer: the master refusing this PS's token (UNAUTHENTICATED, PERMISSION_DENIED) and a TLS
-mismatch with it (rpckit.tls_check). `on_fatal(message)` gets the message naming the fix once,
-and the registrar stops.
+Three refusals end the PS instead of being retried, because the same settings get the same
+answer: the master refusing this PS's token (UNAUTHENTICATED, PERMISSION_DENIED), a TLS
+mismatch with it (rpckit.tls_check), and an index or --num-ps that does not fit the job's PS
+layout (FAILED_PRECONDITION, LAYOUT_MISMATCH: only `elastic-ctl resize-ps` changes the PS
+count, and a stray PS retrying would take its place the day the layout let it).
+`on_fatal(message)` gets the message naming the fix once, and the registrar stops.
 """
 from __future__ import annotations
 
@@ -107,6 +109,9 @@ class Registrar:
                 self._stop_for(credentials_refused("the master", code.name, self.token_source,
                                                    reason_of(exc)).message)
                 return self.interval
+            if reason_of(exc) == Reason.LAYOUT_MISMATCH:
+                self._stop_for(f"the master refused PS {self.index}: {detail}")
+                return self.interval
             if code in RETRYABLE:
                 delay = self._backoff.next_delay()
                 self._note(f"master unreachable ({code.name if code else '?'}): {detail}; "
@@ -140,7 +145,8 @@ class Registrar:
     def _check(self) -> float:
         resp = self.stub.ListPS(master_pb2.ListPSRequest(), timeout=RPC_TIMEOUT_S)
         self._backoff = Backoff(self._policy)
-        mine = [p for p in resp.ps if p.index == self.index]
+        # an index a resize adds is listed as joining until slots move to it
+        mine = [p for p in (*resp.ps, *resp.joining) if p.index == self.index]
         if self.node is not None and len(mine) == 1:
             role = self._role_in(mine[0])
             if role:

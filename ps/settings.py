@@ -29,7 +29,7 @@ class PSSettings:
     data_port: int = 0
     data_ipc: str = "auto"
     index: int = 0
-    num_ps: int = 1
+    num_ps: int = 0  # 0: the master's PS layout says (1 with --standalone)
     checkpoint_dir: str = "ps-checkpoints"
     checkpoint_interval: float = 30.0
     delta_interval: float = 0.0
@@ -91,8 +91,13 @@ def parse(argv: list[str] | None = None) -> PSSettings:
            "also serve the data plane on a Unix socket (ZeroMQ ipc://) for workers on this "
            "machine: 'auto' (a fresh path in the temp directory), 'off', or a path. Clients "
            "that find it switch to it by themselves")
-    p.flag("--index", d.index, "this PS's index, 0..num_ps-1")
-    p.flag("--num-ps", d.num_ps, "how many PS the model is split over")
+    p.flag("--index", d.index, "this PS's index, 0..num_ps-1 (or an index `elastic-ctl "
+           "resize-ps` adds)")
+    p.flag("--num-ps", d.num_ps,
+           "how many PS the model is split over; 0 or left out: the master's PS layout says "
+           "(the first PS of a job makes the layout: left out, 1). When given it must match "
+           "the layout (or, for an index a resize adds, the target): else exit 1 naming "
+           "`elastic-ctl resize-ps`")
     p.flag("--checkpoint-dir", d.checkpoint_dir,
            "directory for this PS's checkpoints (shared by PS is fine)")
     p.flag("--checkpoint-interval", d.checkpoint_interval,
@@ -152,10 +157,14 @@ def check(s: PSSettings) -> list[str]:
                                       {"--port": s.port, "--data-port": s.data_port})
     if s.port and s.port == s.data_port:
         problems.append("--port and --data-port must differ")
-    if s.num_ps < 1:
-        problems.append(f"--num-ps must be >= 1, got {s.num_ps}")
-    elif not 0 <= s.index < s.num_ps:
+    if s.num_ps < 0:
+        problems.append(f"--num-ps must be >= 1 (or 0: the master's layout), got {s.num_ps}")
+    elif s.index < 0:
+        problems.append(f"--index must be >= 0, got {s.index}")
+    elif s.num_ps and s.index >= s.num_ps:
         problems.append(f"--index {s.index} is outside 0..{s.num_ps - 1} (--num-ps {s.num_ps})")
+    elif s.standalone and s.index >= max(1, s.num_ps):
+        problems.append(f"--index {s.index} needs --num-ps above it with --standalone")
     if s.checkpoint_interval < 0:
         problems.append("--checkpoint-interval must be >= 0")
     if s.delta_interval < 0:

@@ -7,6 +7,7 @@
     elastic-ctl --master HOST:PORT watch [--interval S]
     elastic-ctl --master HOST:PORT requeue DATASET --quarantined
     elastic-ctl --master HOST:PORT drop DATASET [--force]
+    elastic-ctl --master HOST:PORT resize-ps N
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from rpckit.channels import LeaderStub
 from rpckit.errors import ServiceError
 
 from .tables import table_lines
-from .views import PS_HEADERS, ago, cost_rows, dataset_rows, ps_rows
+from .views import PS_HEADERS, ago, cost_rows, dataset_rows, layout_lines, ps_rows
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -71,6 +72,9 @@ def format_status(s: pb.GetStatusResponse) -> str:
                                             (s.datasets_not_shown, "datasets")) if n]
     if hidden:  # the master bounds its answer: say what it left out
         out.append(f"  (not shown: {', '.join(hidden)})")
+    out.append("")
+    out.append("PS LAYOUT")
+    out.extend(layout_lines(s))
     out.append("")
     out.append("PARAMETER SERVERS")
     rows = ps_rows(s)  # per index: the primary, its generation, then each backup
@@ -239,6 +243,24 @@ def cmd_requeue(stub, args) -> int:
     return 0
 
 
+def cmd_resize_ps(stub, args) -> int:
+    reply = stub.ResizePS(pb.ResizePSRequest(num_ps=args.num_ps), timeout=args.timeout)
+    if not reply.changed:
+        print(f"the PS layout already has the target {reply.target_num_ps} (layout version "
+              f"{reply.layout_version}, {reply.num_ps} PS, {reply.moves_pending} slot moves "
+              "pending)")
+        return 0
+    print(f"resize to {reply.target_num_ps} PS recorded: layout version {reply.layout_version} "
+          f"has {reply.num_ps} PS; {reply.moves_planned} of {reply.ps_slots} slots to move")
+    if reply.target_num_ps > reply.num_ps:
+        print(f"start the new PS: elastic-ps --master {args.master} --index K for K in "
+              f"{reply.num_ps}..{reply.target_num_ps - 1} (--num-ps may be left out)")
+    if reply.moves_pending:
+        print("slots do not move live yet (issue 25's next part): the moves are planned and "
+              "shown by elastic-ctl status")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="elastic-ctl", description="Inspect and steer a master.")
     p.add_argument("--master", default=os.environ.get("ELASTIC_PS_MASTER", "localhost:50051"),
@@ -285,6 +307,10 @@ def parser() -> argparse.ArgumentParser:
     rq.add_argument("dataset")
     rq.add_argument("--quarantined", action="store_true")
     rq.set_defaults(fn=cmd_requeue)
+    rz = sub.add_parser("resize-ps", help="set the PS count the job should have (the PS "
+                        "layout's target; docs/ps.md, 'Slots and resize')")
+    rz.add_argument("num_ps", type=int, metavar="N")
+    rz.set_defaults(fn=cmd_resize_ps)
     return p
 
 

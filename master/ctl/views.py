@@ -72,6 +72,39 @@ def ps_rows(s: pb.GetStatusResponse) -> list[list[str]]:
     return rows
 
 
+RANGES_SHOWN = 4
+
+
+def layout_lines(s: pb.GetStatusResponse) -> list[str]:
+    """The PS layout: its version and size, a resize in progress, each listed index's slots."""
+    lay = s.layout
+    if not lay.layout_version:
+        return [f"  no layout yet ({lay.ps_slots} slots): the first PS's --num-ps makes it, or "
+                "elastic-ctl resize-ps N"]
+    out = [f"  version {lay.layout_version}: {lay.ps_slots} slots over {lay.num_ps} PS"]
+    if lay.resizing:
+        done = lay.moves_planned - lay.moves_pending
+        phases = ", ".join(f"{k} {v}" for k, v in sorted(lay.moves_by_phase.items()))
+        out.append(f"  resizing to {lay.target_num_ps} PS: {done} of {lay.moves_planned} slot "
+                   f"moves done" + (f" ({phases})" if phases else "")
+                   + (f", started {ago(lay.resize_started_ms, s.time_ms)}"
+                      if lay.resize_started_ms else ""))
+    rows = []
+    for p in sorted(s.ps, key=lambda p: p.index):
+        spans = [f"{r.start}:{r.end}" for r in p.slots]
+        more = f" (+{len(spans) - RANGES_SHOWN} more)" if len(spans) > RANGES_SHOWN else ""
+        role = "" if p.index < lay.num_ps else " (joining)" if p.index < lay.target_num_ps \
+            else " (not in the layout)"
+        rows.append([f"{p.index}{role}", str(sum(r.end - r.start for r in p.slots)),
+                     ",".join(spans[:RANGES_SHOWN]) + more or "-"])
+    if rows:
+        widths = [max(len(h), *(len(r[i]) for r in rows))
+                  for i, h in enumerate(("ps", "slots", "ranges"))]
+        for row in [["ps", "slots", "ranges"], *rows]:
+            out.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    return out
+
+
 def cost_rows(r: pb.GetLedgerResponse, prices: dict[str, float],
               default: float) -> tuple[list[tuple[str, float, float]], float]:
     """(label, worker-seconds, price per hour) rows and the total cost.
