@@ -124,3 +124,33 @@ def test_a_tls_mismatch_stops_the_registrar():
     r = Registrar(TLSMaster(), "h:1", "tcp://h:2", index=1, num_ps=2, on_fatal=told.append)
     r.step()
     assert told and "--tls-ca" in told[0] and r.fatal
+
+
+def test_a_layout_mismatch_stops_the_registrar_with_the_masters_message():
+    class StrayMaster(FakeMaster):
+        def RegisterPS(self, req, timeout=None):
+            self.calls.append("register")
+            err = FakeError(grpc.StatusCode.FAILED_PRECONDITION)
+            err.reason = "LAYOUT_MISMATCH"
+            err.details = lambda: "PS index 2 is not part of the job: ... resize-ps 3 ..."
+            raise err
+
+    told: list[str] = []
+    master = StrayMaster()
+    r = Registrar(master, "h:1", "tcp://h:2", index=2, num_ps=3, on_fatal=told.append)
+    r.step()
+    assert len(told) == 1 and "resize-ps 3" in told[0] and r.fatal
+    r.run(threading.Event())  # returns at once: never retried
+    assert master.calls == ["register"] and not r.registered
+
+
+def test_an_index_a_resize_adds_is_found_among_the_joining():
+    class GrowingMaster(FakeMaster):
+        def ListPS(self, req, timeout=None):
+            self.calls.append("list")
+            return master_pb2.ListPSResponse(joining=list(self.ps.values()))
+
+    master = GrowingMaster()
+    r = _registrar(master)
+    r.step()
+    assert r.step() == 2.0 and r.registered and master.calls == ["register", "list"]
