@@ -138,7 +138,7 @@ def test_a_push_waits_for_a_ps_restarted_within_the_budget_and_logs_once(launche
 
 
 class _Ledger:
-    """A lease table as worker_sdk.ack sees one: records what the SDK acknowledged."""
+    """A lease table as the ack ledger sees one: records what the SDK acknowledged."""
 
     def __init__(self):
         self.trained: list = []
@@ -179,9 +179,10 @@ def test_a_stale_step_pushes_no_rows_and_acknowledges_nothing(launcher, inproc_p
             return self.out(self.emb(ids)).sum()
 
     ledger = _Ledger()
-    ack.register(ledger)
+    acks = ack.AckLedger()  # the client reports to the ledger it is given, and only to it
+    acks.register(ledger)
     model = Model()
-    client = PSClient(master.address, timeout_s=10)
+    client = PSClient(master.address, timeout_s=10, ledger=acks)
     other = DataClient(master=master.address, timeout_s=10)
     try:
         client.init_parameters(model, optimizer="sgd", lr=0.1)
@@ -206,6 +207,6 @@ def test_a_stale_step_pushes_no_rows_and_acknowledges_nothing(launcher, inproc_p
         assert len(ledger.trained) == 1
         assert sum(p.store.tables["e"].pushes for p in ps) == 2
     finally:
-        ack.unregister(ledger)
+        acks.unregister(ledger)
         other.close()
         client.close()
