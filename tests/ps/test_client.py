@@ -143,13 +143,15 @@ class _Ledger:
     def __init__(self):
         self.trained: list = []
         self.failed: list[str] = []
+        self.released: list[bool] = []
 
     def mark_trained(self, upto=None) -> int:
         self.trained.append(upto)
         return 0
 
-    def fail_in_flight(self, message: str) -> int:
+    def fail_in_flight(self, message: str, released: bool = False) -> int:
         self.failed.append(message)
+        self.released.append(released)
         return 1
 
 
@@ -200,6 +202,7 @@ def test_a_stale_step_pushes_no_rows_and_acknowledges_nothing(launcher, inproc_p
         assert all(p.store.tables["e"].pushes == 0 for p in ps)  # no rows pushed
         assert ledger.trained == [] and len(ledger.failed) == 1  # abandoned, not acknowledged
         assert "stale" in ledger.failed[0]
+        assert ledger.released == [True]  # handed back, not a failure of the data
         # the next step, from fresh parameters, goes through and is acknowledged
         client.pull(model)
         model(torch.tensor([1, 2, 3])).backward()
