@@ -8,7 +8,7 @@ from .datasets.shards import Lease
 from .datasets.spec import DatasetSpec
 
 OUTCOME = {pb.ShardReport.DONE: "DONE", pb.ShardReport.FAILED: "FAILED",
-            pb.ShardReport.PROGRESS: "PROGRESS"}
+           pb.ShardReport.PROGRESS: "PROGRESS", pb.ShardReport.RELEASED: "RELEASED"}
 GRANT = {"LEASED": pb.GetShardResponse.LEASED, "WAIT": pb.GetShardResponse.WAIT,
           "END": pb.GetShardResponse.END}
 

@@ -350,7 +350,8 @@ class MasterCore:
                           f"not {worker.worker_id}")
         if r.outcome not in Outcome.__members__:
             return Result(r.lease_id, False, False,
-                          f"outcome {quote(r.outcome)} is not one of DONE, FAILED, PROGRESS")
+                          f"outcome {quote(r.outcome)} is not one of DONE, FAILED, PROGRESS, "
+                          "RELEASED")
         if not 0 <= r.records_done <= lease.size:
             return Result(r.lease_id, False, False,
                           f"records_done {r.records_done} is outside 0..{lease.size} "
@@ -361,6 +362,9 @@ class MasterCore:
         elif r.outcome == Outcome.DONE:
             self._forget(lease)
             queue.done(lease)
+        elif r.outcome == Outcome.RELEASED:  # no fault of the data: no failure counted
+            queue.progress(lease, r.records_done)
+            self._take_back(lease, Cause.RELEASED)
         else:
             queue.progress(lease, r.records_done)
             self._take_back(lease, Cause.FAILED, failed=True, error=clean_message(r.message))

@@ -23,7 +23,7 @@ from rpckit.metrics import PREFIX, Metrics
 from .datasets.ledger import NO_LABELS
 
 # requeue causes always exported (0 until they happen), so a graph has its series from the start
-CAUSES = ("failed", "lost", "timeout", "preempted")
+CAUSES = ("failed", "released", "lost", "timeout", "preempted")
 
 
 class MasterCollector:

@@ -30,6 +30,7 @@ class Outcome(Word):
     DONE = "DONE"          # every record of the lease was trained
     FAILED = "FAILED"      # the lease could not be trained; records_done of it were
     PROGRESS = "PROGRESS"  # records_done records from `start` were trained so far
+    RELEASED = "RELEASED"  # records_done were trained, the rest goes back: not a failure
 
 
 class Grant(Word):
@@ -62,6 +63,7 @@ class Cause(Word):
     """Why a lease came back (a `LeaveWorker` reason is a cause too: any checked word)."""
 
     FAILED = "failed"
+    RELEASED = "released"  # handed back by a worker whose push did not go through
     LOST = "lost"
     TIMEOUT = "timeout"
     QUARANTINE_RELEASED = "quarantine_released"

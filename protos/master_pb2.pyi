@@ -39,10 +39,12 @@ class ShardReport(_message.Message):
         DONE: _ClassVar[ShardReport.Outcome]
         FAILED: _ClassVar[ShardReport.Outcome]
         PROGRESS: _ClassVar[ShardReport.Outcome]
+        RELEASED: _ClassVar[ShardReport.Outcome]
     OUTCOME_UNSPECIFIED: ShardReport.Outcome
     DONE: ShardReport.Outcome
     FAILED: ShardReport.Outcome
     PROGRESS: ShardReport.Outcome
+    RELEASED: ShardReport.Outcome
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     RECORDS_DONE_FIELD_NUMBER: _ClassVar[int]

@@ -44,6 +44,25 @@ def _tune_malloc() -> None:
         pass
 
 
+TRIM_INTERVAL_S = 10.0
+
+
+def _trim_periodically(stop: threading.Event, interval_s: float = TRIM_INTERVAL_S) -> None:
+    """Give the kernel back what the heap holds free, every `interval_s`.
+
+    `_tune_malloc` keeps freed request buffers for reuse, which is what a busy PS wants, but a
+    PS whose bounded tables evict rows all day would otherwise keep the high-water mark of its
+    buffers forever (2.5x a capped table's bytes measured, 1.1x after a trim: docs/
+    benchmarks.md "Bounded embedding tables"). A trim every few seconds costs a few page
+    faults on the next buffers. Best effort: glibc only."""
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return
+    while not stop.wait(interval_s):
+        trim(0)
+
+
 MAX_MARKS = 256  # applied marks told to the master (the full table is in the checkpoint)
 
 
@@ -193,6 +212,8 @@ def run(settings: PSSettings) -> int:
         background.append(threading.Thread(
             target=checkpointer.run_periodic, args=(settings.checkpoint_interval, stop),
             name="checkpointer", daemon=True))
+    background.append(threading.Thread(target=_trim_periodically, args=(stop,),
+                                       name="malloc-trim", daemon=True))
     if settings.delta_interval > 0:
         background.append(threading.Thread(
             target=checkpointer.run_periodic, args=(settings.delta_interval, stop, True),

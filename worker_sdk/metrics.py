@@ -33,7 +33,7 @@ class WorkerCollector:
 
     def collect(self):
         # only when datasets were made (it imports torch; the lease protocol does not)
-        lease_stream = sys.modules.get(__package__ + ".lease_stream")
+        lease_stream = sys.modules.get(__package__ + ".data.lease_stream")
         counters = {name: CounterMetricFamily(PREFIX + name, doc, labels=["dataset"])
                     for name, doc in (
                         ("worker_records_delivered", "records handed to the training loop"),

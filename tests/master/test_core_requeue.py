@@ -197,6 +197,25 @@ def test_preemption_never_spends_the_failure_budget(h):
     assert not h.core.datasets["d"].quarantine
 
 
+def test_a_released_lease_keeps_its_progress_and_never_spends_the_failure_budget(h):
+    """RELEASED: the worker's push did not go through (stale, or no PS answered): what it
+    trained counts, the rest comes back at once, cause `released`, and however often it
+    happens the shard is never quarantined (a FAILED one would be after 3)."""
+    h.dataset(num_records=10, shard_size=10)
+    w = h.worker()
+    trained = 0
+    for attempt in range(5):
+        lease = h.get(w).leases[0]
+        assert lease.failures == 0 and lease.start == trained
+        h.report(w, Report(lease.lease_id, "RELEASED", 1, "refused as stale"))
+        trained += 1
+    assert h.epoch().requeues == {"released": 5}
+    assert not h.core.datasets["d"].quarantine
+    lease = h.get(w).leases[0]
+    h.done(w, lease)
+    assert h.epoch().records_done == 10
+
+
 def test_quarantine_survives_restart(h):
     h = Harness(Settings(max_shard_failures=1))
     h.dataset(num_records=20, shard_size=10)

@@ -138,18 +138,20 @@ def test_a_push_waits_for_a_ps_restarted_within_the_budget_and_logs_once(launche
 
 
 class _Ledger:
-    """A lease table as worker_sdk.ack sees one: records what the SDK acknowledged."""
+    """A lease table as the ack ledger sees one: records what the SDK acknowledged."""
 
     def __init__(self):
         self.trained: list = []
         self.failed: list[str] = []
+        self.released: list[bool] = []
 
     def mark_trained(self, upto=None) -> int:
         self.trained.append(upto)
         return 0
 
-    def fail_in_flight(self, message: str) -> int:
+    def fail_in_flight(self, message: str, released: bool = False) -> int:
         self.failed.append(message)
+        self.released.append(released)
         return 1
 
 
@@ -179,9 +181,10 @@ def test_a_stale_step_pushes_no_rows_and_acknowledges_nothing(launcher, inproc_p
             return self.out(self.emb(ids)).sum()
 
     ledger = _Ledger()
-    ack.register(ledger)
+    acks = ack.AckLedger()  # the client reports to the ledger it is given, and only to it
+    acks.register(ledger)
     model = Model()
-    client = PSClient(master.address, timeout_s=10)
+    client = PSClient(master.address, timeout_s=10, ledger=acks)
     other = DataClient(master=master.address, timeout_s=10)
     try:
         client.init_parameters(model, optimizer="sgd", lr=0.1)
@@ -199,6 +202,7 @@ def test_a_stale_step_pushes_no_rows_and_acknowledges_nothing(launcher, inproc_p
         assert all(p.store.tables["e"].pushes == 0 for p in ps)  # no rows pushed
         assert ledger.trained == [] and len(ledger.failed) == 1  # abandoned, not acknowledged
         assert "stale" in ledger.failed[0]
+        assert ledger.released == [True]  # handed back, not a failure of the data
         # the next step, from fresh parameters, goes through and is acknowledged
         client.pull(model)
         model(torch.tensor([1, 2, 3])).backward()
@@ -206,6 +210,6 @@ def test_a_stale_step_pushes_no_rows_and_acknowledges_nothing(launcher, inproc_p
         assert len(ledger.trained) == 1
         assert sum(p.store.tables["e"].pushes for p in ps) == 2
     finally:
-        ack.unregister(ledger)
+        acks.unregister(ledger)
         other.close()
         client.close()

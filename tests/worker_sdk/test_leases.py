@@ -57,6 +57,32 @@ def test_acks_fan_out_to_every_registered_table_in_delivery_order():
     assert ack.trained() == 0  # closed tables are no longer acknowledged
 
 
+def test_a_ledger_of_its_own_and_an_abandoned_push_hands_leases_back_released():
+    """A table registers with the ledger it is given (not the process's); a push that did
+    not go through releases the leases in flight (RELEASED: no failure of the data), a failed
+    training step fails them (FAILED)."""
+    ledger = ack.AckLedger()
+    t = LeaseTable("d", ledger)
+    a = t.add(1, 0, 0, 0, 10)
+    b = t.add(2, 0, 1, 10, 20)
+    got = [t.take() for _ in range(12)]
+    t.deliver([lease for lease, _ in got[:4]])
+    ledger.trained(ledger.mark())
+    assert ack.trained() == 0 and a.trained == 4  # the process's ledger knows nothing of t
+    t.deliver([lease for lease, _ in got[4:]])
+    assert ledger.abandon("refused as stale") == 2
+    assert t.reports() == [Report(1, "RELEASED", 4, "refused as stale"),
+                           Report(2, "RELEASED", 0, "refused as stale")]
+    assert b.trained == 0
+    t.close()
+    failing = LeaseTable("e", ledger)
+    failing.add(3, 0, 0, 0, 5)
+    failing.deliver([failing.take()[0]])
+    assert failing.fail_in_flight("nan loss") == 1
+    assert failing.reports() == [Report(3, "FAILED", 0, "nan loss")]
+    failing.close()
+
+
 def test_answers_update_offsets_and_drop_leases_taken_away():
     t, (a, b, c) = _table(2, 4, 4)
     _read_deliver(t, 2 + 3)

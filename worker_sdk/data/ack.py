@@ -29,7 +29,7 @@ from typing import Protocol
 class _Table(Protocol):
     def mark_trained(self, upto: int | None = None) -> int: ...
 
-    def fail_in_flight(self, message: str) -> int: ...
+    def fail_in_flight(self, message: str, released: bool = False) -> int: ...
 
 
 class AckLedger:
@@ -61,11 +61,13 @@ class AckLedger:
 
     def abandon(self, message: str) -> int:
         """A push failed: the records in flight (delivered, not acknowledged) will never be
-        acknowledged. Their leases are reported FAILED with what was trained before, so a
-        later push cannot acknowledge them by its mark. Returns how many leases were failed."""
+        acknowledged. Their leases go back to the master at once, RELEASED with what was
+        trained before (a push refused as stale or unanswered is no fault of the data: it
+        never spends a shard's failure budget), so a later push cannot acknowledge them by
+        its mark. Returns how many leases were handed back."""
         with self._lock:
             tables = list(self._tables)
-        return sum(table.fail_in_flight(message) for table in tables)
+        return sum(table.fail_in_flight(message, released=True) for table in tables)
 
     def register_flusher(self, owner) -> None:
         """`owner.flush(timeout_s)` waits for its pushes in flight (a PSClient registers)."""

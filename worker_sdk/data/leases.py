@@ -35,7 +35,8 @@ class HeldLease:
     delivered: int = 0  # positions handed to the training loop
     trained: int = 0  # positions whose training step finished
     reported: int = 0  # records_done the master has accepted
-    failed: str | None = None  # the training step failed on it: report FAILED with this message
+    failed: str | None = None  # its step failed: report `failed_as` with this message
+    failed_as: "Outcome | None" = None  # FAILED (the training code) or RELEASED (the push)
 
     @property
     def size(self) -> int:
@@ -51,6 +52,7 @@ class Outcome(str, Enum):
     DONE = "DONE"  # every record trained
     PROGRESS = "PROGRESS"  # records_done trained so far, still held
     FAILED = "FAILED"  # the training step failed on it: give the untrained rest back
+    RELEASED = "RELEASED"  # its push did not go through (stale, no PS): the rest goes back
 
 
 class Report(NamedTuple):
@@ -187,13 +189,17 @@ class LeaseTable:
             self.trained += newly
             return newly
 
-    def fail_in_flight(self, message: str) -> int:
+    def fail_in_flight(self, message: str, released: bool = False) -> int:
         """The step that consumed the records in flight failed: their leases are reported
-        FAILED (keeping what was trained before) and nothing more is read from them."""
+        (keeping what was trained before) and nothing more is read from them. FAILED: the
+        training code failed on them, which spends the shard's failure budget; `released`:
+        RELEASED, their push did not go through (refused as stale, no PS answered), which is
+        no fault of the data."""
         with self.lock:
             failing = [lease for lease in self.leases.values() if lease.delivered > lease.trained]
             for lease in failing:
                 lease.failed = message[:500] or "the training step failed"
+                lease.failed_as = Outcome.RELEASED if released else Outcome.FAILED
             self._runs = deque(run for run in self._runs if run[1].failed is None)
             return len(failing)
 
@@ -227,7 +233,8 @@ class LeaseTable:
         with self.lock:
             for lease in self.leases.values():
                 if lease.failed is not None:
-                    out.append(Report(lease.lease_id, Outcome.FAILED, lease.trained, lease.failed))
+                    out.append(Report(lease.lease_id, lease.failed_as or Outcome.FAILED,
+                                      lease.trained, lease.failed))
                 elif lease.trained >= lease.size:
                     out.append(Report(lease.lease_id, Outcome.DONE, lease.size))
                 elif every or lease.trained > lease.reported:
@@ -245,7 +252,7 @@ class LeaseTable:
                     if report.outcome == Outcome.DONE:
                         del self.leases[report.lease_id]
                         self.completed += 1
-                    elif report.outcome == Outcome.FAILED:
+                    elif report.outcome in (Outcome.FAILED, Outcome.RELEASED):
                         del self.leases[report.lease_id]
                     else:
                         lease.reported = max(lease.reported, report.records_done)

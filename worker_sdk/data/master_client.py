@@ -54,7 +54,7 @@ from .leases import LeaseTable, Outcome, Report, Result
 log = logging.getLogger(__name__)
 
 _OUTCOME = {Outcome.DONE: pb.ShardReport.DONE, Outcome.PROGRESS: pb.ShardReport.PROGRESS,
-            Outcome.FAILED: pb.ShardReport.FAILED}
+            Outcome.FAILED: pb.ShardReport.FAILED, Outcome.RELEASED: pb.ShardReport.RELEASED}
 _WARN_EVERY_S = 5.0
 _MAX_REREGISTER = 3
 

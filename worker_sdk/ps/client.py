@@ -11,7 +11,8 @@ Dense tensors are placed on the PS by `pswire.partition` (by name, balanced by s
 over the ZeroMQ data plane, one request per PS in parallel. An `ElasticEmbedding` holds no
 parameter locally: its forward pulls the rows of the ids in the batch, and `push` sends their
 gradients as rows, with the dense gradients, in one `Step` message per PS (worker_sdk/ps/steps.py). `push` is also the acknowledgement point of the SDK: once it has returned,
-every record delivered to the loop before it started counts as trained (worker_sdk.ack).
+every record delivered to the loop before it started counts as trained (the ack ledger the
+client was given, worker_sdk.data.ack).
 
 The pipelined step (worker_sdk/ps/pipeline.py): `prefetch(next_ids)` sends the request for the
 next batch's dense parameters and embedding rows, answered while the current batch computes,

@@ -23,12 +23,13 @@ steps of two workers.
 Promises:
 * At most `max_inflight` pushes are unanswered; `submit` collects the oldest for room.
 * Answers are collected oldest first, so pushes settle in the order given: a push acknowledges
-  its records (`ledger.trained(mark)`, the ledger it was given) only once every PS answered it and every push before it
-  settled.
+  its records (`ledger.trained(mark)`, the ledger it was given) only once every PS answered
+  it and every push before it settled.
 * A push that fails (a PS unreachable after every retry, a refusal) is kept and raised at the
-  caller's next call; the records in flight are abandoned at once (`ledger.abandon`: their leases
-  are reported FAILED with the trained prefix), pushes given after it are dropped unsent, and
-  those already sent acknowledge nothing, so no later mark can acknowledge them.
+  caller's next call; the records in flight are abandoned at once (`ledger.abandon`: their
+  leases are reported RELEASED with the trained prefix, no failure of the data), pushes given
+  after it are dropped unsent, and those already sent acknowledge nothing, so no later mark
+  can acknowledge them.
 * A failed prefetch is not an error: the caller pulls synchronously instead.
 * Thread-safe: the SIGTERM path flushes from its own thread (worker_sdk/data/preempt.py); calls
   are serialized by one lock.
