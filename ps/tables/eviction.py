@@ -40,9 +40,12 @@ def next_expiry(live: np.ndarray, steps: np.ndarray, touched: np.ndarray, *, ttl
 
 
 def victims(candidates: np.ndarray, count: int, policy: str, counts: np.ndarray,
-            ticks: np.ndarray) -> np.ndarray:
+            ticks: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """`count` slots of `candidates` to evict: least recently touched (lru: smallest tick) or
-    least often (lfu: smallest count, then least recently touched)."""
+    least often (lfu: smallest count, then least recently touched), ties broken by the
+    smaller id. The choice depends on the rows' ids and metadata only, never on which slot a
+    row sits in: a backup, whose slots may be ordered otherwise after it copied its primary,
+    evicts the same ids."""
     if count <= 0 or not candidates.size:
         return candidates[:0]
     if count >= candidates.size:
@@ -52,4 +55,8 @@ def victims(candidates: np.ndarray, count: int, policy: str, counts: np.ndarray,
         key = (np.minimum(counts[candidates], 2**31 - 1) << 32) | (ticks[candidates] & 0xFFFFFFFF)
     else:
         key = ticks[candidates]
-    return candidates[np.argpartition(key, count - 1)[:count]]
+    edge = np.partition(key, count - 1)[count - 1]  # the key of the last one taken
+    below = candidates[key < edge]
+    tied = candidates[key == edge]
+    tied = tied[np.argsort(ids[tied], kind="stable")[:count - below.size]]
+    return np.concatenate([below, tied])

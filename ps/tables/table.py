@@ -248,7 +248,8 @@ class Table:
         if protect.size:
             live = live[~np.isin(live, protect)]
         count = max(over, math.ceil(self.row_cap * EVICT_BATCH))
-        self._evict(victims(live, count, self.spec.evict, self.counts, self.ticks), Cause.CAP)
+        self._evict(victims(live, count, self.spec.evict, self.counts, self.ticks, self.ids),
+                    Cause.CAP)
 
     def _evict(self, slots: np.ndarray, cause: Cause) -> None:
         if not slots.size:
