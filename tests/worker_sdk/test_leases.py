@@ -70,7 +70,8 @@ def test_a_ledger_of_its_own_and_an_abandoned_push_hands_leases_back_released():
     ledger.trained(ledger.mark())
     assert ack.trained() == 0 and a.trained == 4  # the process's ledger knows nothing of t
     t.deliver([lease for lease, _ in got[4:]])
-    assert ledger.abandon("refused as stale") == 2
+    assert ledger.abandon("refused as stale", released=True) == 2
+    assert t.fail_in_flight("the loop gave up") == 0  # the first cause sticks
     assert t.reports() == [Report(1, "RELEASED", 4, "refused as stale"),
                            Report(2, "RELEASED", 0, "refused as stale")]
     assert b.trained == 0

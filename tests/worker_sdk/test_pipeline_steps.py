@@ -12,7 +12,8 @@ import torch
 
 import worker_sdk.ps.pipeline as pipeline
 from worker_sdk.ps.pipeline import Pipeline, PushFailed, PushJob
-from worker_sdk.ps.data_client import StepOutcome
+from rpckit.errors import Reason, ServiceError
+from worker_sdk.ps.data_client import PSUnavailable, StepOutcome
 
 
 class Pending:
@@ -22,14 +23,15 @@ class Pending:
     def result(self):
         self.rec.collected.append(self.n)
         if self.n in self.rec.fail:
-            raise ConnectionError(f"call {self.n} failed")
+            raise self.rec.error(f"call {self.n} failed")
         return self.outcome
 
 
 class Recorder:
     """Records each Step sent; answers are made when sent and handed out when collected."""
 
-    def __init__(self, fail: frozenset = frozenset()):
+    def __init__(self, fail: frozenset = frozenset(), error=ConnectionError):
+        self.error = error  # what a failing call raises (given its message)
         self.owner: dict[str, int] = {}
         self.calls: list[dict] = []
         self.collected: list[int] = []  # call numbers, in the order their answers were taken
@@ -52,12 +54,14 @@ class Acks:
 
     def __init__(self):
         self.events: list[tuple[str, object]] = []
+        self.released: list[bool] = []
 
     def trained(self, mark=None):
         self.events.append(("trained", mark))
 
-    def abandon(self, message=""):
+    def abandon(self, message="", released=False):
         self.events.append(("abandon", message))
+        self.released.append(released)
 
 
 @pytest.fixture
@@ -156,6 +160,23 @@ def test_pushes_settle_in_order_and_after_a_failure_acknowledge_nothing(acks):
     pipe.submit(_push(3))  # given after the failure: dropped unsent
     pipe.flush(10)
     assert len(rec.calls) == 2 and [kind for kind, _ in acks.events] == ["abandon"]
+
+
+@pytest.mark.parametrize("error, released", [
+    (lambda m: PSUnavailable(m), True),                                       # no PS answered
+    (lambda m: ServiceError("UNAVAILABLE", Reason.FENCED, m), True),          # deposed primary
+    (lambda m: ServiceError("INVALID_ARGUMENT", Reason.INVALID_ARGUMENT, m), False),  # NaN
+    (lambda m: ConnectionError(m), False),
+])
+def test_a_push_no_ps_took_releases_its_leases_one_refused_fails_them(acks, error, released):
+    """Only a failure of the step itself spends its shards' failure budget: a push that no PS
+    answered hands its leases back RELEASED; one refused for what it carried, FAILED."""
+    rec = Recorder(fail=frozenset({0}), error=error)
+    pipe = Pipeline(lambda: rec, acks, max_inflight=1)
+    pipe.submit(_push(1))
+    with pytest.raises(PushFailed):
+        pipe.flush(10)
+    assert [kind for kind, _ in acks.events] == ["abandon"] and acks.released == [released]
 
 
 def test_a_push_whose_client_cannot_be_made_fails_instead_of_hanging(acks):

@@ -59,15 +59,15 @@ class AckLedger:
         with self._lock:
             return self._delivered
 
-    def abandon(self, message: str) -> int:
+    def abandon(self, message: str, released: bool = False) -> int:
         """A push failed: the records in flight (delivered, not acknowledged) will never be
-        acknowledged. Their leases go back to the master at once, RELEASED with what was
-        trained before (a push refused as stale or unanswered is no fault of the data: it
-        never spends a shard's failure budget), so a later push cannot acknowledge them by
-        its mark. Returns how many leases were handed back."""
+        acknowledged. Their leases go back to the master with what was trained before, so a
+        later push cannot acknowledge them by its mark: FAILED, or with `released` RELEASED
+        (the push was refused as stale or no PS answered it: no fault of the data, so it
+        never spends a shard's failure budget). Returns how many leases were handed back."""
         with self._lock:
             tables = list(self._tables)
-        return sum(table.fail_in_flight(message, released=True) for table in tables)
+        return sum(table.fail_in_flight(message, released=released) for table in tables)
 
     def register_flusher(self, owner) -> None:
         """`owner.flush(timeout_s)` waits for its pushes in flight (a PSClient registers)."""

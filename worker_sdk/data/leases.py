@@ -196,7 +196,10 @@ class LeaseTable:
         RELEASED, their push did not go through (refused as stale, no PS answered), which is
         no fault of the data."""
         with self.lock:
-            failing = [lease for lease in self.leases.values() if lease.delivered > lease.trained]
+            # the first cause sticks: a lease already failed keeps its outcome and message (a
+            # RELEASED one does not turn FAILED when the loop then gives up on PushFailed)
+            failing = [lease for lease in self.leases.values()
+                       if lease.delivered > lease.trained and lease.failed is None]
             for lease in failing:
                 lease.failed = message[:500] or "the training step failed"
                 lease.failed_as = Outcome.RELEASED if released else Outcome.FAILED

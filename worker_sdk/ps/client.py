@@ -232,12 +232,13 @@ class PSClient:
         `max_inflight` pushes are unanswered) and those records count as
         trained once it is answered; a failure is raised at the next call (pull, push,
         prefetch, flush), and the records in flight are then never acknowledged (their leases
-        are reported FAILED with what was trained before).
+        go back with what was trained before: RELEASED when no PS took the push, FAILED when
+        a PS refused what it carried).
 
         A PS that refuses a gradient as too stale (`--max-staleness`) has dropped it, and
         then no PS applied any of the step (worker_sdk.ps.data_client): its row gradients are not
-        pushed either, its records are never acknowledged (abandoned as after a failed push:
-        their leases go back FAILED with what was trained before), and the client re-pulls
+        pushed either, its records are never acknowledged (their leases go back RELEASED with
+        what was trained before: no failure of the data), and the client re-pulls
         (synchronously, or at the next `pull`) and counts it.
         """
         self.pipeline.raise_failure()
@@ -259,7 +260,8 @@ class PSClient:
         except StaleGradient as exc:
             self.stale_refusals += 1
             log.info("stale gradient refused (%s); pulling fresh parameters", exc)
-            self.ledger.abandon(f"the step's gradient was refused as stale: {exc.message}")
+            self.ledger.abandon(f"the step's gradient was refused as stale: {exc.message}",
+                                released=True)
             self.pull(model)
             return None
         if outcome is not None:

@@ -27,9 +27,9 @@ Promises:
   it and every push before it settled.
 * A push that fails (a PS unreachable after every retry, a refusal) is kept and raised at the
   caller's next call; the records in flight are abandoned at once (`ledger.abandon`: their
-  leases are reported RELEASED with the trained prefix, no failure of the data), pushes given
-  after it are dropped unsent, and those already sent acknowledge nothing, so no later mark
-  can acknowledge them.
+  leases are reported with the trained prefix, RELEASED when no PS took the push or it was
+  stale, FAILED when a PS refused what it carried), pushes given after it are dropped unsent,
+  and those already sent acknowledge nothing, so no later mark can acknowledge them.
 * A failed prefetch is not an error: the caller pulls synchronously instead.
 * Thread-safe: the SIGTERM path flushes from its own thread (worker_sdk/data/preempt.py); calls
   are serialized by one lock.
@@ -46,7 +46,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .data_client import DataClient, StaleGradient
+from rpckit.errors import ServiceError
+
+from .data_client import DataClient, PSUnavailable, StaleGradient
 
 from ..data.ack import AckLedger
 
@@ -330,13 +332,18 @@ class Pipeline:
             self._stale += 1  # dropped by the PS; the next step pulls anyway
             log.info("stale gradient refused in the background (%s)", outcome)
             # no PS applied any of the step: no rows, no acknowledgement
-            self._ledger.abandon(f"the step's gradient was refused as stale: {outcome.message}")
+            self._ledger.abandon(f"the step's gradient was refused as stale: {outcome.message}",
+                                 released=True)
         elif isinstance(outcome, BaseException):
             if self._failure is None:
                 self._failure = outcome
                 if isinstance(outcome, Exception):
                     log.warning("a background push failed: %s", outcome)
-                    self._ledger.abandon(f"push failed: {outcome}")
+                    # no PS answered (or it was stopping, or deposed): no fault of the data,
+                    # RELEASED; a refusal of what was sent (a NaN gradient, another model,
+                    # too large) is the step's failure: FAILED, which spends the budget
+                    self._ledger.abandon(f"push failed: {outcome}",
+                                         released=_unreachable(outcome))
                 # else interrupted (KeyboardInterrupt, SystemExit): not a failure of the step,
                 # so no lease is reported FAILED (that would spend the shard's failure budget);
                 # its records are simply never acknowledged, and the leave hands them back
@@ -347,3 +354,9 @@ class Pipeline:
             if outcome.push is not None:
                 self.max_staleness = max(self.max_staleness, outcome.push.max_staleness)
             self._ledger.trained(job.mark)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether a push failed because no PS took it (not because of what it carried)."""
+    return isinstance(exc, PSUnavailable) or (
+        isinstance(exc, ServiceError) and exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"))
