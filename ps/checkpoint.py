@@ -398,7 +398,9 @@ class Checkpointer:
 
     def _mutations(self) -> int:
         s = self.store.stats
-        return s.pushes + s.row_pushes + int(self.store.initialized)
+        # a table's tick counts its touches: reads that change a bounded table count too
+        touches = sum(t.tick for t in self.store.tables.values() if t.spec.stateful_reads)
+        return s.pushes + s.row_pushes + int(self.store.initialized) + touches
 
     def write(self, only_if_changed: bool = False, delta: bool = False) -> CheckpointInfo | None:
         """Write a full checkpoint, or with `delta` only what changed since the last file
@@ -414,9 +416,9 @@ class Checkpointer:
             number = self._next_number
             if self.store.restores != self._restores:
                 self._base, self._restores = None, self.store.restores
-            delta = (delta and self._base is not None
-                     and not any(t.needs_full for t in self.store.tables.values()))
+            delta = delta and self._base is not None
             with self.store.snapshot_view(delta=delta, clean=True) as state:
+                delta = state["delta"]  # a table that needs a full file makes it full
                 state["taken_ms"] = taken_ms
                 try:
                     if delta:

@@ -3,7 +3,8 @@
 Every mutation (Push, PushRows, InitParameters) holds the gate shared for its whole length;
 a checkpoint snapshot holds it exclusive for as long as it takes to copy the state. Waiting
 writers (the snapshot) go first, so a stream of pushes cannot starve a checkpoint. Pulls do
-not take the gate: they only take per-tensor locks.
+not take the gate (they only take per-tensor locks), except a bounded table's row pulls,
+which change the table (admission, evictions, the touch order) and hold it shared.
 """
 from __future__ import annotations
 

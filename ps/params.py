@@ -377,9 +377,18 @@ class ParamStore:
     def pull_rows(self, table: str, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
         t = self.table(table)
         self._check_ids(ids, table)
-        rows, created = t.pull(ids, self.limits.max_new_rows)
+        rows, created = self.read_rows(t, ids, self.limits.max_new_rows)
         self.stats.row_pulls += 1
         return rows, created
+
+    def read_rows(self, t: Table, ids: torch.Tensor, max_new: int | None):
+        """A table's pull. A table whose reads change it (admission, a cap, a TTL) is read
+        under the gate, shared, like a mutation: a checkpoint then sees each such read whole,
+        and its delta and the table's "clean" mark agree (ps/checkpoint.py)."""
+        if not t.spec.stateful_reads:
+            return t.pull(ids, max_new)
+        with self.gate.shared():
+            return t.pull(ids, max_new)
 
     def push_rows(self, client_id: str, seq: int, table: str, ids: torch.Tensor,
                   grads: torch.Tensor) -> dict:

@@ -70,11 +70,16 @@ class Snapshots:
         tensors are the live ones, pinned (a push copies a pinned tensor or table before
         changing it). Taken under the exclusive gate, which it holds only for that.
         `delta`: tables hold only the rows changed and evicted since the last checkpoint file
-        (ps.tables.table.Table.delta); `clean`: this view becomes that file (a checkpoint's)."""
+        (ps.tables.table.Table.delta), unless a table needs a full one (more evicted than it
+        could list): the view's "delta" says which it is; `clean`: this view becomes that
+        file (a checkpoint's). Decided, taken and marked clean under the exclusive gate, which
+        every change to a table holds shared (pushes, and the reads that change it)."""
         pin = SnapshotPin()
         try:
             with self.store.gate.exclusive():
+                delta = delta and not any(t.needs_full for t in self.store.tables.values())
                 state = self._view_locked(pin, delta)
+                state["delta"] = delta
                 if clean:
                     for t in self.store.tables.values():
                         t.mark_clean()

@@ -64,8 +64,12 @@ class Steps:
                 return answer
         if parts.pull is not None:
             answer["pulled"] = self.store.pull(parts.pull, export)
-        # checked above; a table's pull takes its lock, so it sees each row push whole
-        answer["pulled_rows"] = [self.store.tables[table].pull(ids, self.store.limits.max_new_rows)
+        # checked above; a table's pull takes its lock, so it sees each row push whole. After
+        # the mutations nothing may refuse (their answer would be lost, and a primary would
+        # not forward them): the new rows were counted before the push, and what the push's
+        # evictions add is bounded by the request's own ids
+        limit = None if parts.mutates else self.store.limits.max_new_rows
+        answer["pulled_rows"] = [self.store.read_rows(self.store.tables[table], ids, limit)
                                  for table, ids in parts.pull_rows]
         if parts.pull_rows:
             self.store.stats.row_pulls += len(parts.pull_rows)

@@ -210,3 +210,28 @@ def test_evictions_past_the_table_size_make_the_next_file_full(tmp_path):
     restored = ParamStore()
     Checkpointer(restored, CheckpointDir(tmp_path, 0, 1)).restore()
     _same(restored, store)
+
+
+def test_a_bounded_tables_reads_wait_for_a_snapshot_and_pulls_only_of_others_do_not(tmp_path):
+    """Reads that change a bounded table (admission, evictions, touches) hold the gate shared
+    like a push, so a checkpoint's view, its delta and the table's clean mark see each one
+    whole (one landing between the delta and the mark would be in no file); reads of an
+    unbounded table change nothing a file holds and never wait."""
+    import threading
+
+    bounded = _store(admit_after=2)
+    plain = _store()
+    for store, waits in ((bounded, True), (plain, False)):
+        done = threading.Event()
+        with store.gate.exclusive():  # what a snapshot view holds while it is taken
+            t = threading.Thread(target=lambda: (store.pull_rows("emb", torch.arange(4)),
+                                                 done.set()))
+            t.start()
+            assert done.wait(0.3) is not waits
+        t.join(5)
+        assert done.is_set()
+    # a checkpoint notices reads that change a bounded table: they are something to write
+    cp = Checkpointer(bounded, CheckpointDir(tmp_path, 0, 1))
+    before = cp._mutations()
+    bounded.pull_rows("emb", torch.arange(8, 12))
+    assert cp._mutations() > before
