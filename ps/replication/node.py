@@ -198,8 +198,11 @@ class ReplicaNode:
         return self.handlers.handle(kind, inner, frames)
 
     def _stateful_reads(self, table: str) -> bool:
+        # decided before the order lock: a table not declared yet (an InitParameters may be
+        # applying) counts as stateful, so its reads are ordered after the declaration; if it
+        # is still unknown then, the read is refused and nothing is forwarded
         t = self.store.tables.get(table)
-        return t is not None and t.spec.stateful_reads
+        return t is None or t.spec.stateful_reads
 
     def _primary_silent(self) -> None:
         self.urgent.set()

@@ -75,6 +75,10 @@ def test_a_ledger_of_its_own_and_an_abandoned_push_hands_leases_back_released():
     assert t.reports() == [Report(1, "RELEASED", 4, "refused as stale"),
                            Report(2, "RELEASED", 0, "refused as stale")]
     assert b.trained == 0
+    # a master that does not know RELEASED refuses it: the next report says FAILED
+    t.apply(t.reports(), [Result(1, False, False, "outcome 'unknown(4)' is not one of ..."),
+                          Result(2, True, False, "")])
+    assert t.reports() == [Report(1, "FAILED", 4, "refused as stale")]
     t.close()
     failing = LeaseTable("e", ledger)
     failing.add(3, 0, 0, 0, 5)

@@ -260,6 +260,11 @@ class LeaseTable:
                     else:
                         lease.reported = max(lease.reported, report.records_done)
                     continue
+                if report.outcome == Outcome.RELEASED and not result.duplicate:
+                    # a master older than RELEASED refuses it: the next report says FAILED,
+                    # which every master takes (the lease is not left to time out)
+                    lease.failed_as = Outcome.FAILED
+                    continue
                 if result.duplicate:
                     self.duplicates += 1
                 else:
