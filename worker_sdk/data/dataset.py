@@ -19,7 +19,7 @@ THE ACK RULE (worker_sdk/data/ack.py, docs/worker_sdk.md): a record counts as tr
 reported to the master, only after the training step that consumed it finished. `ack` says how
 the SDK learns that:
 
-* "push": `worker_sdk.ack.trained()` (PSClient.push, once the push is answered) or
+* "push": the ack ledger's `trained()` (PSClient.push, once the push is answered) or
   `ds.mark_trained()`; nothing else acknowledges anything.
 * "next": the training loop asking for the next step's data (the next batch of `batches()` or
   `loader()`, the next sample, the next batch of a `DataLoader(ds, batch_size=B)` when the
