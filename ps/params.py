@@ -8,7 +8,8 @@ messages into these calls. What it promises:
   model or optimizer is refused (FAILED_PRECONDITION, MODEL_MISMATCH, naming the first
   difference), so a worker never trains a model the PS does not hold.
 - A dense tensor has a version (pushes applied to it). A push applies the gradient with the
-  tensor's own `torch.optim` optimizer under the tensor's lock and bumps the version. The push
+  tensor's own `torch.optim` optimizer (Adagrad: the push's tensors in one foreach update, the
+  same arithmetic: ps/optim.py) under the tensor's lock and bumps the version. The push
   carries the versions the worker pulled; staleness (current - pulled) is recorded, and with
   `max_staleness >= 0` a push staler than that is refused whole (FAILED_PRECONDITION).
 - A pull never sees a half-applied push. A pull takes the tensor's lock only to "export" it:
