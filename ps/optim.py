@@ -62,7 +62,7 @@ def step_dense_all(optimizers: list, params: list[torch.Tensor],
     (those of one store) are updated together: a call per operation over all the tensors
     instead of a torch.optim step per tensor (about 30 us each, most of a small tensor's
     push; cheaper even for one tensor), with the single-tensor path's arithmetic exactly."""
-    if all(type(o) is torch.optim.Adagrad for o in optimizers):
+    if optimizers and all(type(o) is torch.optim.Adagrad for o in optimizers):
         groups = [o.param_groups[0] for o in optimizers]
         hyper = tuple(groups[0][k] for k in _ADAGRAD_HYPER)
         if all(tuple(g[k] for k in _ADAGRAD_HYPER) == hyper for g in groups) \
