@@ -48,17 +48,29 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _pin(cpus: set[int]):
+    """A preexec_fn running the child on `cpus`: set in the child before it execs, so its first
+    instruction and all its threads already run there."""
+    def pin() -> None:
+        os.sched_setaffinity(0, cpus)
+    return pin
+
+
 class Proc:
     """One child process, its output (stdout and stderr) appended to `log`.
 
     `start()` waits until a line of this start's output matches `ready` (None: no wait) and
     reads the port from its `port` group; a server started again (`start()` after `kill()`,
     or `restart()`) is told the same port through its `--port` flag. A start that fails kills
-    the child and raises LaunchError with the end of the log."""
+    the child and raises LaunchError with the end of the log. `cpus`: the CPUs the child (and
+    every thread it starts) may run on (`os.sched_setaffinity`, set before it runs any code);
+    None: all of them."""
 
     def __init__(self, argv: list[str], log: Path, *, ready: str | None = LISTENING,
-                 port: int = 0, cwd: Path | None = None, env: dict[str, str] | None = None):
+                 port: int = 0, cwd: Path | None = None, env: dict[str, str] | None = None,
+                 cpus: set[int] | None = None):
         self.argv = list(argv)
+        self.cpus = set(cpus) if cpus else None
         self.log = Path(log)
         self.ready = ready
         self.port = port
@@ -99,7 +111,8 @@ class Proc:
         self._offset = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as out:
             self.popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                          cwd=self.cwd, env=self.env)
+                                          cwd=self.cwd, env=self.env,
+                                          preexec_fn=_pin(self.cpus) if self.cpus else None)
         if self.ready is not None:
             try:
                 self.match = self.wait_for(self.ready, timeout)

@@ -86,22 +86,26 @@ class InitParameters(_message.Message):
     def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tables: _Optional[_Iterable[_Union[TableSpec, _Mapping]]] = ...) -> None: ...
 
 class Pull(_message.Message):
-    __slots__ = ("names",)
+    __slots__ = ("names", "packed")
     NAMES_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     names: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
+    packed: bool
+    def __init__(self, names: _Optional[_Iterable[str]] = ..., packed: _Optional[bool] = ...) -> None: ...
 
 class Push(_message.Message):
-    __slots__ = ("tensors", "versions", "check_only", "checked")
+    __slots__ = ("tensors", "versions", "packed_count", "check_only", "checked")
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_COUNT_FIELD_NUMBER: _ClassVar[int]
     CHECK_ONLY_FIELD_NUMBER: _ClassVar[int]
     CHECKED_FIELD_NUMBER: _ClassVar[int]
     tensors: _containers.RepeatedCompositeFieldContainer[TensorMeta]
     versions: _containers.RepeatedScalarFieldContainer[int]
+    packed_count: int
     check_only: bool
     checked: bool
-    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., versions: _Optional[_Iterable[int]] = ..., check_only: _Optional[bool] = ..., checked: _Optional[bool] = ...) -> None: ...
+    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., versions: _Optional[_Iterable[int]] = ..., packed_count: _Optional[int] = ..., check_only: _Optional[bool] = ..., checked: _Optional[bool] = ...) -> None: ...
 
 class PullRows(_message.Message):
     __slots__ = ("table",)
@@ -221,14 +225,16 @@ class InitParametersResult(_message.Message):
     def __init__(self, initialized: _Optional[bool] = ..., versions: _Optional[_Mapping[str, int]] = ..., staleness_checked: _Optional[bool] = ...) -> None: ...
 
 class PullResult(_message.Message):
-    __slots__ = ("tensors", "versions", "staleness_checked")
+    __slots__ = ("tensors", "versions", "staleness_checked", "packed_count")
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     STALENESS_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    PACKED_COUNT_FIELD_NUMBER: _ClassVar[int]
     tensors: _containers.RepeatedCompositeFieldContainer[TensorMeta]
     versions: _containers.RepeatedScalarFieldContainer[int]
     staleness_checked: bool
-    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., versions: _Optional[_Iterable[int]] = ..., staleness_checked: _Optional[bool] = ...) -> None: ...
+    packed_count: int
+    def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., versions: _Optional[_Iterable[int]] = ..., staleness_checked: _Optional[bool] = ..., packed_count: _Optional[int] = ...) -> None: ...
 
 class PushResult(_message.Message):
     __slots__ = ("versions", "max_staleness", "duplicate")

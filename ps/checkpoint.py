@@ -8,8 +8,7 @@ is fsynced: a reader sees a whole checkpoint or none. A file is
     MAGIC | torch.save payload | TRAILER_MAGIC | payload length (8 bytes) | sha256 (32 bytes)
 
 so a truncated or damaged file is recognized. On start the newest file that verifies is
-restored; a newest file that does not is refused with a log line saying why, renamed to
-`*.corrupt` (kept for a person to look at), and the one before it is used.
+restored; one that does not is logged, renamed to `*.corrupt`, and the one before it is used.
 
 Since format 2 (`EPSCKPT2`) the payload keeps tensor bytes out of the pickle, so that neither
 writing nor restoring needs a second copy of the partition in memory:
@@ -397,10 +396,9 @@ class Checkpointer:
         return info
 
     def _mutations(self) -> int:
-        s = self.store.stats
-        # a table's tick counts its touches: reads that change a bounded table count too
-        touches = sum(t.tick for t in self.store.tables.values() if t.spec.stateful_reads)
-        return s.pushes + s.row_pushes + int(self.store.initialized) + touches
+        s, tables = self.store.stats, self.store.tables.values()  # + reads that change a table
+        return (s.pushes + s.row_pushes + int(self.store.initialized)
+                + sum(t.tick for t in tables if t.spec.stateful_reads))
 
     def write(self, only_if_changed: bool = False, delta: bool = False) -> CheckpointInfo | None:
         """Write a full checkpoint, or with `delta` only what changed since the last file

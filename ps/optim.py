@@ -5,6 +5,9 @@ Which optimizers and hyperparameters exist, and how a config travels, is the wir
 
 Each dense tensor gets its own real `torch.optim` optimizer (one param group, one tensor), and a
 push sets `.grad` and calls `step()`, so the PS's arithmetic is torch.optim's by construction.
+A push of several Adagrad tensors runs as one foreach update over all of them (`step_dense_all`):
+the same per-tensor operations torch.optim's single-tensor Adagrad runs, in the same order, on
+the optimizers' own state, so the result is the same to the bit.
 Embedding rows are updated the way `torch.optim.SGD` / `torch.optim.Adagrad` update a sparse
 `nn.Embedding(sparse=True)` weight: only the pushed rows change, duplicates are summed first.
 """
@@ -48,6 +51,48 @@ def step_dense(optimizer: torch.optim.Optimizer, param: torch.Tensor, grad: torc
             _STEPS.get(type(optimizer), type(optimizer).step)(optimizer)
     finally:
         param.grad = None
+
+
+_ADAGRAD_HYPER = ("lr", "lr_decay", "weight_decay", "eps", "maximize")
+
+
+def step_dense_all(optimizers: list, params: list[torch.Tensor],
+                   grads: list[torch.Tensor]) -> None:
+    """`step_dense` of each (optimizer, param, grad). Adagrads with the same hyperparameters
+    (those of one store) are updated together: a call per operation over all the tensors
+    instead of a torch.optim step per tensor (about 30 us each, most of a small tensor's
+    push; cheaper even for one tensor), with the single-tensor path's arithmetic exactly."""
+    if optimizers and all(type(o) is torch.optim.Adagrad for o in optimizers):
+        groups = [o.param_groups[0] for o in optimizers]
+        hyper = tuple(groups[0][k] for k in _ADAGRAD_HYPER)
+        if all(tuple(g[k] for k in _ADAGRAD_HYPER) == hyper for g in groups) \
+                and not groups[0]["differentiable"]:
+            _adagrad_all(optimizers, params, grads, *hyper)
+            return
+    for optimizer, param, grad in zip(optimizers, params, grads):
+        step_dense(optimizer, param, grad)
+
+
+def _adagrad_all(optimizers, params, grads, lr, lr_decay, weight_decay, eps, maximize) -> None:
+    """torch.optim.adagrad's `_single_tensor_adagrad` for dense real tensors, as foreach calls
+    (on CPU a foreach op runs the per-tensor op on each tensor: the same arithmetic)."""
+    states = [o.state[p] for o, p in zip(optimizers, params)]
+    sums = [s["sum"] for s in states]
+    steps = [s["step"] for s in states]
+    with torch.no_grad():
+        torch._foreach_add_(steps, 1)
+        if maximize:
+            grads = torch._foreach_neg(grads)
+        if weight_decay != 0:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+        torch._foreach_addcmul_(sums, grads, grads, value=1)
+        std = torch._foreach_sqrt(sums)
+        torch._foreach_add_(std, eps)
+        if lr_decay == 0:
+            torch._foreach_addcdiv_(params, grads, std, value=-lr)
+        else:  # clr as torch computes it, from each tensor's own step count
+            clrs = [-(lr / (1 + (s.item() - 1) * lr_decay)) for s in steps]
+            torch._foreach_addcdiv_(params, grads, std, clrs)
 
 
 @dataclass

@@ -8,7 +8,8 @@ messages into these calls. What it promises:
   model or optimizer is refused (FAILED_PRECONDITION, MODEL_MISMATCH, naming the first
   difference), so a worker never trains a model the PS does not hold.
 - A dense tensor has a version (pushes applied to it). A push applies the gradient with the
-  tensor's own `torch.optim` optimizer under the tensor's lock and bumps the version. The push
+  tensor's own `torch.optim` optimizer (Adagrad: the push's tensors in one foreach update, the
+  same arithmetic: ps/optim.py) under the tensor's lock and bumps the version. The push
   carries the versions the worker pulled; staleness (current - pulled) is recorded, and with
   `max_staleness >= 0` a push staler than that is refused whole (FAILED_PRECONDITION).
 - A pull never sees a half-applied push. A pull takes the tensor's lock only to "export" it:
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -46,9 +47,10 @@ from rpckit.errors import (Reason, ServiceError, invalid, not_found, preconditio
 from .gate import Gate
 from .snapshots import Snapshots
 from .steps import StepParts, Steps
+from .reads import Export, Reads, _copy_export
 from .limits import Limits, check_names
 from .model_match import first_difference, shape_of
-from .optim import RowOptimizer, make_dense, step_dense
+from .optim import RowOptimizer, make_dense, step_dense_all
 from pswire.optimizers import row_config, validate_dense
 from pswire.partition import MAX_ROW_ID
 from pswire.frames import DTYPE_NAMES, FLOAT_DTYPES, require_finite
@@ -57,15 +59,6 @@ STALENESS_BUCKET_CAP = 64
 # Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still
 # sending the tensor at most as long as copying the tensor would take, then copies.
 COPY_BYTES_PER_S = 2e9
-# export(tensor) -> (payload, tracker or None); a tracker has `.done` once the payload's bytes
-# are no longer read by anyone.
-Export = Callable[[torch.Tensor], tuple]
-
-
-def _copy_export(t: torch.Tensor):
-    return t.clone(), None
-
-
 class ParamStore:
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
                  applied_capacity: int = 100_000, limits: Limits | None = None):
@@ -87,6 +80,7 @@ class ParamStore:
         # parts of the store, each handed the store: snapshots and restores, Step requests
         self.snapshots = Snapshots(self)
         self.steps = Steps(self)
+        self.reads = Reads(self)
         self.restores = 0  # snapshots restored over the state (a checkpoint, a primary's copy)
 
     # -- what the parts do --------------------------------------------------------------------
@@ -94,6 +88,14 @@ class ParamStore:
     def step(self, client_id: str, seq: int, parts: StepParts, export) -> dict:
         """A Step: the mutations once, then the reads (ps/steps.py)."""
         return self.steps.step(client_id, seq, parts, export)
+
+    def pull(self, names: Sequence[str] = (), export: Export = _copy_export) -> list[tuple]:
+        """Dense tensors by name, each read whole under its lock (ps/reads.py)."""
+        return self.reads.pull(names, export)
+
+    def pull_packed(self, names: Sequence[str] = (), export: Export = _copy_export):
+        """Dense tensors by name, the small ones packed into one tensor (ps/reads.py)."""
+        return self.reads.pull_packed(names, export)
 
     def snapshot(self) -> dict:
         """A consistent, self-contained copy of everything a restart needs (ps/snapshots.py)."""
@@ -166,27 +168,6 @@ class ParamStore:
         names = self.dense if names is None else names
         return {n: self.dense[n].version for n in names}
 
-    def pull(self, names: Sequence[str] = (), export: Export = _copy_export) -> list[tuple]:
-        """[(name, payload, version, tensor)] for `names` (all when empty). `export` runs under
-        the tensor's lock; its tracker pins the tensor's memory until the bytes are sent."""
-        self._require_init()
-        check_names(names, self.limits, "a Pull")
-        names = list(names) or sorted(self.dense)
-        self._require_tensors(names)
-        out = []
-        for name in names:
-            d = self.dense[name]
-            with d.lock:
-                payload, tracker = export(d.value)
-                if tracker is not None:
-                    # only sends still in flight matter to a push: dropping the finished ones
-                    # here keeps a tensor that is pulled but never pushed from piling them up
-                    d.pins = [p for p in d.pins if not p.done]
-                    d.pins.append(tracker)
-                out.append((name, payload, d.version, d.value))
-        self.stats.pulls += 1
-        return out
-
     def _require_tensors(self, names: Sequence[str]) -> None:
         missing = [n for n in names if n not in self.dense]
         if missing:
@@ -195,14 +176,15 @@ class ParamStore:
                             f"(it holds {len(self.dense)} tensors)")
 
     def push(self, client_id: str, seq: int, grads: Sequence[tuple[str, torch.Tensor]],
-             versions: Sequence[int], checked: bool = False) -> dict:
+             versions: Sequence[int], checked: bool = False,
+             packed: torch.Tensor | None = None, packed_count: int = 0) -> dict:
         """Apply gradients; returns the answer {code, message, versions, max_staleness,
         duplicate}. Bad input raises ServiceError and changes nothing. `checked`: every PS of
-        the step already passed `check_push`, so staleness no longer refuses it."""
+        the step already passed `check_push`, so staleness no longer refuses it. `packed`: the
+        flat tensor the first `packed_count` grads are views of (pswire.frames.decode)."""
         self._validate_push([(n, g.shape, g.dtype) for n, g in grads], versions)
         names = [n for n, _ in grads]
-        for name, g in grads:
-            require_finite(g, f"the gradient of {quote(name)}")
+        self._require_finite_grads(grads, packed, packed_count)
         return self._at_most_once(
             client_id, seq, lambda: self._apply(grads, versions, checked),
             lambda: {"versions": self.versions(names), "max_staleness": 0})
@@ -219,6 +201,21 @@ class ParamStore:
             return self._stale(worst, names)
         return {"code": "OK", "message": "", "versions": self.versions(names),
                 "max_staleness": worst, "duplicate": False}
+
+    @staticmethod
+    def _require_finite_grads(grads, packed: torch.Tensor | None = None,
+                              packed_count: int = 0) -> None:
+        """Refuse NaN and infinities in any gradient: the first `packed_count`, views of
+        `packed`, in one pass over it (one by one only when it fails, for a message that
+        names the gradient)."""
+        if packed is not None:
+            try:
+                require_finite(packed, "the packed gradients")
+                grads = grads[packed_count:]
+            except ServiceError:
+                pass
+        for name, g in grads:
+            require_finite(g, f"the gradient of {quote(name)}")
 
     def _validate_push(self, metas, versions) -> None:
         self._require_init()
@@ -254,24 +251,15 @@ class ParamStore:
 
     def _apply(self, grads, versions, checked: bool = False) -> dict:
         ordered = sorted(zip(grads, versions), key=lambda x: x[0][0])
-        if self.max_staleness < 0 or checked:
-            worst = 0
-            for (name, g), pulled in ordered:
-                d = self.dense[name]
-                with d.lock:
-                    worst = max(worst, self._staleness(d, pulled))
-                    self._step(d, g)
-            return self._applied(worst, [n for (n, _), _ in ordered])
         held = [self.dense[name] for (name, _), _ in ordered]
         for d in held:  # sorted by name: no deadlock between concurrent pushes
             d.lock.acquire()
         try:
             worst = max((self._staleness(d, pulled) for d, (_, pulled) in zip(held, ordered)),
                         default=0)
-            if worst > self.max_staleness:
+            if 0 <= self.max_staleness < worst and not checked:
                 return self._stale(worst, [d.name for d in held])
-            for d, ((_, g), _) in zip(held, ordered):
-                self._step(d, g)
+            self._step_all(held, [g for (_, g), _ in ordered])
         finally:
             for d in held:
                 d.lock.release()
@@ -328,18 +316,20 @@ class ParamStore:
             with self._stats_lock:
                 self.stats.waited_for_send += 1
 
-    def _step(self, d: Dense, grad: torch.Tensor) -> None:
-        """Under d.lock: apply one gradient (after any pull still sending the tensor, and
-        on a copy when a snapshot view still reads it)."""
-        if d.snaps:
-            if any(not pin.done for pin in d.snaps):
-                self.snapshots.copy_for_snapshot(d)  # protects every open view at once
-            d.snaps = []
-        if d.pins:
-            self._unpin(d)
-        step_dense(d.optimizer, d.value, grad)
-        d.version += 1
-        d.pushes += 1
+    def _step_all(self, held: list[Dense], grads: list[torch.Tensor]) -> None:
+        """Under every d.lock: apply one gradient to each tensor (after any pull still sending
+        it, and on a copy when a snapshot view still reads it), in one optimizer call."""
+        for d in held:
+            if d.snaps:
+                if any(not pin.done for pin in d.snaps):
+                    self.snapshots.copy_for_snapshot(d)  # protects every open view at once
+                d.snaps = []
+            if d.pins:
+                self._unpin(d)
+        step_dense_all([d.optimizer for d in held], [d.value for d in held], grads)
+        for d in held:
+            d.version += 1
+            d.pushes += 1
 
     # -- embedding rows -----------------------------------------------------------------------
 

@@ -34,8 +34,11 @@ class StepParts:
     grads: list[tuple[str, torch.Tensor]] | None = None
     versions: list[int] = field(default_factory=list)
     checked: bool = False
+    packed: torch.Tensor | None = None  # the frame the first packed_count grads are views of
+    packed_count: int = 0
     rows: list[tuple[str, torch.Tensor, torch.Tensor]] = field(default_factory=list)
     pull: list[str] | None = None  # [] pulls every tensor
+    pull_packed: bool = False  # the reads may pack small tensors into one frame
     pull_rows: list[tuple[str, torch.Tensor]] = field(default_factory=list)
 
     @property
@@ -63,7 +66,8 @@ class Steps:
             if answer["code"] != "OK":
                 return answer
         if parts.pull is not None:
-            answer["pulled"] = self.store.pull(parts.pull, export)
+            answer["pulled"] = (self.store.pull_packed(parts.pull, export)
+                                if parts.pull_packed else self.store.pull(parts.pull, export))
         # checked above; a table's pull takes its lock, so it sees each row push whole. After
         # the mutations nothing may refuse (their answer would be lost, and a primary would
         # not forward them): the new rows were counted before the push, and what the push's
@@ -78,9 +82,9 @@ class Steps:
     def _check_step(self, parts: StepParts) -> None:
         self.store._require_init()
         if parts.grads is not None:
-            self.store._validate_push([(n, g.shape, g.dtype) for n, g in parts.grads], parts.versions)
-            for name, g in parts.grads:
-                require_finite(g, f"the gradient of {quote(name)}")
+            self.store._validate_push([(n, g.shape, g.dtype) for n, g in parts.grads],
+                                      parts.versions)
+            self.store._require_finite_grads(parts.grads, parts.packed, parts.packed_count)
         tables = [t for t, _, _ in parts.rows]
         check_names(tables, self.store.limits, "a Step's row pushes")
         for table, ids, grads in parts.rows:

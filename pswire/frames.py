@@ -3,6 +3,13 @@
 A tensor travels as one frame holding the raw bytes of a contiguous tensor (native byte
 order: PS and workers run on little-endian machines). Sending takes a view of the tensor's
 memory, never a copy; receiving wraps the frame's memory with `torch.frombuffer`.
+
+Small tensors of one message may travel packed instead (`Push.packed_count`,
+`PullResult.packed_count`): the first k tensors of the message, all of one dtype, as one frame
+of their bytes one after the other, each other tensor in a frame of its own after it. A step of
+a small model pushes and pulls a handful of tensors of a few KB each, and a frame costs both
+sides more than copying a few KB: `packing` picks the tensors (the small ones of one dtype),
+`pack` makes the frame, `decode` reads either form back.
 """
 from __future__ import annotations
 
@@ -105,6 +112,66 @@ def from_frame(frame, dtype: torch.dtype, shape: tuple, what: str) -> torch.Tens
     if numel == 0:
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(buf, dtype=dtype).view(shape)
+
+
+PACK_BELOW_BYTES = 64 * 1024  # a tensor this large or larger keeps a frame of its own
+
+
+def packing(tensors: list[torch.Tensor]) -> tuple[list[int], list[int]]:
+    """(indexes packed, indexes sent alone): the tensors under PACK_BELOW_BYTES with the dtype
+    of the first such one are packed when there are at least two of them; the rest, in their
+    order, travel one frame each."""
+    packed: list[int] = []
+    dtype = None
+    for i, t in enumerate(tensors):
+        if t.numel() * t.element_size() < PACK_BELOW_BYTES and (dtype is None or t.dtype == dtype):
+            dtype = t.dtype
+            packed.append(i)
+    if len(packed) < 2:
+        return [], list(range(len(tensors)))
+    chosen = set(packed)
+    return packed, [i for i in range(len(tensors)) if i not in chosen]
+
+
+def pack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The packed frame's tensor: the tensors' values one after the other (one copy)."""
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+
+def frames_of(metas_count: int, packed_count: int) -> int:
+    """How many frames carry `metas_count` tensors of which the first `packed_count` packed."""
+    return (1 if packed_count else 0) + metas_count - packed_count
+
+
+def decode(metas, frames: list, packed_count: int = 0, allowed=tuple(DTYPES),
+           what: str = "tensor") -> tuple[list[tuple[str, torch.Tensor]], torch.Tensor | None]:
+    """The tensors of `metas` over `frames` (as many as `frames_of` says): [(name, tensor)] in
+    the order of `metas`, each wrapping the frames' memory (no copy), and the packed frame's
+    flat tensor (None without one). Raises INVALID_ARGUMENT for frames that do not fit."""
+    count = len(metas)
+    if not 0 <= packed_count <= count or packed_count == 1:
+        raise invalid(f"packed_count {packed_count} does not fit {count} tensors (0, or 2 to "
+                      f"{count})")
+    if len(frames) != frames_of(count, packed_count):
+        packed = f" ({packed_count} packed)" if packed_count else ""
+        raise invalid(f"the header describes {count} tensors{packed} but {len(frames)} buffer "
+                      "frames followed")
+    out = []
+    flat = None
+    if packed_count:
+        checked = [check_meta(m, allowed) for m in metas[:packed_count]]
+        dtype = checked[0][0]
+        if any(c[0] != dtype for c in checked):
+            raise invalid("packed tensors must share one dtype, got "
+                          f"{sorted({m.dtype for m in metas[:packed_count]})}")
+        numels = [c[2] // dtype.itemsize for c in checked]
+        flat = from_frame(frames[0], dtype, (sum(numels),), f"the packed {what}s")
+        for meta, (_, shape, _), part in zip(metas, checked, flat.split(numels)):
+            out.append((meta.name, part.view(shape)))
+    for meta, frame in zip(metas[packed_count:], frames[1 if packed_count else 0:]):
+        dtype, shape, _ = check_meta(meta, allowed)
+        out.append((meta.name, from_frame(frame, dtype, shape, f"{what} {meta.name!r}")))
+    return out, flat
 
 
 def code_number(code: str) -> int:

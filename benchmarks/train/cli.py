@@ -2,6 +2,7 @@
 
     python scripts/bench_train.py                  # 3 rounds, batch 256 and 1024
     python scripts/bench_train.py --rounds 1 --records 50000 --batches 1024
+    python scripts/bench_train.py --pin --rounds 3 --batches 1024 256
 
 Per round and batch size, alternating, the same data, model, optimizer and epochs:
 local tensor loop, local record-by-record loop, elastic-ps with 1 worker, with 2 workers
@@ -10,10 +11,21 @@ loop of the same round (medians over rounds), the final held-out AUC of each run
 timeline of the elastic runs (share of worker wall time reading, waiting on pulls, computing,
 waiting on pushes). Floors (docs/benchmarks.md, issue 15): 1 worker >= 0.5x at batch 1024, >= 0.35x at
 batch 256, AUC within 0.005 of the local loop.
+
+CPU, in every run: records per CPU-second of the whole job (workers + PS + master, over the
+training span) against the local loop's (its thread's CPU time), and each PS's CPU per record
+against the local loop's `optimizer.step()` CPU per record (the PS does that arithmetic).
+
+`--pin` (issue 27): the trainer alone on CPU 0 (the local loops in this process, the elastic
+workers), the master and PS on CPU 1 (`os.sched_setaffinity`): the deployment shape, where
+servers do not share the trainer's cores. Floors then: 1 worker >= 0.65x at batch 1024 and
+>= 0.5x at 256, the job's records per CPU-second >= 0.5x the local loop's, the PS's CPU per
+record (both PS together) <= 2x the local optimizer's.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -28,6 +40,10 @@ RUNS = ("local-tensor", "local-record", "elastic-1w", "elastic-2w", "elastic-1w-
         "elastic-1w-backup", "elastic-1w-inflight1")
 DEFAULT_RUNS = RUNS[:4]
 FLOORS = {256: 0.35, 1024: 0.5}
+PINNED_FLOORS = {256: 0.5, 1024: 0.65}  # issue 27 (goals 0.6x and 0.8x)
+CPU_FLOOR = 0.5  # the job's records per CPU-second against the local loop's (goal 0.6x)
+PS_CPU_CEILING = 2.0  # the PS's CPU per record against the local optimizer's (goal 1.5x)
+TRAINER_CPUS, SERVER_CPUS = {0}, {1}  # --pin
 
 
 def make_data(out: Path, records: int, test_records: int, seed: int = 2026) -> None:
@@ -38,17 +54,32 @@ def make_data(out: Path, records: int, test_records: int, seed: int = 2026) -> N
 
 
 def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float,
-        max_inflight: int, prefetch_ahead: int) -> dict:
-    if kind == "local-tensor":
-        return local.train(data, batch, epochs, lr, records=False)
-    if kind == "local-record":
-        return local.train(data, batch, epochs, lr, records=True)
+        max_inflight: int, prefetch_ahead: int, pin: bool = False) -> dict:
+    if kind.startswith("local-"):
+        return _pinned(local.train, pin)(data, batch, epochs, lr, records=kind == "local-record")
     workers = int(kind.split("-")[1][0])
     if kind.endswith("inflight1"):
         max_inflight = prefetch_ahead = 1
     return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers,
                        plain=kind.endswith("plain"), backups=int(kind.endswith("backup")),
-                       max_inflight=max_inflight, prefetch_ahead=prefetch_ahead)
+                       max_inflight=max_inflight, prefetch_ahead=prefetch_ahead,
+                       trainer_cpus=TRAINER_CPUS if pin else None,
+                       server_cpus=SERVER_CPUS if pin else None)
+
+
+def _pinned(fn, pin: bool):
+    """`fn` run with this process on the trainer's CPU (when `pin`), then back where it was."""
+    if not pin:
+        return fn
+
+    def run(*args, **kw):
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, TRAINER_CPUS)
+        try:
+            return fn(*args, **kw)
+        finally:
+            os.sched_setaffinity(0, before)
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,9 +101,17 @@ def main(argv: list[str] | None = None) -> int:
                    "elastic-1w-backup: one worker, a backup per PS index (--ps-replicas 1); "
                    "elastic-1w-inflight1: one worker, one push in flight, prefetching one "
                    "batch ahead")
+    p.add_argument("--pin", action="store_true",
+                   help="the trainer (local loop, elastic workers) alone on CPU 0, the master "
+                   "and PS on CPU 1")
     p.add_argument("--json", help="write every measurement here")
     a = p.parse_args(argv)
-    print(f"bench_train on {report.machine()}, commit {report.git_commit('worker_sdk')}")
+    if a.pin and not (TRAINER_CPUS | SERVER_CPUS) <= os.sched_getaffinity(0):
+        p.error(f"--pin needs CPUs {sorted(TRAINER_CPUS | SERVER_CPUS)}; this process may run "
+                f"on {sorted(os.sched_getaffinity(0))}")
+    print(f"bench_train on {report.machine()}, commit {report.git_commit('worker_sdk')}"
+          + (f"; pinned: trainer on CPU {sorted(TRAINER_CPUS)}, master and PS on CPU "
+             f"{sorted(SERVER_CPUS)}" if a.pin else ""))
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         tmp = Path(tmp)
@@ -82,12 +121,14 @@ def main(argv: list[str] | None = None) -> int:
             for batch in a.batches:
                 for kind in a.runs:
                     got = one(kind, data, tmp / f"round{r}", batch, a.epochs, a.lr,
-                              a.max_inflight, a.prefetch_ahead)
+                              a.max_inflight, a.prefetch_ahead, a.pin)
                     results.setdefault(batch, {}).setdefault(kind, []).append(got)
                     print(f"round {r + 1} batch {batch:5d} {kind:13s} "
                           f"{got['records_per_s']:9.0f} records/s  AUC {got['auc']:.4f}"
-                          + (_timeline(got) if "timeline" in got else ""), flush=True)
-    print(summary(results))
+                          + (_timeline(got) if "timeline" in got else "") + _cpu_line(got),
+                          flush=True)
+    print(summary(results, PINNED_FLOORS if a.pin else FLOORS))
+    print(cpu_summary(results, a.pin))
     if a.json:
         report.write_json(a.json, {str(k): v for k, v in results.items()})
     return 0
@@ -99,7 +140,67 @@ def _timeline(got: dict) -> str:
             f"push {t['push']:.0%}")
 
 
-def summary(results: dict) -> str:
+def job_cpu_s(got: dict) -> float:
+    """CPU seconds of a run: the local loop's thread, or workers + PS + master."""
+    if "worker_cpu_s" in got:
+        return got["worker_cpu_s"] + got["master_cpu_s"] + sum(got["ps_cpu_s"])
+    return got["cpu_s"]
+
+
+def _cpu_line(got: dict) -> str:
+    us = 1e6 / got["records"]
+    if "worker_cpu_s" not in got:
+        return (f"  CPU {got['cpu_s']:.2f} s ({got['cpu_s'] * us:.2f} us/record), optimizer "
+                f"{got['optimizer_cpu_s']:.2f} s ({got['optimizer_cpu_s'] * us:.2f} us/record)")
+    ps = " + ".join(f"{c:.2f}" for c in got["ps_cpu_s"])
+    return (f"  CPU worker {got['worker_cpu_s']:.2f} s, PS {ps} s, master "
+            f"{got['master_cpu_s']:.2f} s: {got['records'] / job_cpu_s(got):,.0f} records per "
+            f"CPU-s; PS {' / '.join(f'{c * us:.2f}' for c in got['ps_cpu_s'])} us/record")
+
+
+def cpu_summary(results: dict, pin: bool) -> str:
+    """The CPU table: per batch and run, medians of rounds; ratios paired by round with the
+    local tensor loop of the same round."""
+    lines = ["", "| batch | run | records per CPU-second (median) | ratio to local tensor | "
+             "worker CPU us/record | each PS's CPU us/record | both PS us/record / local "
+             "optimizer's |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for batch, runs in sorted(results.items()):
+        base = runs.get("local-tensor")
+        for kind, got in runs.items():
+            per_cpu = statistics.median(g["records"] / job_cpu_s(g) for g in got)
+            ratio = (statistics.median(g["records"] / job_cpu_s(g) * job_cpu_s(b) / b["records"]
+                                       for g, b in zip(got, base)) if base else float("nan"))
+            if "worker_cpu_s" not in got[0]:
+                opt = statistics.median(1e6 * g["optimizer_cpu_s"] / g["records"] for g in got)
+                lines.append(f"| {batch} | {kind} | {per_cpu:,.0f} | {ratio:.2f} | "
+                             f"{statistics.median(1e6 * g['cpu_s'] / g['records'] for g in got):.2f}"
+                             f" (optimizer {opt:.2f}) | | |")
+                continue
+            worker = statistics.median(1e6 * g["worker_cpu_s"] / g["records"] for g in got)
+            each = " / ".join(
+                f"{statistics.median(1e6 * g['ps_cpu_s'][i] / g['records'] for g in got):.2f}"
+                for i in range(len(got[0]["ps_cpu_s"])))
+            ps_ratio = (statistics.median(sum(g["ps_cpu_s"]) / g["records"] * b["records"]
+                                          / b["optimizer_cpu_s"] for g, b in zip(got, base))
+                        if base else float("nan"))
+            lines.append(f"| {batch} | {kind} | {per_cpu:,.0f} | {ratio:.2f} | {worker:.2f} | "
+                         f"{each} | {ps_ratio:.2f} |")
+        if base and "elastic-1w" in runs:
+            got = runs["elastic-1w"]
+            ratio = statistics.median(g["records"] / job_cpu_s(g) * job_cpu_s(b) / b["records"]
+                                      for g, b in zip(got, base))
+            ps_ratio = statistics.median(sum(g["ps_cpu_s"]) / g["records"] * b["records"]
+                                         / b["optimizer_cpu_s"] for g, b in zip(got, base))
+            lines.append(f"|  | 1 worker{' (pinned)' if pin else ''}: records per CPU-second "
+                         f">= {CPU_FLOOR}x: {'met' if ratio >= CPU_FLOOR else 'MISSED'} "
+                         f"({ratio:.2f}x); PS CPU per record <= {PS_CPU_CEILING}x the local "
+                         f"optimizer's: {'met' if ps_ratio <= PS_CPU_CEILING else 'MISSED'} "
+                         f"({ps_ratio:.2f}x) | | | | | |")
+    return "\n".join(lines)
+
+
+def summary(results: dict, floors: dict = FLOORS) -> str:
+    pinned = " (pinned)" if floors is PINNED_FLOORS else ""
     lines = ["", "| batch | run | records/s (median) | ratio to local tensor (median of "
              "rounds) | AUC (median) | timeline: read / pull / compute / push |",
              "| --- | --- | --- | --- | --- | --- |"]
@@ -120,9 +221,9 @@ def summary(results: dict) -> str:
                                       for g, b in zip(runs["elastic-1w"], base))
             gap = abs(statistics.median(g["auc"] for g in runs["elastic-1w"])
                       - statistics.median(g["auc"] for g in base))
-            floor = FLOORS.get(batch)
+            floor = floors.get(batch)
             if floor:
-                lines.append(f"|  | floor 1 worker >= {floor}x: "
+                lines.append(f"|  | floor 1 worker{pinned} >= {floor}x: "
                              f"{'met' if ratio >= floor else 'MISSED'} ({ratio:.2f}x); AUC gap "
                              f"{gap:.4f} ({'met' if gap <= 0.005 else 'MISSED'}) | | | | |")
     return "\n".join(lines)

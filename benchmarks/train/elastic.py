@@ -4,6 +4,11 @@ Each run starts its own master and PS (a fresh model), starts the workers, waits
 has loaded torch, the data and the model, starts them together, and measures records/s as all
 records over the span from the first worker's start to the last one's end. The step timeline
 is summed over the workers. The AUC is the held-out AUC of the model the PS hold at the end.
+
+CPU time: each worker measures its own over its training loop (all its threads); the master's
+and each PS's (primaries and backups) are read from the OS (psutil: user + system) when the
+workers are started and once they all finished, before the AUC is evaluated. `trainer_cpus`
+and `server_cpus` pin the workers, and the master and PS, to those CPUs (`--pin`).
 """
 from __future__ import annotations
 
@@ -11,24 +16,29 @@ import json
 import time
 from pathlib import Path
 
+import psutil
+
 from cluster.launch import Launcher
 
 
 def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: int = 1,
         num_ps: int = 2, max_inflight: int = 1, shard_size: int = 8192,
-        plain: bool = False, backups: int = 0, prefetch_ahead: int = 1) -> dict:
+        plain: bool = False, backups: int = 0, prefetch_ahead: int = 1,
+        trainer_cpus: set[int] | None = None, server_cpus: set[int] | None = None) -> dict:
     """`backups` per PS index (--ps-replicas): every push is answered only after they applied
     it too, so this measures what a backup costs training."""
     workdir.mkdir(parents=True, exist_ok=True)
     go = workdir / "go"
     with Launcher(workdir) as launcher:
-        master = launcher.master(*(["--ps-replicas", str(backups)] if backups else []))
-        for i in range(num_ps):
-            launcher.ps(master.address, index=i, num_ps=num_ps, checkpoint_dir=f"ps{i}")
+        master = launcher.master(*(["--ps-replicas", str(backups)] if backups else []),
+                                 cpus=server_cpus)
+        servers = [launcher.ps(master.address, index=i, num_ps=num_ps,
+                               checkpoint_dir=f"ps{i}", cpus=server_cpus)
+                   for i in range(num_ps)]
         for i in range(num_ps):
             for b in range(backups):
-                launcher.ps(master.address, index=i, num_ps=num_ps,
-                            checkpoint_dir=f"ps{i}-backup{b}")
+                servers.append(launcher.ps(master.address, index=i, num_ps=num_ps,
+                                           checkpoint_dir=f"ps{i}-backup{b}", cpus=server_cpus))
         if backups:
             _wait_in_sync(master, num_ps, backups)
         outs = [workdir / f"worker{w}.json" for w in range(workers)]
@@ -38,7 +48,7 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
             "--shard-size", str(shard_size), "--max-inflight", str(max_inflight),
             "--prefetch-ahead", str(prefetch_ahead),
             "--name", f"w{w}", "--start-when", str(go), "--out", str(out),
-            *(["--plain"] if plain else []), name=f"w{w}")
+            *(["--plain"] if plain else []), name=f"w{w}", cpus=trainer_cpus)
             for w, out in enumerate(outs)]
         deadline = time.monotonic() + 300
         while not all(Path(str(o) + ".ready").exists() for o in outs):
@@ -48,10 +58,13 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
             if time.monotonic() > deadline:
                 raise RuntimeError("bench workers did not get ready within 300 s")
             time.sleep(0.05)
+        watched = [psutil.Process(p.pid) for p in (master, *servers)]
+        cpu_before = [_cpu(p) for p in watched]
         go.touch()
         for proc in procs:
             if proc.wait(600) != 0:
                 raise RuntimeError(f"a bench worker failed:\n{proc.output(tail=3000)}")
+        server_cpu = [_cpu(p) - c for p, c in zip(watched, cpu_before)]
         results = [json.loads(o.read_text()) for o in outs]
         auc = _auc(master.address, data)
     records = sum(r["records"] for r in results)
@@ -60,7 +73,15 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
     timeline = {k: sum(r[f"{k}_s"] for r in results) / wall
                 for k in ("read", "pull", "compute", "push")}
     return {"records_per_s": records / span, "wall_s": span, "auc": auc, "records": records,
-            "timeline": timeline, "stale": sum(r["stale"] for r in results)}
+            "timeline": timeline, "stale": sum(r["stale"] for r in results),
+            "worker_cpu_s": sum(r["cpu_s"] for r in results), "master_cpu_s": server_cpu[0],
+            "ps_cpu_s": server_cpu[1:]}
+
+
+def _cpu(proc: psutil.Process) -> float:
+    """The process's CPU seconds so far (user + system, all its threads)."""
+    times = proc.cpu_times()
+    return times.user + times.system
 
 
 def _wait_in_sync(master, num_ps: int, backups: int, timeout_s: float = 120.0) -> None:

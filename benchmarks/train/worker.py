@@ -4,7 +4,8 @@
 
 It loads everything, waits for `--start-when` (so that several workers start together), then
 trains like examples/ctr/train.py (range reads, the next batch's rows prefetched, pushes that
-do not wait for their answers) and writes its records, wall time and step timeline to `--out`: seconds reading
+do not wait for their answers) and writes its records, wall time, CPU time (all its threads)
+and step timeline to `--out`: seconds reading
 (waiting for the next batch, leasing included), waiting on pulls (dense and rows not yet
 there), waiting on pushes (room for the next one, the last ones answered), computing (the rest).
 """
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     read_s = 0.0
     started = time.perf_counter()
     start_unix = time.time()
+    cpu_started = time.process_time()  # every thread of the process: ZeroMQ's I/O thread too
     while True:
         t0 = time.perf_counter()
         batch = next(it, None)
@@ -84,13 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     client.flush()
     wall = time.perf_counter() - started
     end_unix = time.time()
+    cpu = time.process_time() - cpu_started
     ds.close()
     waits = client.timeline()
     client.close()
     compute = wall - read_s - waits["wait_pull_s"] - waits["wait_push_s"]
     Path(a.out).write_text(json.dumps(dict(
         name=a.name, records=records, steps=steps, wall_s=wall, start=start_unix,
-        end=end_unix, read_s=read_s, pull_s=waits["wait_pull_s"],
+        end=end_unix, cpu_s=cpu, read_s=read_s, pull_s=waits["wait_pull_s"],
         push_s=waits["wait_push_s"], compute_s=compute, stale=client.stale_refusals)))
     return 0
 

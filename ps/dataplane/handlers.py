@@ -12,8 +12,8 @@ import torch
 import zmq
 
 from protos import ps_pb2
-from pswire.frames import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number,
-                           from_frame, meta_of)
+from pswire.frames import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number, decode,
+                           frames_of, from_frame, meta_of)
 from pswire.optimizers import config_from_pb
 from pswire.tables import TableSpec
 from rpckit.errors import invalid
@@ -47,14 +47,23 @@ class Handlers:
 
     @staticmethod
     def _tensors(metas, frames, allowed=tuple(DTYPES)) -> list[tuple[str, torch.Tensor]]:
-        if len(frames) != len(metas):
-            raise invalid(f"the header describes {len(metas)} tensors but {len(frames)} "
-                          "buffer frames followed")
-        out = []
-        for meta, frame in zip(metas, frames):
-            dtype, shape, _ = check_meta(meta, allowed)
-            out.append((meta.name, from_frame(frame, dtype, shape, f"tensor {meta.name!r}")))
-        return out
+        return decode(metas, frames, 0, allowed)[0]
+
+    @staticmethod
+    def _pulled(result, pulled, out: list) -> None:
+        """Answer a pull into `result` (a PullResult) and `out` (the frames after the header):
+        `pulled` as ParamStore.pull_packed gives it ([(name, payload, version, tensor)],
+        packed flat tensor or None) or as ParamStore.pull does (the list alone)."""
+        entries, flat = pulled if isinstance(pulled, tuple) else (pulled, None)
+        result.SetInParent()
+        if flat is not None:
+            result.packed_count = sum(payload is None for _, payload, _, _ in entries)
+            out.append(as_buffer(flat))
+        for name, payload, version, tensor in entries:
+            result.tensors.append(meta_of(name, tensor))
+            result.versions.append(version)
+            if payload is not None:
+                out.append(payload)
 
     def _init_parameters(self, req, frames) -> list:
         body = req.init_parameters
@@ -80,15 +89,13 @@ class Handlers:
     def _pull(self, req, frames) -> list:
         if frames:
             raise invalid("a Pull carries no buffer frames")
-        pulled = self.store.pull(list(req.pull.names), export)
+        names = list(req.pull.names)
+        pulled = (self.store.pull_packed(names, export) if req.pull.packed else
+                  self.store.pull(names, export))
         resp = ps_pb2.DataResponse(code=0, seq=req.seq)
-        resp.pull.SetInParent()
-        resp.pull.staleness_checked = self.store.max_staleness >= 0
         out = [None]
-        for name, payload, version, tensor in pulled:
-            resp.pull.tensors.append(meta_of(name, tensor))
-            resp.pull.versions.append(version)
-            out.append(payload)
+        self._pulled(resp.pull, pulled, out)
+        resp.pull.staleness_checked = self.store.max_staleness >= 0
         out[0] = resp.SerializeToString()
         return out
 
@@ -102,9 +109,10 @@ class Handlers:
                 metas.append((meta.name, shape, dtype))
             answer = self.store.check_push(metas, list(req.push.versions))
         else:
-            grads = self._tensors(req.push.tensors, frames, FLOAT_DTYPES)
+            grads, flat = decode(req.push.tensors, frames, req.push.packed_count, FLOAT_DTYPES,
+                                 "gradient")
             answer = self.store.push(req.client_id, req.seq, grads, list(req.push.versions),
-                                     req.push.checked)
+                                     req.push.checked, flat, req.push.packed_count)
         resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
                               reason=answer.get("reason", ""),
                                    seq=req.seq)
@@ -160,12 +168,8 @@ class Handlers:
             result.push_rows.add(rows=count, duplicate=answer.get("duplicate", False))
         out = [None]
         if "pulled" in answer:
-            result.pull.SetInParent()
+            self._pulled(result.pull, answer["pulled"], out)
             result.pull.staleness_checked = self.store.max_staleness >= 0
-            for name, payload, version, tensor in answer["pulled"]:
-                result.pull.tensors.append(meta_of(name, tensor))
-                result.pull.versions.append(version)
-                out.append(payload)
         for rows, created in answer.get("pulled_rows", ()):
             result.pull_rows.add(dim=rows.shape[1], created=created)
             out.append(as_buffer(rows))
@@ -174,18 +178,22 @@ class Handlers:
 
     def _step_parts(self, step, frames) -> StepParts:
         """The Step's parts over its frames (see protos/ps.proto), checked for shape only."""
-        pushed = len(step.push.tensors) if step.HasField("push") else 0
+        push = step.push if step.HasField("push") else None
+        pushed = frames_of(len(push.tensors), push.packed_count) if push is not None else 0
         expected = pushed + 2 * len(step.push_rows) + len(step.pull_rows)
         if len(frames) != expected:
-            raise invalid(f"the Step describes {expected} buffer frames ({pushed} gradients, "
-                          f"2 per row push, 1 per row pull) but {len(frames)} followed")
+            raise invalid(f"the Step describes {expected} buffer frames ({pushed} for the "
+                          "gradients, 2 per row push, 1 per row pull) but "
+                          f"{len(frames)} followed")
         parts = StepParts()
-        if step.HasField("push"):
-            if step.push.check_only:
+        if push is not None:
+            if push.check_only:
                 raise invalid("a Step's push cannot be check_only; send the check as a Push")
-            parts.grads = self._tensors(step.push.tensors, frames[:pushed], FLOAT_DTYPES)
-            parts.versions = list(step.push.versions)
-            parts.checked = step.push.checked
+            parts.grads, parts.packed = decode(push.tensors, frames[:pushed],
+                                               push.packed_count, FLOAT_DTYPES, "gradient")
+            parts.packed_count = push.packed_count
+            parts.versions = list(push.versions)
+            parts.checked = push.checked
         at = pushed
         for entry in step.push_rows:
             table = self.store.table(entry.table)
@@ -196,6 +204,7 @@ class Handlers:
             at += 2
         if step.HasField("pull"):
             parts.pull = list(step.pull.names)
+            parts.pull_packed = step.pull.packed
         for entry in step.pull_rows:
             parts.pull_rows.append((entry.table, self._ids(frames[at])))
             at += 1

@@ -1,6 +1,7 @@
 """The process launcher: ready lines, ports, signals, restarts, and nothing left running."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -43,6 +44,15 @@ def test_a_start_that_fails_kills_the_child_and_says_why(tmp_path):
             launcher.python("-c", "import time; time.sleep(120)", name="mute",
                             ready="listening on", timeout=0.5)
         assert all(not p.alive for p in launcher.started)
+
+
+def test_a_child_runs_on_the_cpus_it_is_given(tmp_path):
+    cpus = {min(os.sched_getaffinity(0))}
+    with Launcher(tmp_path) as launcher:
+        proc = launcher.python("-c", "import os; print(sorted(os.sched_getaffinity(0)))",
+                               name="pinned", cpus=cpus)
+        assert proc.wait(30) == 0
+    assert proc.output().strip() == str(sorted(cpus))
 
 
 def test_children_get_no_elastic_ps_settings_but_the_ones_given(monkeypatch):

@@ -69,3 +69,28 @@ def test_bad_optimizer_configs_refused(name, hyper, fragment):
         make_config(name, **hyper)
     assert err.value.code == "INVALID_ARGUMENT"
     assert fragment.lower() in err.value.message.lower()
+
+
+@pytest.mark.parametrize("hyper", [dict(lr=0.1), dict(lr=0.1, lr_decay=0.01, weight_decay=0.01,
+                                                      initial_accumulator_value=0.1, eps=1e-8),
+                                   dict(lr=0.05, maximize=True)])
+def test_adagrad_over_several_tensors_at_once_is_torch_optim_to_the_bit(hyper):
+    from ps.optim import step_dense_all
+
+    g = torch.Generator().manual_seed(3)
+    init = [torch.randn(5, 3, generator=g), torch.randn(3, generator=g),
+            torch.randn(4, generator=g).double()]
+    ours = [t.clone() for t in init]
+    optimizers = [torch.optim.Adagrad([p], foreach=False, **hyper) for p in ours]
+    theirs = [t.clone().requires_grad_(True) for t in init]
+    reference = torch.optim.Adagrad(theirs, foreach=False, **hyper)
+    for _ in range(5):
+        grads = [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in init]
+        step_dense_all(optimizers, ours, grads)
+        for p, grad in zip(theirs, grads):
+            p.grad = grad.clone()
+        reference.step()
+    for p, q, o in zip(ours, theirs, optimizers):
+        assert torch.equal(p, q.detach())
+        assert torch.equal(o.state[p]["sum"], reference.state[q]["sum"])
+        assert float(o.state[p]["step"]) == float(reference.state[q]["step"]) == 5

@@ -12,7 +12,7 @@ from ps.limits import Limits
 from pswire.optimizers import make_config
 from ps.params import ParamStore
 from ps.steps import StepParts
-from pswire.frames import as_buffer, meta_of
+from pswire.frames import as_buffer, decode, meta_of, pack
 from rpckit.errors import ServiceError
 from worker_sdk.ps.data_client import DataClient, StaleGradient
 
@@ -205,3 +205,49 @@ def test_a_stale_step_over_two_ps_is_applied_nowhere(inproc_ps):
             {"a": 2, "b": 2, "c": 2}
     finally:
         c.close()
+
+
+def _packed_request(grads: dict, seq: int, pull_packed: bool) -> list:
+    step = ps_pb2.Step()
+    step.push.packed_count = len(grads)
+    for name, g in grads.items():
+        step.push.tensors.append(meta_of(name, g))
+        step.push.versions.append(seq - 1)
+    step.pull.names.extend(["b", "w"])
+    step.pull.packed = pull_packed
+    return _request(step, [as_buffer(pack(list(grads.values())))], seq)
+
+
+def test_a_packed_step_equals_one_frame_per_tensor_and_answers_packed_when_asked():
+    packed, plain = _store(), _store()
+    packed_plane, plain_plane = data_plane(packed), data_plane(plain)
+    for seq in (1, 2):
+        grads = {"w": torch.arange(3.0) * seq, "b": torch.tensor([0.5, -1.0])}
+        step = ps_pb2.Step()
+        for name, g in grads.items():
+            step.push.tensors.append(meta_of(name, g))
+            step.push.versions.append(seq - 1)
+        step.pull.names.extend(["b", "w"])
+        reply = plain_plane.handle(_request(step, [as_buffer(g) for g in grads.values()], seq))
+        resp = ps_pb2.DataResponse.FromString(reply[0])
+        assert resp.code == 0 and resp.step.pull.packed_count == 0 and len(reply) == 3
+        expected = dict(decode(resp.step.pull.tensors, reply[1:])[0])
+        reply = packed_plane.handle(_packed_request(grads, seq, pull_packed=True))
+        resp = ps_pb2.DataResponse.FromString(reply[0])
+        assert resp.code == 0 and resp.step.pull.packed_count == 2 and len(reply) == 2
+        got = dict(decode(resp.step.pull.tensors, reply[1:], 2)[0])
+        assert got.keys() == expected.keys()
+        assert all(torch.equal(got[n], expected[n]) for n in got)
+        assert list(resp.step.pull.versions) == [seq, seq]
+        assert _same(_state(packed), _state(plain))
+
+
+def test_a_nan_in_a_packed_gradient_is_refused_by_name_and_nothing_is_applied():
+    s = _store()
+    before = _state(s)
+    reply = data_plane(s).handle(_packed_request(
+        {"w": torch.ones(3), "b": torch.tensor([1.0, float("nan")])}, 1, pull_packed=True))
+    resp = ps_pb2.DataResponse.FromString(reply[0])
+    assert ps_pb2.DataResponse.Code.Name(resp.code) == "INVALID_ARGUMENT"
+    assert "'b'" in resp.message and "NaN" in resp.message
+    assert _same(_state(s), before)

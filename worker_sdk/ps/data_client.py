@@ -46,7 +46,7 @@ import torch
 
 from protos import ps_pb2
 from pswire import partition
-from pswire.frames import as_buffer, check_meta, from_frame, meta_of
+from pswire.frames import as_buffer, decode, frames_of, from_frame, meta_of
 from pswire.optimizers import config_to_pb, make_config
 from pswire.tables import TableSpec
 from rpckit.errors import Reason
@@ -165,18 +165,18 @@ class DataClient:
             groups = {i: [] for i in range(self.num_ps)}
         else:
             groups = self._group(names, "pull")
-        requests = {i: (ps_pb2.DataRequest(pull=ps_pb2.Pull(names=n)), [])
+        requests = {i: (ps_pb2.DataRequest(pull=ps_pb2.Pull(names=n, packed=True)), [])
                     for i, n in groups.items()}
         out: dict[str, torch.Tensor] = {}
         for index, (resp, frames) in self._call(requests).items():
             self.staleness_checked[index] = resp.pull.staleness_checked
             metas = resp.pull.tensors
-            if len(frames) != len(metas):
-                raise PSError("INTERNAL", Reason.INTERNAL, f"PS {index} answered {len(metas)} tensors with "
+            if len(frames) != frames_of(len(metas), resp.pull.packed_count):
+                raise PSError("INTERNAL", Reason.INTERNAL, f"PS {index} answered {len(metas)} "
+                              f"tensors ({resp.pull.packed_count} packed) with "
                               f"{len(frames)} frames")
-            for meta, version, frame in zip(metas, resp.pull.versions, frames):
-                dtype, shape, _ = check_meta(meta)
-                out[meta.name] = from_frame(frame, dtype, shape, meta.name)
+            out.update(decode(metas, frames, resp.pull.packed_count)[0])
+            for meta, version in zip(metas, resp.pull.versions):
                 self.versions[meta.name] = version
                 self.owner.setdefault(meta.name, index)
         return out

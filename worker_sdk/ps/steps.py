@@ -19,7 +19,7 @@ import torch
 
 from protos import ps_pb2
 from pswire import partition
-from pswire.frames import as_buffer, check_meta, from_frame, meta_of
+from pswire.frames import as_buffer, decode, frames_of, from_frame, meta_of, pack, packing
 from rpckit.errors import Reason
 
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
@@ -70,10 +70,15 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
         step, frames = body(index)
         step.push.SetInParent()
         step.push.checked = checked
-        for name in names:
+        packed, alone = packing([grads[n] for n in names])
+        if packed:  # the small gradients as one frame (pswire.frames)
+            step.push.packed_count = len(packed)
+            frames[0].append(as_buffer(pack([grads[names[i]] for i in packed])))
+        for i in packed + alone:
+            name = names[i]
             step.push.tensors.append(meta_of(name, grads[name]))
             step.push.versions.append(int(versions.get(name, 0)))
-            frames[0].append(as_buffer(grads[name]))
+        frames[0] += [as_buffer(grads[names[i]]) for i in alone]
     for table, ids, grad in rows:
         ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
         grad = grad.detach().to(torch.float32).contiguous()
@@ -85,7 +90,9 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
                 frames[1] += [as_buffer(sub), as_buffer(g)]
     if pull is not None:
         for index, names in client._group(pull, "pull").items():
-            body(index)[0].pull.names.extend(names)
+            step = body(index)[0]
+            step.pull.names.extend(names)
+            step.pull.packed = True
     wanted: dict[str, list[tuple[int, torch.Tensor, int]]] = {}  # table -> (PS, pos, nth)
     sizes = {}
     for table, ids in (pull_rows or {}).items():
@@ -129,16 +136,19 @@ def _step_outcome(client, answers, grads, push_groups, pull, wanted, sizes) -> S
         if result.HasField("pull"):
             client.staleness_checked[index] = result.pull.staleness_checked
         metas = result.pull.tensors
-        if len(frames) != len(metas) + len(result.pull_rows):
+        dense_frames = frames_of(len(metas), result.pull.packed_count)
+        if len(frames) != dense_frames + len(result.pull_rows):
             raise PSError("INTERNAL", Reason.INTERNAL, f"PS {index} answered a Step with "
-                          f"{len(frames)} frames for {len(metas)} tensors and "
+                          f"{len(frames)} frames for {len(metas)} tensors "
+                          f"({result.pull.packed_count} packed) and "
                           f"{len(result.pull_rows)} row pulls")
-        for meta, version, frame in zip(metas, result.pull.versions, frames):
-            dtype, shape, _ = check_meta(meta)
-            out.dense[meta.name] = from_frame(frame, dtype, shape, meta.name)
-            out.versions[meta.name] = version
-            client.versions[meta.name] = version
-        row_frames[index] = frames[len(metas):]
+        if metas:
+            pulled, _ = decode(metas, frames[:dense_frames], result.pull.packed_count)
+            out.dense.update(pulled)
+            versions = dict(zip((m.name for m in metas), result.pull.versions))
+            out.versions.update(versions)
+            client.versions.update(versions)
+        row_frames[index] = frames[dense_frames:]
     for table, parts in wanted.items():
         dim = answers[parts[0][0]][0].step.pull_rows[parts[0][2]].dim
         got = [(pos, from_frame(row_frames[i][nth], torch.float32, (pos.numel(), dim),

@@ -1,0 +1,68 @@
+"""The frame encodings both sides share: one frame per tensor, and small tensors packed into one."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pswire.frames import (PACK_BELOW_BYTES, as_buffer, decode, frames_of, meta_of, pack,
+                           packing)
+from rpckit.errors import ServiceError
+
+BIG = PACK_BELOW_BYTES // 4  # float32 elements of a tensor that is sent alone
+
+
+def test_packing_takes_the_small_tensors_of_the_first_small_dtype():
+    ts = [torch.zeros(BIG), torch.zeros(3), torch.zeros(2, dtype=torch.float64),
+          torch.zeros(4, 2), torch.zeros(0)]
+    assert packing(ts) == ([1, 3, 4], [0, 2])
+    assert packing([torch.zeros(3)]) == ([], [0])  # one is not worth a pack
+    assert packing([torch.zeros(BIG), torch.zeros(3)]) == ([], [0, 1])
+    assert packing([]) == ([], [])
+
+
+def _wire(tensors: dict) -> tuple[list, list, int]:
+    """What a sender puts on the wire: metas (packed first) and frames."""
+    names = list(tensors)
+    packed, alone = packing([tensors[n] for n in names])
+    frames = [as_buffer(pack([tensors[names[i]] for i in packed]))] if packed else []
+    frames += [as_buffer(tensors[names[i]]) for i in alone]
+    metas = [meta_of(names[i], tensors[names[i]]) for i in packed + alone]
+    return metas, [bytes(f) for f in frames], len(packed)
+
+
+def test_decode_reads_back_packed_and_single_frames_as_views():
+    g = torch.Generator().manual_seed(0)
+    tensors = {"big": torch.randn(BIG, generator=g), "w": torch.randn(3, 4, generator=g),
+               "half": torch.randn(5, generator=g).to(torch.float16),
+               "b": torch.randn(4, generator=g), "empty": torch.zeros(0, 2)}
+    metas, frames, packed_count = _wire(tensors)
+    assert packed_count == 3 and len(frames) == frames_of(len(metas), packed_count) == 3
+    got, flat = decode(metas, frames, packed_count)
+    assert [n for n, _ in got] == ["w", "b", "empty", "big", "half"]
+    for name, t in got:
+        assert torch.equal(t, tensors[name]) and t.dtype == tensors[name].dtype
+    assert flat.numel() == 12 + 4 and got[0][1].data_ptr() == flat.data_ptr()  # no copy
+    unpacked, none = decode(*_wire({"w": tensors["w"]})[:2])
+    assert none is None and torch.equal(unpacked[0][1], tensors["w"])
+
+
+@pytest.mark.parametrize("case", ["frames", "count1", "count_over", "dtypes", "size", "allowed"])
+def test_decode_refuses_frames_that_do_not_fit(case):
+    a, b = torch.ones(3), torch.ones(2)
+    metas, frames, k = [meta_of("a", a), meta_of("b", b)], [bytes(as_buffer(pack([a, b])))], 2
+    allowed = ("float32",)
+    if case == "frames":
+        frames = frames + [b""]
+    elif case == "count1":
+        k = 1
+    elif case == "count_over":
+        k = 3
+    elif case == "dtypes":
+        metas[1] = meta_of("b", b.double())
+    elif case == "size":
+        frames = [frames[0][:-4]]
+    else:
+        allowed = ("float64",)
+    with pytest.raises(ServiceError) as err:
+        decode(metas, frames, k, allowed)
+    assert err.value.code == "INVALID_ARGUMENT"
