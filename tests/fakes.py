@@ -1,5 +1,7 @@
-"""Test doubles that are real enough: a settable clock."""
+"""Test doubles that are real enough: a settable clock, a gRPC error with a code."""
 from __future__ import annotations
+
+import grpc
 
 
 class FakeClock:
@@ -11,3 +13,16 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class FakeError(grpc.RpcError):
+    """What a stub raises for a call that failed with `code`."""
+
+    def __init__(self, code):
+        self._code = code
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return "fake"

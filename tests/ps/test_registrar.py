@@ -6,19 +6,9 @@ import threading
 import grpc
 
 from protos import master_pb2
+from tests.fakes import FakeError
 from ps.registrar import Registrar
 from rpckit.tls_check import TLSMismatch
-
-
-class FakeError(grpc.RpcError):
-    def __init__(self, code):
-        self._code = code
-
-    def code(self):
-        return self._code
-
-    def details(self):
-        return "fake"
 
 
 class FakeMaster:

@@ -7,18 +7,8 @@ import grpc
 import pytest
 
 from protos import master_pb2
+from tests.fakes import FakeError
 from ps.set_size import NoPlace, ask_master
-
-
-class FakeError(grpc.RpcError):
-    def __init__(self, code):
-        self._code = code
-
-    def code(self):
-        return self._code
-
-    def details(self):
-        return "fake"
 
 
 class FakeMaster:
