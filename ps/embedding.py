@@ -12,20 +12,8 @@ import hashlib
 import numpy as np
 import torch
 
+from pswire.slots import GOLDEN, splitmix64
 from pswire.tables import TableSpec
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
-def _splitmix64(z: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        z = z + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        return z ^ (z >> np.uint64(31))
-
 
 def _unit(bits: np.ndarray) -> np.ndarray:
     """Uniform float64 in (0, 1] from 64 random bits (53 of them)."""
@@ -39,17 +27,17 @@ def initial_rows(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:
         return torch.zeros(n, spec.dim)
     key = hashlib.blake2b(f"{spec.seed}\0{spec.name}".encode(), digest_size=8).digest()
     base = np.uint64(int.from_bytes(key, "little"))
-    rows = _splitmix64(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ base)[:, None]
+    rows = splitmix64(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ base)[:, None]
     if spec.initializer == "uniform":
         cols = np.arange(spec.dim, dtype=np.uint64)[None, :]
         with np.errstate(over="ignore"):
-            u = _unit(_splitmix64(rows + cols * _GOLDEN))
+            u = _unit(splitmix64(rows + cols * GOLDEN))
         values = spec.init_a + (spec.init_b - spec.init_a) * (u - 2.0**-53)
     else:  # normal: Box-Muller, one pair of counters gives two columns (cos and sin)
         pairs = np.arange((spec.dim + 1) // 2, dtype=np.uint64)[None, :] * np.uint64(2)
         with np.errstate(over="ignore"):
-            u1 = _unit(_splitmix64(rows + pairs * _GOLDEN))
-            u2 = _unit(_splitmix64(rows + (pairs + np.uint64(1)) * _GOLDEN))
+            u1 = _unit(splitmix64(rows + pairs * GOLDEN))
+            u2 = _unit(splitmix64(rows + (pairs + np.uint64(1)) * GOLDEN))
         radius = np.sqrt(-2.0 * np.log(u1))
         angle = (2.0 * np.pi) * u2
         z = np.empty((n, pairs.shape[1] * 2))

@@ -34,7 +34,7 @@ import numpy as np
 DEFAULT_SLOTS = 1024
 MAX_SLOTS = 16384  # Redis Cluster's count: a layout is at most a few thousand runs
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
@@ -68,10 +68,12 @@ def check_num_slots(num_slots: int) -> None:
         raise ValueError(f"the number of slots must be in 1..{MAX_SLOTS}, got {num_slots!r}")
 
 
-def _splitmix64(keys: np.ndarray) -> np.ndarray:
+def splitmix64(keys: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer over uint64 keys (a copy): the one 64-bit mixer of the project,
+    used for row slots here and for rows' initial values (ps/embedding.py)."""
     z = keys.astype(np.uint64, copy=True)
     with np.errstate(over="ignore"):
-        z += _GOLDEN
+        z += GOLDEN
         z ^= z >> np.uint64(30)
         z *= _MIX1
         z ^= z >> np.uint64(27)
@@ -90,7 +92,7 @@ def row_slot(ids, num_slots: int):
         keys = ids.detach().to("cpu", torch.int64).contiguous().numpy()
         return torch.from_numpy(row_slot(keys, num_slots))
     keys = np.asarray(ids, dtype=np.int64)
-    return (_splitmix64(keys.view(np.uint64)) % np.uint64(num_slots)).astype(np.int64)
+    return (splitmix64(keys.view(np.uint64)) % np.uint64(num_slots)).astype(np.int64)
 
 
 def tensor_slot(name: str, num_slots: int) -> int:

@@ -20,16 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    z = x + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+from pswire.slots import GOLDEN, splitmix64
 
 
 @lru_cache(maxsize=8)  # a worker holds a handful of leases at a time
@@ -38,7 +29,7 @@ def shard_permutation(seed: int, epoch: int, index: int, length: int) -> np.ndar
     digest = hashlib.blake2b(struct.pack("<qqq", seed, epoch, index), digest_size=8).digest()
     base = np.uint64(int.from_bytes(digest, "little"))
     with np.errstate(over="ignore"):
-        keys = _splitmix64(base + np.arange(length, dtype=np.uint64) * _GOLDEN)
+        keys = splitmix64(base + np.arange(length, dtype=np.uint64) * GOLDEN)
     perm = np.argsort(keys, kind="stable")
     perm.setflags(write=False)
     return perm
