@@ -282,7 +282,7 @@ class StepResult(_message.Message):
     def __init__(self, push: _Optional[_Union[PushResult, _Mapping]] = ..., push_rows: _Optional[_Iterable[_Union[PushRowsResult, _Mapping]]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., pull_rows: _Optional[_Iterable[_Union[PullRowsResult, _Mapping]]] = ...) -> None: ...
 
 class DataResponse(_message.Message):
-    __slots__ = ("code", "message", "seq", "local_endpoint", "reason", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step")
+    __slots__ = ("code", "message", "seq", "local_endpoint", "reason", "layout_version", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step")
     class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         OK: _ClassVar[DataResponse.Code]
@@ -324,6 +324,7 @@ class DataResponse(_message.Message):
     SEQ_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
     INIT_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     PULL_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
@@ -337,6 +338,7 @@ class DataResponse(_message.Message):
     seq: int
     local_endpoint: str
     reason: str
+    layout_version: int
     init_parameters: InitParametersResult
     pull: PullResult
     push: PushResult
@@ -345,7 +347,7 @@ class DataResponse(_message.Message):
     follow: FollowResult
     replicate: ReplicateResult
     step: StepResult
-    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., reason: _Optional[str] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ..., follow: _Optional[_Union[FollowResult, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateResult, _Mapping]] = ..., step: _Optional[_Union[StepResult, _Mapping]] = ...) -> None: ...
+    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., reason: _Optional[str] = ..., layout_version: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ..., follow: _Optional[_Union[FollowResult, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateResult, _Mapping]] = ..., step: _Optional[_Union[StepResult, _Mapping]] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
     __slots__ = ()

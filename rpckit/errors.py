@@ -52,6 +52,9 @@ class Reason(str, enum.Enum):
     FENCED = "FENCED"                          # a deposed PS primary: re-route
     PS_PRIMARY_LEASE = "PS_PRIMARY_LEASE"      # the old PS primary may still hold its lease
     UNAVAILABLE = "UNAVAILABLE"                # not reached / no answer in time
+    WRONG_OWNER = "WRONG_OWNER"                # a slot of the request moved: re-route by a
+                                               # newer layout (DataResponse.layout_version)
+    SLOT_MOVING = "SLOT_MOVING"                # a slot is being handed over: retry shortly
 
 
 class ServiceError(Exception):
