@@ -180,17 +180,20 @@ class MasterServicer(pb_grpc.MasterServicer):
             joined = self.core.join_ps(request.address, request.data_address, request.index,
                                        request.num_ps, request.data_public_key,
                                        request.instance)
-            primary = ps_to_pb(joined.primary, False, self.core.replicas)
+            # the index's slots with the layout's version, read in the same commit: the PS takes
+            # them before it serves (ps/moves.py)
+            primary = ps_to_pb(joined.primary, False, self.core.replicas, self.core.layout)
             # a restored primary lost the updates since its checkpoint; a backup copies its
             # primary's state instead and lost nothing. Same commit as the registration.
             if restored is not None and joined.role.value == "primary":
                 ps_restores.record(self.core.journal, request.index, request.restored)
-            return joined, primary
+            return joined, primary, self.core.layout.version
 
-        joined, primary = self.committer.call(join)
+        joined, primary, version = self.committer.call(join)
         return pb.RegisterPSResponse(incarnation=joined.incarnation, role=joined.role.value,
                                      generation=joined.generation, primary=primary,
-                                     replicas=self.core.settings.ps_replicas)
+                                     replicas=self.core.settings.ps_replicas,
+                                     layout_version=version)
 
     @_guard
     def ListPS(self, request, context):

@@ -132,7 +132,7 @@ class Step(_message.Message):
     def __init__(self, push: _Optional[_Union[Push, _Mapping]] = ..., push_rows: _Optional[_Iterable[_Union[PushRows, _Mapping]]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., pull_rows: _Optional[_Iterable[_Union[PullRows, _Mapping]]] = ...) -> None: ...
 
 class DataRequest(_message.Message):
-    __slots__ = ("client_id", "seq", "token", "generation", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step")
+    __slots__ = ("client_id", "seq", "token", "generation", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step", "slot_export", "slot_import")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,8 @@ class DataRequest(_message.Message):
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     REPLICATE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
+    SLOT_EXPORT_FIELD_NUMBER: _ClassVar[int]
+    SLOT_IMPORT_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     seq: int
     token: str
@@ -157,7 +159,25 @@ class DataRequest(_message.Message):
     follow: Follow
     replicate: Replicate
     step: Step
-    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., generation: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ..., follow: _Optional[_Union[Follow, _Mapping]] = ..., replicate: _Optional[_Union[Replicate, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ...) -> None: ...
+    slot_export: SlotMove
+    slot_import: SlotMove
+    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., generation: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ..., follow: _Optional[_Union[Follow, _Mapping]] = ..., replicate: _Optional[_Union[Replicate, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ..., slot_export: _Optional[_Union[SlotMove, _Mapping]] = ..., slot_import: _Optional[_Union[SlotMove, _Mapping]] = ...) -> None: ...
+
+class SlotMove(_message.Message):
+    __slots__ = ("slots", "layout_version")
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    slots: _containers.RepeatedScalarFieldContainer[int]
+    layout_version: int
+    def __init__(self, slots: _Optional[_Iterable[int]] = ..., layout_version: _Optional[int] = ...) -> None: ...
+
+class SlotMoveResult(_message.Message):
+    __slots__ = ("rows", "tensors")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    tensors: int
+    def __init__(self, rows: _Optional[int] = ..., tensors: _Optional[int] = ...) -> None: ...
 
 class Follow(_message.Message):
     __slots__ = ("generation", "attach_id", "instance", "data_address", "data_public_key", "applied", "loaded")
@@ -282,7 +302,7 @@ class StepResult(_message.Message):
     def __init__(self, push: _Optional[_Union[PushResult, _Mapping]] = ..., push_rows: _Optional[_Iterable[_Union[PushRowsResult, _Mapping]]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., pull_rows: _Optional[_Iterable[_Union[PullRowsResult, _Mapping]]] = ...) -> None: ...
 
 class DataResponse(_message.Message):
-    __slots__ = ("code", "message", "seq", "local_endpoint", "reason", "layout_version", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step")
+    __slots__ = ("code", "message", "seq", "local_endpoint", "reason", "layout_version", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step", "slot_export", "slot_import")
     class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         OK: _ClassVar[DataResponse.Code]
@@ -333,6 +353,8 @@ class DataResponse(_message.Message):
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     REPLICATE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
+    SLOT_EXPORT_FIELD_NUMBER: _ClassVar[int]
+    SLOT_IMPORT_FIELD_NUMBER: _ClassVar[int]
     code: DataResponse.Code
     message: str
     seq: int
@@ -347,7 +369,9 @@ class DataResponse(_message.Message):
     follow: FollowResult
     replicate: ReplicateResult
     step: StepResult
-    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., reason: _Optional[str] = ..., layout_version: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ..., follow: _Optional[_Union[FollowResult, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateResult, _Mapping]] = ..., step: _Optional[_Union[StepResult, _Mapping]] = ...) -> None: ...
+    slot_export: SlotMoveResult
+    slot_import: SlotMoveResult
+    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., reason: _Optional[str] = ..., layout_version: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ..., follow: _Optional[_Union[FollowResult, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateResult, _Mapping]] = ..., step: _Optional[_Union[StepResult, _Mapping]] = ..., slot_export: _Optional[_Union[SlotMoveResult, _Mapping]] = ..., slot_import: _Optional[_Union[SlotMoveResult, _Mapping]] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
     __slots__ = ()
@@ -468,3 +492,41 @@ class GetPSStatusResponse(_message.Message):
     backups_in_sync: int
     replication_seq: int
     def __init__(self, index: _Optional[int] = ..., num_ps: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., initialized: _Optional[bool] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorStatus, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableStatus, _Mapping]]] = ..., pushes: _Optional[int] = ..., pulls: _Optional[int] = ..., duplicates: _Optional[int] = ..., refused_stale: _Optional[int] = ..., staleness: _Optional[_Mapping[int, int]] = ..., max_staleness_seen: _Optional[int] = ..., checkpoints: _Optional[int] = ..., last_checkpoint: _Optional[str] = ..., last_checkpoint_ms: _Optional[int] = ..., restored_from: _Optional[str] = ..., started_ms: _Optional[int] = ..., max_staleness_allowed: _Optional[int] = ..., waited_for_send: _Optional[int] = ..., copies_on_write: _Optional[int] = ..., data_public_key: _Optional[str] = ..., role: _Optional[str] = ..., generation: _Optional[int] = ..., replica_state: _Optional[str] = ..., backups_in_sync: _Optional[int] = ..., replication_seq: _Optional[int] = ...) -> None: ...
+
+class MoveSlotsRequest(_message.Message):
+    __slots__ = ("action", "slots", "layout_version", "src_data_address", "src_public_key", "owned")
+    class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ACTION_UNSPECIFIED: _ClassVar[MoveSlotsRequest.Action]
+        IMPORT: _ClassVar[MoveSlotsRequest.Action]
+        ABORT: _ClassVar[MoveSlotsRequest.Action]
+        LAYOUT: _ClassVar[MoveSlotsRequest.Action]
+    ACTION_UNSPECIFIED: MoveSlotsRequest.Action
+    IMPORT: MoveSlotsRequest.Action
+    ABORT: MoveSlotsRequest.Action
+    LAYOUT: MoveSlotsRequest.Action
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SRC_DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SRC_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    action: MoveSlotsRequest.Action
+    slots: _containers.RepeatedScalarFieldContainer[int]
+    layout_version: int
+    src_data_address: str
+    src_public_key: str
+    owned: str
+    def __init__(self, action: _Optional[_Union[MoveSlotsRequest.Action, str]] = ..., slots: _Optional[_Iterable[int]] = ..., layout_version: _Optional[int] = ..., src_data_address: _Optional[str] = ..., src_public_key: _Optional[str] = ..., owned: _Optional[str] = ...) -> None: ...
+
+class MoveSlotsResponse(_message.Message):
+    __slots__ = ("rows", "tensors", "slots", "seconds")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    tensors: int
+    slots: int
+    seconds: float
+    def __init__(self, rows: _Optional[int] = ..., tensors: _Optional[int] = ..., slots: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...

@@ -44,6 +44,11 @@ class ParameterServerStub:
                 request_serializer=protos_dot_ps__pb2.GetPSStatusRequest.SerializeToString,
                 response_deserializer=protos_dot_ps__pb2.GetPSStatusResponse.FromString,
                 _registered_method=True)
+        self.MoveSlots = channel.unary_unary(
+                '/elasticps.v1.ParameterServer/MoveSlots',
+                request_serializer=protos_dot_ps__pb2.MoveSlotsRequest.SerializeToString,
+                response_deserializer=protos_dot_ps__pb2.MoveSlotsResponse.FromString,
+                _registered_method=True)
 
 
 class ParameterServerServicer:
@@ -62,6 +67,13 @@ class ParameterServerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MoveSlots(self, request, context):
+        """The master's side of a slot move (master/ps/mover.py, ps/moves.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ParameterServerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +86,11 @@ def add_ParameterServerServicer_to_server(servicer, server):
                     servicer.GetPSStatus,
                     request_deserializer=protos_dot_ps__pb2.GetPSStatusRequest.FromString,
                     response_serializer=protos_dot_ps__pb2.GetPSStatusResponse.SerializeToString,
+            ),
+            'MoveSlots': grpc.unary_unary_rpc_method_handler(
+                    servicer.MoveSlots,
+                    request_deserializer=protos_dot_ps__pb2.MoveSlotsRequest.FromString,
+                    response_serializer=protos_dot_ps__pb2.MoveSlotsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +147,33 @@ class ParameterServer:
             '/elasticps.v1.ParameterServer/GetPSStatus',
             protos_dot_ps__pb2.GetPSStatusRequest.SerializeToString,
             protos_dot_ps__pb2.GetPSStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MoveSlots(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.ParameterServer/MoveSlots',
+            protos_dot_ps__pb2.MoveSlotsRequest.SerializeToString,
+            protos_dot_ps__pb2.MoveSlotsResponse.FromString,
             options,
             channel_credentials,
             insecure,

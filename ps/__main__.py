@@ -103,8 +103,11 @@ def run(settings: PSSettings) -> int:
     from .registrar import Registrar, connect
     from .server import (Identity, PortInUse, PSServicer, build_server, not_serving_on_failure,
                          now_ms)
+    from .moves import apply_layout
+    from .ownership import ranges_mask
     from .params import ParamStore
     from .replication import ReplicaNode
+    from .slot_calls import SlotCalls
 
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
@@ -171,11 +174,13 @@ def run(settings: PSSettings) -> int:
                   started_ms=now_ms(), data_public_key=curve[0].decode() if curve else "")
     if node is not None:
         node.data_address = me.data_address  # where the primary sends this backup mutations
+    # the master moves hash slots between PS through these (ps/slot_calls.py, ps/moves.py)
+    slot_calls = None if node is None else SlotCalls(store, node, zmq.Context.instance(), token)
     metrics = Metrics() if settings.metrics_port >= 0 else None
     try:
         metrics_port = metrics.serve(settings.host, settings.metrics_port) if metrics else 0
         server, port, health = build_server(
-            PSServicer(store, checkpointer, me, node), settings.host, settings.port,
+            PSServicer(store, checkpointer, me, node, slot_calls), settings.host, settings.port,
             settings.grpc_threads, credentials,
             [*([RpcLatency(metrics)] if metrics else []), *auth.server_interceptors(token)])
     except (PortInUse, MetricsPortInUse) as exc:
@@ -205,7 +210,10 @@ def run(settings: PSSettings) -> int:
                               num_ps, settings.register_interval,
                               data_public_key=me.data_public_key, node=node,
                               restored=restored_message(restored, me.started_ms),
-                              token_source=token_source, on_fatal=stop_for)
+                              token_source=token_source, on_fatal=stop_for,
+                              on_layout=lambda version, ranges: apply_layout(
+                                  store, ranges_mask(ranges, store.ownership.num_slots),
+                                  version))
         background.append(threading.Thread(target=registrar.run, args=(stop,),
                                            name="registrar", daemon=True))
     if settings.checkpoint_interval > 0:

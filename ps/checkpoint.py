@@ -61,10 +61,6 @@ class CorruptCheckpoint(Exception):
     pass
 
 
-class OtherPSCount(Exception):
-    """The directory holds checkpoints of another --num-ps only: refuse to start empty."""
-
-
 @dataclass
 class CheckpointInfo:
     path: Path
@@ -231,7 +227,9 @@ class CheckpointDir:
         self.index = index
         self.num_ps = num_ps
         self.keep = max(1, keep)
-        self._pattern = re.compile(rf"ps-{index}-of-{num_ps}-(\d+)\.ckpt$")
+        # any PS count: a file records the hash slots it holds (ps/ownership.py), and a PS
+        # set resized since restores through them (docs/ps.md, "Slots and resize")
+        self._pattern = re.compile(rf"ps-{index}-of-\d+-(\d+)\.ckpt$")
         self.deltas = DeltaFiles(self.directory, index, num_ps)
 
     def name(self, number: int) -> str:
@@ -245,12 +243,6 @@ class CheckpointDir:
             if m:
                 out.append((int(m.group(1)), p))
         return sorted(out)
-
-    def others(self) -> list[str]:
-        """Checkpoint files of this index written with another PS count (not usable)."""
-        other = re.compile(rf"ps-{self.index}-of-(\d+)-\d+\.ckpt$")
-        return sorted(p.name for p in self.directory.glob(f"ps-{self.index}-of-*.ckpt")
-                      if (m := other.match(p.name)) and int(m.group(1)) != self.num_ps)
 
     def write(self, state: dict, number: int, name: str | None = None) -> CheckpointInfo:
         """Write `state` as checkpoint `number` (a full one unless `name`, a delta's, is
@@ -281,7 +273,7 @@ class CheckpointDir:
 
     def clean_temporaries(self) -> None:
         """Remove half-written files left by a process that died while writing."""
-        for p in self.directory.glob(f".ps-{self.index}-of-{self.num_ps}-*.tmp-*"):
+        for p in self.directory.glob(f".ps-{self.index}-of-*-*.tmp-*"):
             p.unlink(missing_ok=True)
 
     def load_newest(self) -> tuple[dict, CheckpointInfo] | None:
@@ -344,20 +336,7 @@ class Checkpointer:
 
     def restore(self) -> CheckpointInfo | None:
         self.dir.clean_temporaries()
-        others = self.dir.others()
         files = self.dir.files()
-        if others and not files:
-            # starting empty here would let the next init_parameters replace a trained model
-            raise OtherPSCount(
-                f"{self.dir.directory} holds checkpoints of a PS set of another size "
-                f"({', '.join(others[:3])}), none of {self.dir.num_ps} PS; this PS is "
-                f"{self.dir.index} of {self.dir.num_ps}, and parameters are split by the PS "
-                f"count, so they cannot be used as they are. Start the PS set with the "
-                f"--num-ps of those files, or move them away to start a new model")
-        if others:
-            log.warning("ignoring checkpoints written with another PS count (%s): this PS is "
-                        "%d of %d and rows are split by id %% num_ps", ", ".join(others[:3]),
-                        self.dir.index, self.dir.num_ps)
         self._next_number = max(files[-1][0] if files else 0,
                                 self.dir.deltas.newest_number()) + 1
         found = self.dir.load_newest()

@@ -31,7 +31,7 @@ class DeltaFiles:
 
     def __init__(self, directory: Path, index: int, num_ps: int):
         self.directory = directory
-        self._pattern = re.compile(rf"ps-{index}-of-{num_ps}-(\d+)-base-(\d+)\.delta$")
+        self._pattern = re.compile(rf"ps-{index}-of-\d+-(\d+)-base-(\d+)\.delta$")
         self._prefix = f"ps-{index}-of-{num_ps}-"
 
     def name(self, number: int, base: int) -> str:

@@ -33,10 +33,10 @@ import threading
 import time
 from typing import Iterable, Sequence
 
-import numpy as np
 import torch
 
 from .applied import AppliedTable, Duplicate
+from .ownership import Ownership
 from .dense import Dense, Stats
 from pswire.tables import TableSpec
 
@@ -82,6 +82,8 @@ class ParamStore:
         self.steps = Steps(self)
         self.reads = Reads(self)
         self.restores = 0  # snapshots restored over the state (a checkpoint, a primary's copy)
+        # the hash slots this PS serves (the master's layout says; ps/ownership.py)
+        self.ownership = Ownership.initial(index, num_ps)
 
     # -- what the parts do --------------------------------------------------------------------
 
@@ -356,13 +358,6 @@ class ParamStore:
         if bound and high >= bound:
             raise invalid(f"table {table!r}: id {high} is outside the table (num_embeddings "
                           f"{bound}: ids 0..{bound - 1})")
-        if self.num_ps > 1:
-            wrong = np.flatnonzero(keys % self.num_ps != self.index)
-            if wrong.size:
-                bad = int(keys[wrong[0]])
-                raise invalid(f"table {table!r}: id {bad} belongs to PS {bad % self.num_ps} "
-                              f"of {self.num_ps}, not PS {self.index}; split ids with "
-                              "pswire.partition.split_rows")
 
     def pull_rows(self, table: str, ids: torch.Tensor) -> tuple[torch.Tensor, int]:
         t = self.table(table)

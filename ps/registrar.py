@@ -45,8 +45,12 @@ class Registrar:
     def __init__(self, stub, address: str, data_address: str, index: int, num_ps: int,
                  interval: float = 2.0, first_backoff: float = 0.1, data_public_key: str = "",
                  restored: master_pb2.RestoredCheckpoint | None = None, node=None,
-                 token_source: str = "", on_fatal: Callable[[str], None] | None = None):
+                 token_source: str = "", on_fatal: Callable[[str], None] | None = None,
+                 on_layout: Callable[[int, list], None] | None = None):
+        """on_layout(version, slot ranges): the master's layout for this index, handed over
+        before any role (a backup promoted to primary serves only the slots it owns now)."""
         self.stub = stub
+        self.on_layout = on_layout
         self.token_source = token_source  # where this PS's token came from, for messages
         self.on_fatal = on_fatal
         self.fatal = ""  # why this PS must stop (see the module docstring)
@@ -138,6 +142,7 @@ class Registrar:
         self._last_error = ""
         log.info("registered with the master as PS %d/%d (incarnation %d): grpc %s data %s",
                  self.index, self.num_ps, resp.incarnation, self.address, self.data_address)
+        self._layout(resp.layout_version, resp.primary.slots)
         if self.node is not None:
             self.node.on_role(resp.role, resp.generation, resp.primary, resp.replicas)
         return self._period
@@ -147,6 +152,8 @@ class Registrar:
         self._backoff = Backoff(self._policy)
         # an index a resize adds is listed as joining until slots move to it
         mine = [p for p in (*resp.ps, *resp.joining) if p.index == self.index]
+        if len(mine) == 1:
+            self._layout(resp.layout_version, mine[0].slots)
         if self.node is not None and len(mine) == 1:
             role = self._role_in(mine[0])
             if role:
@@ -161,6 +168,10 @@ class Registrar:
         log.warning("the master's PS list has this PS %s; registering again", why)
         self.registered = False
         return 0.0
+
+    def _layout(self, version: int, slots) -> None:
+        if self.on_layout is not None and version:
+            self.on_layout(version, [(r.start, r.end) for r in slots])
 
     def _role_in(self, entry) -> str:
         """primary / backup when the listing names this process so, else ''."""

@@ -11,6 +11,7 @@ from grpc_health.v1 import health
 
 from protos import ps_pb2, ps_pb2_grpc
 from rpckit import server as rpc_server
+from rpckit.errors import Reason, ServiceError, abort
 from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
 
 from .checkpoint import Checkpointer
@@ -79,8 +80,11 @@ def status_view(store: ParamStore, checkpointer: Checkpointer | None,
 
 
 class PSServicer(ps_pb2_grpc.ParameterServerServicer):
-    def __init__(self, store: ParamStore, checkpointer: Checkpointer, me: Identity, node=None):
+    def __init__(self, store: ParamStore, checkpointer: Checkpointer, me: Identity, node=None,
+                 slot_calls=None):
+        """slot_calls: a ps.slot_calls.SlotCalls (MoveSlots is refused without one)."""
         self.node = node
+        self.slot_calls = slot_calls
         self.store = store
         self.checkpointer = checkpointer
         self.me = me
@@ -100,6 +104,15 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
 
     def GetPSStatus(self, request, context):
         return status_view(self.store, self.checkpointer, self.me, self.node)
+
+    def MoveSlots(self, request, context):
+        if self.slot_calls is None:
+            abort(context, ServiceError("FAILED_PRECONDITION", Reason.LAYOUT_MISMATCH,
+                                        "this PS runs without a master: its slots never move"))
+        try:
+            return self.slot_calls.call(request)
+        except ServiceError as exc:
+            abort(context, exc)
 
 
 def build_server(servicer: PSServicer, host: str, port: int, threads: int,

@@ -19,6 +19,7 @@ from pswire.tables import TableSpec
 from .tables.table import Table
 from .tables.table import row_share
 from .optim import RowOptimizer, restore_dense
+from .ownership import mask_ranges, ranges_mask
 
 FORMAT = 1
 
@@ -109,15 +110,28 @@ class Snapshots:
             "initialized": self.store.initialized, "optimizer": self.store.optimizer_cfg,
             "dense": dense, "tables": tables, "applied": self.store.applied.export(),
             "stats": {"pushes": self.store.stats.pushes, "row_pushes": self.store.stats.row_pushes},
+            # the hash slots this state holds (ps/ownership.py): a restore owns them until
+            # the master's layout says otherwise
+            "layout": {"version": self.store.ownership.version,
+                       "num_slots": self.store.ownership.num_slots,
+                       "owned": mask_ranges(self.store.ownership.owned)},
         }
 
     def restore(self, state: dict) -> None:
         """Replace everything with a snapshot (at start, before serving)."""
         if state.get("format") != FORMAT:
             raise ValueError(f"checkpoint format {state.get('format')} is not {FORMAT}")
-        if (state["index"], state["num_ps"]) != (self.store.index, self.store.num_ps):
+        # the PS count may differ (a resize since): the slots it held say what it holds
+        if state["index"] != self.store.index:
             raise ValueError(f"checkpoint is of PS {state['index']} of {state['num_ps']}, this "
                              f"is PS {self.store.index} of {self.store.num_ps}")
+        layout = state.get("layout")
+        if layout is not None:
+            own = self.store.ownership
+            if layout["num_slots"] != own.num_slots:
+                raise ValueError(f"checkpoint holds {layout['num_slots']} hash slots, this PS "
+                                 f"runs with {own.num_slots}")
+            own.assign(ranges_mask(layout["owned"], own.num_slots), layout["version"])
         dense = {}
         cfg = state["optimizer"]
         for row in state["dense"]:

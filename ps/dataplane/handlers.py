@@ -8,6 +8,8 @@ the tensors' own memory, tracked; see `export`). It is the last link of the requ
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 import zmq
 
@@ -18,12 +20,25 @@ from pswire.optimizers import config_from_pb
 from pswire.tables import TableSpec
 from rpckit.errors import invalid
 
+from .. import moves
+from ..ownership import WrongOwner
 from ..params import ParamStore
 from ..steps import StepParts
 
 # Below this size a tensor is copied into the reply (cheaper than a tracked zero-copy frame).
 ZERO_COPY_MIN_BYTES = 64 * 1024
 CLIENT_KINDS = frozenset({"init_parameters", "pull", "push", "pull_rows", "push_rows", "step"})
+
+
+class LocalHeader(bytes):
+    """The header of a request this PS makes to itself (a MoveSlots call's slot_import): the
+    only way, with a primary's replication, a slot_import is served (never from the network,
+    whose headers are plain bytes)."""
+
+
+class MovedAfterApplied(WrongOwner):
+    """A retried mutation whose first try was applied here before its slots moved: answered
+    WRONG_OWNER with the duplicate flag (nothing read; re-route only the reads)."""
 
 
 def export(t: torch.Tensor):
@@ -38,12 +53,81 @@ def export(t: torch.Tensor):
 class Handlers:
     def __init__(self, store: ParamStore):
         self.store = store
+        self._local = threading.local()  # per handler thread: whether to check ownership
 
-    def handle(self, kind: str, req, frames: list, header=None) -> list:
-        """Serve one decoded client request (no replication here: see ps/replication)."""
+    def handle(self, kind: str, req, frames: list, header=None, replicated: bool = False) -> list:
+        """Serve one decoded client request (no replication here: see ps/replication).
+        `replicated`: a primary's mutation applied by its backup (the primary checked the
+        slots' ownership; a backup learns the layout later)."""
+        if kind == "slot_export":
+            return self._slot_export(req, frames)
+        if kind == "slot_import":
+            if not isinstance(header, LocalHeader) and not replicated:
+                raise invalid("slot_import is sent by a PS to itself during a slot move")
+            return self._slot_import(req, frames)
         if kind not in CLIENT_KINDS:
             raise invalid(f"{kind} is for PS replicas; this PS serves no replication")
-        return getattr(self, "_" + kind)(req, frames)
+        self._local.check_owner = not replicated
+        # held for the whole request: the slots' ownership checked below cannot change until
+        # the answer is made (a slot move's freeze and release take the gate exclusive)
+        with self.store.gate.shared():
+            try:
+                return getattr(self, "_" + kind)(req, frames)
+            except MovedAfterApplied as exc:
+                resp = ps_pb2.DataResponse(code=code_number(exc.code), reason=exc.reason,
+                                           message=exc.message, seq=req.seq,
+                                           layout_version=exc.layout_version)
+                body = {"push": resp.push, "push_rows": resp.push_rows,
+                        "step": resp.step.push}.get(kind)
+                if body is not None:
+                    body.duplicate = True
+                return [resp.SerializeToString()]
+
+    def _owns(self, req, tensors_w=(), rows_w=(), tensors_r=(), rows_r=(),
+              mutation: bool = True) -> None:
+        """Refuse the request unless this PS owns every slot it touches (WRONG_OWNER), and
+        its writes unless none of their slots is being handed over (SLOT_MOVING); a retried
+        mutation already applied here is told so (MovedAfterApplied). Under the gate."""
+        own = self.store.ownership
+        if (own.all_owned and not own.frozen_any) or not self._local.check_owner:
+            return
+        seen = mutation and self.store.applied.seen(req.client_id, req.seq)
+        try:
+            own.check_tensors([*tensors_w, *tensors_r], write=False)
+            for table, ids in [*rows_w, *rows_r]:
+                own.check_rows(ids, table, write=False)
+        except WrongOwner as exc:
+            if seen:
+                raise MovedAfterApplied(exc.message, exc.layout_version) from None
+            raise
+        if not seen:
+            own.check_tensors(tensors_w, write=True)
+            for table, ids in rows_w:
+                own.check_rows(ids, table, write=True)
+
+    def _slot_export(self, req, frames) -> list:
+        import io
+
+        state = moves.export(self.store, list(req.slot_export.slots),
+                             req.slot_export.layout_version)
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        resp = ps_pb2.DataResponse(code=0, seq=req.seq)
+        resp.slot_export.rows = sum(int(t["ids"].numel()) for t in state["tables"])
+        resp.slot_export.tensors = len(state["dense"])
+        return [resp.SerializeToString(), buf.getbuffer()]
+
+    def _slot_import(self, req, frames) -> list:
+        import io
+
+        if len(frames) != 1:
+            raise invalid("a slot_import carries one frame (the export)")
+        raw = frames[0].buffer if hasattr(frames[0], "buffer") else memoryview(frames[0])
+        state = torch.load(io.BytesIO(bytes(raw)), weights_only=False)
+        done = moves.install(self.store, state)
+        resp = ps_pb2.DataResponse(code=0, seq=req.seq)
+        resp.slot_import.rows, resp.slot_import.tensors = done["rows"], done["tensors"]
+        return [resp.SerializeToString()]
 
     @staticmethod
     def _tensors(metas, frames, allowed=tuple(DTYPES)) -> list[tuple[str, torch.Tensor]]:
@@ -78,6 +162,7 @@ class Handlers:
                                      max_rows=spec.max_rows, admit_after=spec.admit_after or 1,
                                      ttl_s=spec.ttl_s, ttl_steps=spec.ttl_steps,
                                      evict=spec.evict or "lru"), cfg))
+        self._owns(req, tensors_w=[n for n, _ in tensors], mutation=False)
         initialized, versions, message = self.store.init_parameters(
             tensors, config_from_pb(body.optimizer), tables)
         resp = ps_pb2.DataResponse(code=0, message=message, seq=req.seq)
@@ -90,6 +175,15 @@ class Handlers:
         if frames:
             raise invalid("a Pull carries no buffer frames")
         names = list(req.pull.names)
+        own = self.store.ownership
+        if not names and not own.all_owned:  # every tensor: those of the slots it owns
+            names = [n for n in sorted(self.store.dense) if own.owned[own.tensor_slot(n)]]
+            if not names:
+                resp = ps_pb2.DataResponse(code=0, seq=req.seq)
+                resp.pull.SetInParent()
+                resp.pull.staleness_checked = self.store.max_staleness >= 0
+                return [resp.SerializeToString()]
+        self._owns(req, tensors_r=names, mutation=False)
         pulled = (self.store.pull_packed(names, export) if req.pull.packed else
                   self.store.pull(names, export))
         resp = ps_pb2.DataResponse(code=0, seq=req.seq)
@@ -107,10 +201,12 @@ class Handlers:
             for meta in req.push.tensors:
                 dtype, shape, _ = check_meta(meta, FLOAT_DTYPES)
                 metas.append((meta.name, shape, dtype))
+            self._owns(req, tensors_r=[n for n, _, _ in metas], mutation=False)
             answer = self.store.check_push(metas, list(req.push.versions))
         else:
             grads, flat = decode(req.push.tensors, frames, req.push.packed_count, FLOAT_DTYPES,
                                  "gradient")
+            self._owns(req, tensors_w=[n for n, _ in grads])
             answer = self.store.push(req.client_id, req.seq, grads, list(req.push.versions),
                                      req.push.checked, flat, req.push.packed_count)
         resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
@@ -131,7 +227,11 @@ class Handlers:
     def _pull_rows(self, req, frames) -> list:
         if len(frames) != 1:
             raise invalid(f"a PullRows carries exactly one frame (the int64 ids), got {len(frames)}")
-        rows, created = self.store.pull_rows(req.pull_rows.table, self._ids(frames[0]))
+        ids, table = self._ids(frames[0]), req.pull_rows.table
+        stateful = self.store.table(table).spec.stateful_reads
+        self._owns(req, rows_w=[(table, ids)] if stateful else (),
+                   rows_r=() if stateful else [(table, ids)], mutation=stateful)
+        rows, created = self.store.pull_rows(table, ids)
         resp = ps_pb2.DataResponse(code=0, seq=req.seq)
         resp.pull_rows.dim = rows.shape[1]
         resp.pull_rows.created = created
@@ -145,6 +245,7 @@ class Handlers:
         table = self.store.table(req.push_rows.table)
         grads = from_frame(frames[1], torch.float32, (ids.numel(), table.spec.dim),
                            f"gradients of table {req.push_rows.table!r}")
+        self._owns(req, rows_w=[(req.push_rows.table, ids)])
         answer = self.store.push_rows(req.client_id, req.seq, req.push_rows.table, ids, grads)
         resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
                               reason=answer.get("reason", ""),
@@ -155,6 +256,17 @@ class Handlers:
 
     def _step(self, req, frames) -> list:
         parts = self._step_parts(req.step, frames)
+        own = self.store.ownership
+        if parts.pull == [] and not own.all_owned:  # every tensor: those of its slots
+            parts.pull = [n for n in sorted(self.store.dense) if own.owned[own.tensor_slot(n)]]
+        stateful = [(t, ids) for t, ids in parts.pull_rows
+                    if self.store.table(t).spec.stateful_reads]
+        self._owns(req, tensors_w=[n for n, _ in parts.grads or ()],
+                   rows_w=[(t, ids) for t, ids, _ in parts.rows] + stateful,
+                   tensors_r=parts.pull or (),
+                   rows_r=[(t, ids) for t, ids in parts.pull_rows
+                           if not self.store.table(t).spec.stateful_reads],
+                   mutation=parts.mutates or bool(stateful))
         answer = self.store.step(req.client_id, req.seq, parts, export)
         resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
                               reason=answer.get("reason", ""), seq=req.seq)

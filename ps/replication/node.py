@@ -36,7 +36,7 @@ from .primary import Fenced, Primary
 
 log = logging.getLogger(__name__)
 
-MUTATIONS = frozenset({"init_parameters", "push", "push_rows", "step"})
+MUTATIONS = frozenset({"init_parameters", "push", "push_rows", "step", "slot_import"})
 
 
 def mutates(kind: str, req: ps_pb2.DataRequest, stateful=lambda table: False) -> bool:
@@ -116,8 +116,9 @@ class ReplicaNode:
             reads_change = kind == "step" and any(self._stateful_reads(r.table)
                                                   for r in req.step.pull_rows)
             return primary.mutate(req, header, frames,
-                                  lambda: self.handlers.handle(kind, req, frames), reads_change)
-        return self.handlers.handle(kind, req, frames)
+                                  lambda: self.handlers.handle(kind, req, frames, header),
+                                  reads_change)
+        return self.handlers.handle(kind, req, frames, header)
 
     def _follow(self, primary: Primary, req: ps_pb2.DataRequest) -> list:
         if self.replicas == 0:
@@ -195,7 +196,7 @@ class ReplicaNode:
                 del step.pull_rows[:]
             # else the row pulls change the tables (sightings, evictions, touch order):
             # the backup makes them too, in the same order, and drops the rows read
-        return self.handlers.handle(kind, inner, frames)
+        return self.handlers.handle(kind, inner, frames, replicated=True)
 
     def _stateful_reads(self, table: str) -> bool:
         # decided before the order lock: a table not declared yet (an InitParameters may be

@@ -148,3 +148,70 @@ def contents(table) -> dict[int, tuple]:
                 None if table.accum is None else table.accum[slot].clone(),
                 int(table.counts[slot]), int(table.steps[slot]))
         return out
+
+
+# -- hash-slot moves (ps/moves.py) ----------------------------------------------------------------
+
+def slot_rows(table, in_slots) -> dict:
+    """The rows whose ids `in_slots(ids)` (a boolean mask over ids) selects, copied, with their
+    metadata: a delta's shape without the table's counters (a move carries rows, not the
+    sending table's counters). Call under the store's exclusive gate."""
+    with table.lock:
+        live = table._live()
+        at = live[in_slots(table.ids[live])]
+        index = torch.from_numpy(at)
+        meta = {name: torch.from_numpy(getattr(table, name)[at]) for name in _META}
+        return {"ids": torch.from_numpy(table.ids[at]),
+                "weights": table.weights.index_select(0, index),
+                "accum": None if table.accum is None else table.accum.index_select(0, index),
+                **meta}
+
+
+def import_rows(table, state: dict) -> None:
+    """Write moved rows into this table (created where absent, overwritten where present),
+    marked changed so the next delta checkpoint holds them. The table's counters stay."""
+    keys = state["ids"].numpy().astype(np.int64)
+    if not keys.size:
+        return
+    with table.lock:
+        table._unshare()
+        slots = table.index.lookup(keys)
+        absent = np.flatnonzero(slots < 0)
+        if absent.size:
+            n = absent.size
+            reused = table.free[-n:][::-1] if table.free.size else table.free
+            table.free = table.free[: table.free.size - reused.size]
+            fresh = np.arange(table.high, table.high + n - reused.size, dtype=np.int64)
+            table._reserve(table.high + fresh.size)
+            table.high += fresh.size
+            slots[absent] = np.concatenate([reused, fresh])
+            table.index.insert(keys[absent], slots[absent])
+        at = torch.from_numpy(slots)
+        table.weights[at] = state["weights"]
+        if table.accum is not None and state.get("accum") is not None:
+            table.accum[at] = state["accum"]
+        table.ids[slots] = keys
+        for name in _META:
+            getattr(table, name)[slots] = state[name].numpy()
+        table.dirty[slots] = True
+        table._reset_deadlines()
+
+
+def drop_rows(table, in_slots) -> int:
+    """Free the rows `in_slots(ids)` selects (they moved to another PS): listed as removed for
+    the next delta checkpoint, not counted as evictions. Returns how many."""
+    with table.lock:
+        live = table._live()
+        at = live[in_slots(table.ids[live])]
+        if not at.size:
+            return 0
+        gone = table.ids[at].copy()
+        table.index.delete(gone)
+        table.ids[at] = -1
+        table.dirty[at] = False
+        table.free = np.concatenate([table.free, at])
+        if not table.needs_full:
+            table.evicted_ids.append(gone)
+            table._evicted_pending += gone.size
+        table._reset_deadlines()
+        return int(at.size)

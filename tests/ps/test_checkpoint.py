@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-from ps.checkpoint import (CheckpointDir, Checkpointer, CorruptCheckpoint, OtherPSCount, decode,
+from ps.checkpoint import (CheckpointDir, Checkpointer, CorruptCheckpoint, decode,
                            encode)
 from pswire.tables import TableSpec
 from pswire.optimizers import make_config
@@ -82,27 +82,28 @@ def test_corrupt_newest_is_refused_and_the_previous_used(tmp_path, caplog):
     assert Checkpointer(fresh, CheckpointDir(tmp_path, 0, 2)).restore().number == 1
 
 
-def test_only_this_ps_and_count_files_are_used(tmp_path, caplog):
+def test_this_index_files_of_any_count_are_used_through_their_slots(tmp_path):
+    """A checkpoint records the hash slots it holds, so a PS set restarted with another count
+    (after `resize-ps`) restores its index's newest file whatever count wrote it; another
+    index's files are never read."""
     other = ParamStore(index=1, num_ps=2)
     other.init_parameters([("x", torch.ones(1))], make_config("sgd"))
-    CheckpointDir(tmp_path, 1, 2).write(other.snapshot(), 1)
-    CheckpointDir(tmp_path, 0, 3).write(ParamStore(index=0, num_ps=3).snapshot(), 1)
+    CheckpointDir(tmp_path, 1, 2).write(other.snapshot(), 5)
     (tmp_path / ".ps-0-of-2-00000009.ckpt.tmp-123").write_bytes(b"half")
+    old = ParamStore(index=0, num_ps=3)
+    old.init_parameters([("y", torch.ones(1))], make_config("sgd"))
+    CheckpointDir(tmp_path, 0, 3).write(old.snapshot(), 1)
+    older = ParamStore(index=0, num_ps=2)
+    older.init_parameters([("z", torch.ones(1))], make_config("sgd"))
+    CheckpointDir(tmp_path, 0, 2).write(older.snapshot(), 0)
     fresh = ParamStore(index=0, num_ps=2)
-    # only another count's checkpoint of this index: starting empty would let the next
-    # init_parameters replace a trained model, so the PS refuses (issue 17)
-    with pytest.raises(OtherPSCount, match="--num-ps"):
-        Checkpointer(fresh, CheckpointDir(tmp_path, 0, 2)).restore()
-    assert not fresh.initialized
-    assert not list(tmp_path.glob(".ps-0-of-2-*"))  # the half-written file was cleaned
-    # with a checkpoint of its own count as well, that one is used and the others ignored
-    mine = ParamStore(index=0, num_ps=2)
-    mine.init_parameters([("y", torch.ones(1))], make_config("sgd"))
-    CheckpointDir(tmp_path, 0, 2).write(mine.snapshot(), 1)
-    with caplog.at_level(logging.WARNING):
-        assert Checkpointer(fresh, CheckpointDir(tmp_path, 0, 2)).restore() is not None
-    assert fresh.initialized
-    assert "another PS count" in caplog.text
+    ck = Checkpointer(fresh, CheckpointDir(tmp_path, 0, 2))
+    assert ck.restore() is not None
+    assert not list(tmp_path.glob(".ps-0-of-*"))  # the half-written file was cleaned
+    # the newest of index 0 (written by PS 0 of 3), with the slots PS 0 of 3 held
+    assert set(fresh.dense) == {"y"}
+    assert fresh.ownership.owned.sum() == old.ownership.owned.sum() == 342
+    assert ck.write().number == 2  # numbering goes on after every file of the index
 
 
 def test_periodic_write_skips_when_nothing_changed(tmp_path):

@@ -1,0 +1,172 @@
+"""Moving hash slots between PS while they serve: a store's side of a slot move.
+
+The master drives a move (master/ps/mover.py) one batch of slots from one PS index to another:
+
+1. the new owner asks the old one for the slots (`export`, a data-plane `slot_export`): under
+   the store's exclusive gate the old owner freezes them (writes to them are refused
+   SLOT_MOVING from now; reads go on, since nothing changes there) and answers their rows,
+   dense tensors, optimizer state and the at-most-once marks, with the model's declaration;
+2. the new owner installs them (`install`, a `slot_import` that goes through its replication
+   order, so its backups hold them too) without owning the slots yet;
+3. the master commits the layout with the new owners (the version goes up) and tells both
+   (`apply_layout`): the new owner serves the slots, the old one frees them and refuses
+   requests for them with WRONG_OWNER naming the new version.
+
+Before step 3 the old owner is authoritative: a failure anywhere rolls the move back (`abort`:
+the old owner thaws, the new one drops what it installed) and the master tries again. Each
+process also applies the master's layout from its periodic ListPS (ps/registrar.py), so a PS
+that missed the master's word converges, and a backup promoted to primary takes the layout
+before it serves.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pswire.slots import row_slot
+from pswire.tables import TableSpec
+from rpckit.errors import invalid, precondition, Reason
+
+from .dense import Dense
+from .optim import RowOptimizer, restore_dense
+from .ownership import mask_ranges
+from .snapshots import _cloned
+from .tables import files
+from .tables.table import Table, row_share
+
+
+def _in(mask: np.ndarray, num_slots: int):
+    """ids -> whether each id's hash slot is in `mask`."""
+    return lambda ids: mask[row_slot(ids, num_slots)]
+
+
+def _check_slots(store, slots) -> np.ndarray:
+    own = store.ownership
+    slots = np.asarray(slots, dtype=np.int64)
+    if not slots.size or slots.min() < 0 or slots.max() >= own.num_slots:
+        raise invalid(f"slot moves name slots in 0..{own.num_slots - 1}, got "
+                      f"{slots[:4].tolist()}")
+    return np.unique(slots)
+
+
+def export(store, slots, version: int) -> dict:
+    """Freeze `slots` and return everything in them (copies): step 1 above. Slots this PS does
+    not own are refused WRONG_OWNER; slots already frozen are exported again (a retried
+    move: nothing changed in them since)."""
+    slots = _check_slots(store, slots)
+    own = store.ownership
+    with store.gate.exclusive():
+        if not own.owned[slots].all():
+            missing = int(slots[~own.owned[slots]][0])
+            raise own._wrong(f"slot {missing}")
+        mask = np.zeros(own.num_slots, dtype=bool)
+        mask[slots] = True
+        own.freeze(slots)
+        dense = []
+        for name, d in sorted(store.dense.items()):
+            if not mask[own.tensor_slot(name)]:
+                continue
+            with d.lock:
+                optim = d.optimizer.state_dict()
+                dense.append({"name": name, "value": d.value.detach().clone(),
+                              "version": d.version, "pushes": d.pushes,
+                              "optim": _cloned(optim)})
+        tables = [{"spec": _spec_dict(t.spec), "optimizer": dict(store.table_cfgs[name]),
+                   **files.slot_rows(t, _in(mask, own.num_slots))}
+                  for name, t in sorted(store.tables.items())]
+        return {"slots": slots, "version": int(version), "initialized": store.initialized,
+                "optimizer": store.optimizer_cfg, "dense": dense, "tables": tables,
+                "applied": store.applied.export()}
+
+
+def install(store, state: dict) -> dict:
+    """Write an export into this store without owning its slots yet: step 2 above. A store
+    never initialized takes the model's declaration from it; one holding another model is
+    refused MODEL_MISMATCH. Returns {rows, tensors}."""
+    own = store.ownership
+    slots = np.asarray(state["slots"], dtype=np.int64)
+    with store.gate.exclusive():
+        if own.owned[slots].any():
+            raise precondition(Reason.MODEL_MISMATCH, f"PS {store.index} already owns slot "
+                               f"{int(slots[own.owned[slots]][0])} of this move")
+        if not store.initialized and state["initialized"]:
+            store.optimizer_cfg = dict(state["optimizer"])
+            store.dense = {}
+            store.tables, store.table_cfgs = {}, {}
+            store.initialized = True
+        elif state["initialized"] and state["optimizer"] != store.optimizer_cfg:
+            raise precondition(Reason.MODEL_MISMATCH, f"PS {store.index} holds another "
+                               f"optimizer ({store.optimizer_cfg}) than the moved slots' "
+                               f"({state['optimizer']})")
+        for row in state["tables"]:
+            spec = TableSpec(**row["spec"])
+            table = store.tables.get(spec.name)
+            if table is None:
+                store.tables[spec.name] = table = Table(
+                    spec, RowOptimizer.from_config(row["optimizer"]),
+                    row_cap=row_share(spec.max_rows, store.num_ps))
+                store.table_cfgs[spec.name] = dict(row["optimizer"])
+            elif table.spec != spec:
+                raise precondition(Reason.MODEL_MISMATCH, f"table {spec.name!r} is "
+                                   f"{table.spec} on PS {store.index}, {spec} in the move")
+        rows = 0
+        for row in state["tables"]:
+            files.import_rows(store.tables[row["spec"]["name"]], row)
+            rows += int(row["ids"].numel())
+        for row in state["dense"]:
+            value = row["value"].contiguous()
+            store.dense[row["name"]] = Dense(
+                row["name"], value, restore_dense(store.optimizer_cfg, value, row["optim"]),
+                version=int(row["version"]), pushes=int(row["pushes"]))
+        store.applied.merge(state["applied"])
+        return {"rows": rows, "tensors": len(state["dense"])}
+
+
+def apply_layout(store, owned: np.ndarray, version: int) -> dict:
+    """Own exactly `owned` as of layout `version` (older versions change nothing): the data of
+    slots no longer owned is freed (step 3 on the old owner), slots newly owned are served
+    (step 3 on the new owner). Returns {released, taken, rows_freed, tensors_freed}."""
+    own = store.ownership
+    with store.gate.exclusive():
+        if version <= own.version:
+            return {"released": 0, "taken": 0, "rows_freed": 0, "tensors_freed": 0}
+        gone = own.owned & ~owned
+        taken = int((owned & ~own.owned).sum())
+        own.assign(owned, version)
+        freed = _free(store, gone) if gone.any() else (0, 0)
+        return {"released": int(gone.sum()), "taken": taken, "rows_freed": freed[0],
+                "tensors_freed": freed[1]}
+
+
+def abort(store, slots) -> dict:
+    """Roll a move back on this PS: slots it owns thaw (the old owner serves writes again);
+    slots it does not own lose what an install wrote there (the new owner)."""
+    slots = _check_slots(store, slots)
+    own = store.ownership
+    with store.gate.exclusive():
+        mine = slots[own.owned[slots]]
+        own.thaw(mine)
+        theirs = np.zeros(own.num_slots, dtype=bool)
+        theirs[slots[~own.owned[slots]]] = True
+        rows, tensors = _free(store, theirs) if theirs.any() else (0, 0)
+        return {"thawed": int(mine.size), "rows_freed": rows, "tensors_freed": tensors}
+
+
+def _free(store, mask: np.ndarray) -> tuple[int, int]:
+    """Under the exclusive gate: drop the rows and tensors of the slots in `mask`."""
+    own = store.ownership
+    rows = sum(files.drop_rows(t, _in(mask, own.num_slots)) for t in store.tables.values())
+    names = [n for n in store.dense if mask[own.tensor_slot(n)]]
+    for name in names:
+        del store.dense[name]
+    return rows, len(names)
+
+
+def owned_summary(store) -> str:
+    ranges = mask_ranges(store.ownership.owned)
+    return ",".join(f"{a}:{b}" for a, b in ranges[:8]) + ("..." if len(ranges) > 8 else "")
+
+
+def _spec_dict(spec: TableSpec) -> dict:
+    from dataclasses import asdict
+
+    return asdict(spec)

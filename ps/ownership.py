@@ -1,0 +1,155 @@
+"""Which hash slots this PS serves, and the refusals that follow (docs/ps.md, "Slots and resize").
+
+The master's layout (pswire.slots.Layout) gives each PS index a set of slots; a row lives in
+the slot its id hashes to, a dense tensor in the slot its name hashes to. A PS serves a request
+only when it owns every slot the request touches:
+
+- a slot it does not own: refused FAILED_PRECONDITION, reason WRONG_OWNER, naming the layout
+  version this PS knows, so the client asks the master for a newer layout and re-routes;
+- a slot it owns but is handing over (frozen: its rows and tensors were exported to the new
+  owner, which the master has not confirmed yet): reads are served (nothing changes there),
+  writes are refused UNAVAILABLE, reason SLOT_MOVING, and the client retries them shortly.
+
+Checked under the store's gate, shared (ps/params.py): a freeze or a release takes it exclusive,
+so a request sees the ownership before or after, never half-way.
+
+A PS started without a master owns `Layout.initial(num_ps)`'s share of its index, at version 0.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Iterable
+
+import numpy as np
+
+from pswire.slots import DEFAULT_SLOTS, Layout, SlotRange, row_slot, tensor_slot
+from rpckit.errors import Reason, ServiceError
+
+
+class WrongOwner(ServiceError):
+    """A request touched a slot this PS does not own: `layout_version` is the version it knows
+    (the data plane puts it in `DataResponse.layout_version`)."""
+
+    def __init__(self, message: str, layout_version: int):
+        super().__init__("FAILED_PRECONDITION", Reason.WRONG_OWNER, message)
+        self.layout_version = layout_version
+
+
+def slot_moving(message: str) -> ServiceError:
+    return ServiceError("UNAVAILABLE", Reason.SLOT_MOVING, message)
+
+
+def ranges_mask(ranges: Iterable[SlotRange | tuple[int, int]], num_slots: int) -> np.ndarray:
+    mask = np.zeros(num_slots, dtype=bool)
+    for span in ranges:
+        start, end = (span.start, span.end) if isinstance(span, SlotRange) else span
+        mask[int(start):int(end)] = True
+    return mask
+
+
+def mask_ranges(mask: np.ndarray) -> list[tuple[int, int]]:
+    """The runs of True in `mask` as (start, end) pairs (end exclusive)."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
+    return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2])]
+
+
+class Ownership:
+    """The slots one PS owns, those it is handing over, and the layout version it knows."""
+
+    def __init__(self, index: int, owned: np.ndarray, version: int = 0):
+        self.index = index
+        self.num_slots = int(owned.size)
+        self.owned = owned.astype(bool, copy=True)
+        self.frozen = np.zeros(self.num_slots, dtype=bool)
+        self.version = int(version)
+        self.all_owned = bool(self.owned.all())
+        self.frozen_any = False
+        self._tensor_slots: dict[str, int] = {}  # name -> slot, cached (blake2b per name)
+        self.lock = threading.Lock()  # changes come from the registrar and the move RPCs
+
+    @classmethod
+    def initial(cls, index: int, num_ps: int, num_slots: int = DEFAULT_SLOTS) -> "Ownership":
+        """Index `index`'s share of the first layout of `num_ps` PS (version 0: no master
+        said it yet)."""
+        layout = Layout.initial(max(num_ps, index + 1), num_slots, version=0)
+        return cls(index, ranges_mask(layout.ranges(index), num_slots), 0)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return mask_ranges(self.owned)
+
+    def tensor_slot(self, name: str) -> int:
+        slot = self._tensor_slots.get(name)
+        if slot is None:
+            slot = self._tensor_slots[name] = tensor_slot(name, self.num_slots)
+        return slot
+
+    def row_slots(self, ids) -> np.ndarray:
+        keys = ids.numpy() if hasattr(ids, "numpy") else np.asarray(ids, dtype=np.int64)
+        return row_slot(keys, self.num_slots)
+
+    # -- the checks (call under the store's gate, shared) ----------------------------------------
+
+    def check_rows(self, ids, table: str, write: bool) -> None:
+        if self.all_owned and not self.frozen_any:
+            return
+        if not len(ids):
+            return
+        slots = self.row_slots(ids)
+        if not self.all_owned:
+            bad = np.flatnonzero(~self.owned[slots])
+            if bad.size:
+                raise self._wrong(f"row {int(ids[int(bad[0])])} of table {table!r} (slot "
+                                  f"{int(slots[bad[0]])})")
+        if write and self.frozen_any and self.frozen[slots].any():
+            raise slot_moving(f"PS {self.index} is handing over slots of table {table!r}'s "
+                              "rows to another PS; retry shortly")
+
+    def check_tensors(self, names: Iterable[str], write: bool) -> None:
+        if self.all_owned and not self.frozen_any:
+            return
+        for name in names:
+            slot = self.tensor_slot(name)
+            if not self.owned[slot]:
+                raise self._wrong(f"tensor {name!r} (slot {slot})")
+            if write and self.frozen[slot]:
+                raise slot_moving(f"PS {self.index} is handing tensor {name!r} over to another "
+                                  "PS; retry shortly")
+
+    def _wrong(self, what: str) -> WrongOwner:
+        return WrongOwner(f"{what} is not on PS {self.index} at layout version {self.version}: "
+                          "its slot moved; ask the master (ListPS) and re-route", self.version)
+
+    # -- changes (under the store's gate, exclusive) -------------------------------------------
+
+    def freeze(self, slots: np.ndarray) -> None:
+        self.frozen[slots] = True
+        self.frozen_any = True
+
+    def thaw(self, slots: np.ndarray | None = None) -> None:
+        if slots is None:
+            self.frozen[:] = False
+        else:
+            self.frozen[slots] = False
+        self.frozen_any = bool(self.frozen.any())
+
+    def assign(self, owned: np.ndarray, version: int) -> None:
+        """Own exactly `owned` from layout `version` on (frozen slots no longer owned thaw)."""
+        if owned.size != self.num_slots:
+            raise ValueError(f"a layout of {owned.size} slots, this PS has {self.num_slots}")
+        self.owned = owned.astype(bool, copy=True)
+        self.version = int(version)
+        self.all_owned = bool(self.owned.all())
+        self.thaw(np.flatnonzero(~self.owned))
+
+    def take(self, slots: np.ndarray, version: int) -> None:
+        self.owned[slots] = True
+        self.version = max(self.version, int(version))
+        self.all_owned = bool(self.owned.all())
+
+    def give(self, slots: np.ndarray, version: int) -> None:
+        self.owned[slots] = False
+        self.version = max(self.version, int(version))
+        self.all_owned = False
+        self.thaw(slots)

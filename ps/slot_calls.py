@@ -1,0 +1,99 @@
+"""The PS's side of the master's `MoveSlots` calls (ps/moves.py has what they do to the store).
+
+- IMPORT (on the PS taking slots): ask their owner for them over its data plane (a
+  `slot_export`, which freezes them there), then write them here through this PS's own chain
+  (a `slot_import`: with backups it goes through the replication order, so they hold the
+  slots too) without owning them yet.
+- ABORT: roll the move back here (the old owner thaws, the new one drops what it wrote).
+- LAYOUT: own exactly the given slots as of the given layout version (the new owner starts
+  serving, the old one frees what left).
+
+Plain Python over the store and the chain; ps/server.py's servicer only translates.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import zmq
+
+from protos import ps_pb2
+from pswire.connection import dealer, refusal
+from pswire.slots import decode_ranges
+from rpckit.errors import ServiceError, invalid, unavailable
+
+from . import moves
+from .dataplane.handlers import LocalHeader
+from .ownership import ranges_mask
+
+log = logging.getLogger(__name__)
+
+EXPORT_TIMEOUT_S = 60.0  # a batch of slots of a large table: a few hundred MB at most
+
+
+class SlotCalls:
+    def __init__(self, store, chain, ctx: zmq.Context, token: str = ""):
+        """chain: what serves this PS's data-plane requests after auth (a
+        ps.replication.ReplicaNode, or the Handlers of a standalone PS): the slot_import
+        goes through it as a client's mutation would."""
+        self.store = store
+        self.chain = chain
+        self.ctx = ctx
+        self.token = token
+
+    def call(self, req: ps_pb2.MoveSlotsRequest) -> ps_pb2.MoveSlotsResponse:
+        started = time.perf_counter()
+        action = ps_pb2.MoveSlotsRequest.Action.Name(req.action)
+        if req.action == ps_pb2.MoveSlotsRequest.IMPORT:
+            out = self._import(req)
+        elif req.action == ps_pb2.MoveSlotsRequest.ABORT:
+            done = moves.abort(self.store, list(req.slots))
+            out = ps_pb2.MoveSlotsResponse(rows=done["rows_freed"], tensors=done["tensors_freed"],
+                                           slots=done["thawed"])
+        elif req.action == ps_pb2.MoveSlotsRequest.LAYOUT:
+            own = self.store.ownership
+            try:
+                owned = ranges_mask(decode_ranges(req.owned, own.num_slots), own.num_slots)
+            except ValueError as exc:
+                raise invalid(f"owned: {exc}") from None
+            done = moves.apply_layout(self.store, owned, req.layout_version)
+            out = ps_pb2.MoveSlotsResponse(rows=done["rows_freed"], tensors=done["tensors_freed"],
+                                           slots=done["released"] + done["taken"])
+        else:
+            raise invalid("MoveSlots needs an action: IMPORT, ABORT or LAYOUT")
+        out.seconds = time.perf_counter() - started
+        log.info("MoveSlots %s: %d slots, %d rows, %d tensors in %.3f s (layout version %d)",
+                 action, out.slots, out.rows, out.tensors, out.seconds, req.layout_version)
+        return out
+
+    def _import(self, req: ps_pb2.MoveSlotsRequest) -> ps_pb2.MoveSlotsResponse:
+        slots = np.asarray(req.slots, dtype=np.int64)
+        if not slots.size or not req.src_data_address:
+            raise invalid("an IMPORT names its slots and their owner's data address")
+        ask = ps_pb2.DataRequest(token=self.token, client_id=f"move-{self.store.index}",
+                                 slot_export=ps_pb2.SlotMove(
+                                     slots=req.slots, layout_version=req.layout_version))
+        sock = dealer(self.ctx, req.src_data_address, req.src_public_key)
+        try:
+            sock.send(ask.SerializeToString())
+            if not sock.poll(int(EXPORT_TIMEOUT_S * 1000)):
+                raise unavailable(message=f"the PS at {req.src_data_address} did not answer "
+                                  f"the slot export within {EXPORT_TIMEOUT_S:.0f} s")
+            frames = sock.recv_multipart(copy=False)
+        finally:
+            sock.close(linger=0)
+        resp = ps_pb2.DataResponse.FromString(frames[0].bytes)
+        if resp.code != 0:
+            raise refusal(resp, f"the old owner at {req.src_data_address}: ")
+        if len(frames) != 2:
+            raise ServiceError("INTERNAL", "INTERNAL", "a slot export answers one frame")
+        put = ps_pb2.DataRequest(token=self.token, slot_import=ps_pb2.SlotMove(
+            slots=req.slots, layout_version=req.layout_version))
+        header = LocalHeader(put.SerializeToString())
+        reply = self.chain.handle("slot_import", put, [frames[1]], header)
+        done = ps_pb2.DataResponse.FromString(bytes(reply[0]))
+        if done.code != 0:
+            raise refusal(done, "writing the moved slots here: ")
+        return ps_pb2.MoveSlotsResponse(rows=done.slot_import.rows,
+                                        tensors=done.slot_import.tensors, slots=int(slots.size))
