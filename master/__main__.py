@@ -35,6 +35,7 @@ from .persistence.committer import Committer
 from .persistence.store import Store, StoreError
 from .ps.layout import SlotsMismatch
 from .ps.monitor import PSMonitor
+from .ps.mover import SlotMover
 from .server import SERVICE, MasterServicer, register
 from .settings import MasterSettings, parse
 
@@ -82,6 +83,11 @@ class Leading:
                                  tls_ca=settings.tls_ca,
                                  failover_timeout=settings.ps_failover_timeout)
         self.monitor.start()
+        # a resize's slot moves (master/ps/mover.py): it calls the PS as the monitor does
+        self.mover = SlotMover(self.core, self.committer, tls_ca=settings.tls_ca,
+                               token=auth.read_token(settings.auth_token,
+                                                     settings.auth_token_file))
+        self.mover.start()
 
     def _tick(self) -> None:
         while not self.stop.wait(TICK_S):
@@ -95,6 +101,7 @@ class Leading:
 
     def close(self) -> None:
         self.monitor.stop.set()
+        self.mover.stop.set()
         self.committer.stop()
 
 

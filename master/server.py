@@ -193,7 +193,8 @@ class MasterServicer(pb_grpc.MasterServicer):
         return pb.RegisterPSResponse(incarnation=joined.incarnation, role=joined.role.value,
                                      generation=joined.generation, primary=primary,
                                      replicas=self.core.settings.ps_replicas,
-                                     layout_version=version)
+                                     layout_version=version,
+                                     ps_slots=self.core.layout.ps_slots)
 
     @_guard
     def ListPS(self, request, context):

@@ -540,20 +540,22 @@ class RestoredCheckpoint(_message.Message):
     def __init__(self, taken_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., number: _Optional[int] = ..., applied: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RegisterPSResponse(_message.Message):
-    __slots__ = ("incarnation", "role", "generation", "primary", "replicas", "layout_version")
+    __slots__ = ("incarnation", "role", "generation", "primary", "replicas", "layout_version", "ps_slots")
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     PRIMARY_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PS_SLOTS_FIELD_NUMBER: _ClassVar[int]
     incarnation: int
     role: str
     generation: int
     primary: PSInfo
     replicas: int
     layout_version: int
-    def __init__(self, incarnation: _Optional[int] = ..., role: _Optional[str] = ..., generation: _Optional[int] = ..., primary: _Optional[_Union[PSInfo, _Mapping]] = ..., replicas: _Optional[int] = ..., layout_version: _Optional[int] = ...) -> None: ...
+    ps_slots: int
+    def __init__(self, incarnation: _Optional[int] = ..., role: _Optional[str] = ..., generation: _Optional[int] = ..., primary: _Optional[_Union[PSInfo, _Mapping]] = ..., replicas: _Optional[int] = ..., layout_version: _Optional[int] = ..., ps_slots: _Optional[int] = ...) -> None: ...
 
 class ReportReplicasRequest(_message.Message):
     __slots__ = ("index", "generation", "instance", "in_sync")

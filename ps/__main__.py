@@ -211,9 +211,10 @@ def run(settings: PSSettings) -> int:
                               data_public_key=me.data_public_key, node=node,
                               restored=restored_message(restored, me.started_ms),
                               token_source=token_source, on_fatal=stop_for,
-                              on_layout=lambda version, ranges: apply_layout(
-                                  store, ranges_mask(ranges, store.ownership.num_slots),
-                                  version))
+                              on_removed=lambda why: (announce(f"elastic-ps: {why}"),
+                                                      stop.set()),
+                              on_layout=lambda version, slots, ranges: apply_layout(
+                                  store, ranges_mask(ranges, slots), version))
         background.append(threading.Thread(target=registrar.run, args=(stop,),
                                            name="registrar", daemon=True))
     if settings.checkpoint_interval > 0:

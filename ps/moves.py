@@ -28,7 +28,7 @@ from rpckit.errors import invalid, precondition, Reason
 
 from .dense import Dense
 from .optim import RowOptimizer, restore_dense
-from .ownership import mask_ranges
+from .ownership import Ownership, mask_ranges
 from .snapshots import _cloned
 from .tables import files
 from .tables.table import Table, row_share
@@ -125,16 +125,28 @@ def apply_layout(store, owned: np.ndarray, version: int) -> dict:
     """Own exactly `owned` as of layout `version` (older versions change nothing): the data of
     slots no longer owned is freed (step 3 on the old owner), slots newly owned are served
     (step 3 on the new owner). Returns {released, taken, rows_freed, tensors_freed}."""
-    own = store.ownership
     with store.gate.exclusive():
+        own = store.ownership
         if version <= own.version:
             return {"released": 0, "taken": 0, "rows_freed": 0, "tensors_freed": 0}
+        if owned.size != own.num_slots:  # the job's --ps-slots, first heard from the master
+            own = _resized(store, owned.size)
         gone = own.owned & ~owned
         taken = int((owned & ~own.owned).sum())
         own.assign(owned, version)
         freed = _free(store, gone) if gone.any() else (0, 0)
         return {"released": int(gone.sum()), "taken": taken, "rows_freed": freed[0],
                 "tensors_freed": freed[1]}
+
+
+def _resized(store, num_slots: int):
+    """A PS that knew another slot count (pswire.slots.DEFAULT_SLOTS until the master said):
+    from now on it reads what it holds through the master's count, as if it held every slot,
+    so what the layout does not give it is freed. A checkpoint records its count, so only a
+    PS that never took part in a move gets here."""
+    fresh = Ownership(store.index, np.ones(num_slots, dtype=bool), 0)
+    store.ownership = fresh
+    return fresh
 
 
 def abort(store, slots) -> dict:

@@ -46,11 +46,15 @@ class Registrar:
                  interval: float = 2.0, first_backoff: float = 0.1, data_public_key: str = "",
                  restored: master_pb2.RestoredCheckpoint | None = None, node=None,
                  token_source: str = "", on_fatal: Callable[[str], None] | None = None,
-                 on_layout: Callable[[int, list], None] | None = None):
-        """on_layout(version, slot ranges): the master's layout for this index, handed over
+                 on_layout: Callable[[int, int, list], None] | None = None,
+                 on_removed: Callable[[str], None] | None = None):
+        """on_layout(version, slots, ranges): the master's layout for this index (its version,
+        the job's slot count, this index's slot ranges), handed over
         before any role (a backup promoted to primary serves only the slots it owns now)."""
         self.stub = stub
         self.on_layout = on_layout
+        # a shrink (resize-ps) took this index out once it owned no slot: stop, exit 0
+        self.on_removed = on_removed
         self.token_source = token_source  # where this PS's token came from, for messages
         self.on_fatal = on_fatal
         self.fatal = ""  # why this PS must stop (see the module docstring)
@@ -142,7 +146,7 @@ class Registrar:
         self._last_error = ""
         log.info("registered with the master as PS %d/%d (incarnation %d): grpc %s data %s",
                  self.index, self.num_ps, resp.incarnation, self.address, self.data_address)
-        self._layout(resp.layout_version, resp.primary.slots)
+        self._layout(resp.layout_version, resp.ps_slots, resp.primary.slots)
         if self.node is not None:
             self.node.on_role(resp.role, resp.generation, resp.primary, resp.replicas)
         return self._period
@@ -152,8 +156,15 @@ class Registrar:
         self._backoff = Backoff(self._policy)
         # an index a resize adds is listed as joining until slots move to it
         mine = [p for p in (*resp.ps, *resp.joining) if p.index == self.index]
+        if (resp.layout_version and self.index >= max(resp.num_ps, resp.target_num_ps)
+                and self.on_removed is not None):
+            self.on_removed(f"PS {self.index} left the PS set: the job resized to "
+                            f"{resp.target_num_ps} PS and its slots moved to the others "
+                            f"(layout version {resp.layout_version}); exiting")
+            self.fatal = "removed"
+            return self.interval
         if len(mine) == 1:
-            self._layout(resp.layout_version, mine[0].slots)
+            self._layout(resp.layout_version, resp.ps_slots, mine[0].slots)
         if self.node is not None and len(mine) == 1:
             role = self._role_in(mine[0])
             if role:
@@ -169,9 +180,9 @@ class Registrar:
         self.registered = False
         return 0.0
 
-    def _layout(self, version: int, slots) -> None:
-        if self.on_layout is not None and version:
-            self.on_layout(version, [(r.start, r.end) for r in slots])
+    def _layout(self, version: int, num_slots: int, slots) -> None:
+        if self.on_layout is not None and version and num_slots:
+            self.on_layout(version, num_slots, [(r.start, r.end) for r in slots])
 
     def _role_in(self, entry) -> str:
         """primary / backup when the listing names this process so, else ''."""

@@ -19,7 +19,7 @@ from pswire.tables import TableSpec
 from .tables.table import Table
 from .tables.table import row_share
 from .optim import RowOptimizer, restore_dense
-from .ownership import mask_ranges, ranges_mask
+from .ownership import Ownership, mask_ranges, ranges_mask
 
 FORMAT = 1
 
@@ -127,11 +127,10 @@ class Snapshots:
                              f"is PS {self.store.index} of {self.store.num_ps}")
         layout = state.get("layout")
         if layout is not None:
-            own = self.store.ownership
-            if layout["num_slots"] != own.num_slots:
-                raise ValueError(f"checkpoint holds {layout['num_slots']} hash slots, this PS "
-                                 f"runs with {own.num_slots}")
-            own.assign(ranges_mask(layout["owned"], own.num_slots), layout["version"])
+            slots = int(layout["num_slots"])
+            self.store.ownership = Ownership(self.store.index,
+                                             ranges_mask(layout["owned"], slots),
+                                             layout["version"])
         dense = {}
         cfg = state["optimizer"]
         for row in state["dense"]:

@@ -1,0 +1,209 @@
+"""Drives a resize's slot moves while the PS serve (docs/ps.md, "Slots and resize").
+
+The leader runs one `SlotMover`. Each round it takes a batch of PLANNED moves (at most
+`batch` slots, all from one PS index to one other, both registered and alive) and moves it:
+
+1. phase COPYING, committed (master/ps/layout.py);
+2. `MoveSlots(IMPORT)` on the new owner: it asks the old owner for the slots (frozen there:
+   writes to them wait) and writes them into itself, without serving them;
+3. the commit point: under the core's lock, if neither index changed primary since step 1 and
+   the move is still COPYING, the layout takes the new owners in one new version
+   (`PSLayout.moved`, `ps_slots_moved`); otherwise the move rolls back;
+4. `MoveSlots(LAYOUT)` to the new owner (it serves the slots) and then to the old owner (it
+   frees them and refuses requests for them with WRONG_OWNER). A PS this misses takes the
+   layout from its next ListPS (ps/registrar.py).
+
+Any failure before step 3 rolls the batch back to PLANNED and tells both sides
+(`MoveSlots(ABORT)`: the old owner thaws, the new one drops what it wrote); the batch is tried
+again after a pause. A new leader rolls back every COPYING move it finds the same way, so a
+master SIGKILLed in the middle of a move loses nothing: before step 3 the old owner is
+authoritative, after it the layout is durable.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from protos import ps_pb2, ps_pb2_grpc
+from pswire.slots import encode_ranges
+from rpckit import auth
+
+from ..states import MovePhase
+
+log = logging.getLogger(__name__)
+
+BATCH_SLOTS = 64        # a batch's writes pause for its copy: keep it short
+IMPORT_TIMEOUT_S = 120.0
+CALL_TIMEOUT_S = 10.0
+RETRY_AFTER_S = 1.0     # after a failed batch
+
+
+@dataclass(frozen=True)
+class Batch:
+    slots: list[int]
+    src: int
+    dst: int
+    src_generation: int
+    dst_generation: int
+    src_grpc: str
+    src_data: str
+    src_key: str
+    dst_grpc: str
+    version: int  # the layout version the batch makes
+
+
+class SlotMover:
+    def __init__(self, core, committer, tls_ca: str = "", token: str = "",
+                 batch: int = BATCH_SLOTS, interval: float = 0.2):
+        self.core = core
+        self.committer = committer
+        self.tls_ca = tls_ca
+        self.token = token
+        self.batch = batch
+        self.interval = interval
+        self.stop = threading.Event()
+        self.wake = threading.Event()  # a resize or a registration: look now
+        self._retry_at = 0.0
+        self.failures = 0
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="slot-mover", daemon=True).start()
+
+    def _run(self) -> None:
+        self._recover()
+        while not self.stop.is_set():
+            try:
+                moved = self.step()
+            except Exception:  # noqa: BLE001 - logged; the next round tries again
+                if getattr(self.committer, "fatal", None) is not None:
+                    return
+                log.exception("slot move round failed")
+                moved = False
+            if not moved:
+                self.wake.wait(self.interval)
+                self.wake.clear()
+
+    # -- one batch ----------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Move one batch; True when one was moved (look again at once)."""
+        if time.monotonic() < self._retry_at:
+            return False
+        batch = self.committer.read(self._next_batch)
+        if batch is None:
+            return False
+        self.committer.call(lambda: self.core.layout.set_phase(batch.slots, MovePhase.COPYING))
+        started = time.perf_counter()
+        try:
+            self._call(batch.dst_grpc, ps_pb2.MoveSlotsRequest(
+                action=ps_pb2.MoveSlotsRequest.IMPORT, slots=batch.slots,
+                layout_version=batch.version, src_data_address=batch.src_data,
+                src_public_key=batch.src_key), IMPORT_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            self._fail(batch, f"PS {batch.dst} could not take the slots: "
+                       f"{exc.code().name}: {exc.details()}")
+            return False
+        seconds = time.perf_counter() - started
+        if not self.committer.call(lambda: self._commit(batch, seconds)):
+            self._fail(batch, "a PS of the move changed primary meanwhile")
+            return False
+        self.failures = 0
+        self._tell_layout(batch.dst)
+        self._tell_layout(batch.src)
+        return True
+
+    def _next_batch(self) -> Batch | None:
+        layout = self.core.layout
+        planned = [m for m in sorted(layout.moves.values(), key=lambda m: m.slot)
+                   if m.phase == MovePhase.PLANNED]
+        for first in planned:
+            src, dst = self._alive(first.src), self._alive(first.dst)
+            if src is None or dst is None or not src["data_address"]:
+                continue
+            slots = [m.slot for m in planned if (m.src, m.dst) == (first.src, first.dst)]
+            return Batch(slots[: self.batch], first.src, first.dst,
+                         self.core.replicas.generation(first.src),
+                         self.core.replicas.generation(first.dst), src["address"],
+                         src["data_address"], src.get("data_public_key", ""), dst["address"],
+                         layout.version + 1)
+        return None
+
+    def _alive(self, index: int) -> dict | None:
+        row = self.core.ps_set.rows.get(index)
+        if row is None or index in self.core.ps_lost or not row.get("address"):
+            return None
+        return row
+
+    def _commit(self, batch: Batch, seconds: float) -> bool:
+        layout = self.core.layout
+        same = (self.core.replicas.generation(batch.src) == batch.src_generation
+                and self.core.replicas.generation(batch.dst) == batch.dst_generation
+                and all(s in layout.moves and layout.moves[s].phase == MovePhase.COPYING
+                        for s in batch.slots)
+                and layout.version + 1 == batch.version)
+        if not same:
+            return False
+        layout.moved(batch.slots, seconds)
+        return True
+
+    def _fail(self, batch: Batch, why: str) -> None:
+        self.failures += 1
+        log.warning("slot move of %d slots PS %d -> PS %d rolled back: %s", len(batch.slots),
+                    batch.src, batch.dst, why)
+        self._abort(batch.slots, [batch.src, batch.dst])
+        self.committer.call(lambda: self.core.layout.roll_back(batch.slots))
+        self._retry_at = time.monotonic() + min(10.0, RETRY_AFTER_S * self.failures)
+
+    # -- recovery and telling the PS ------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """A new leader: every move caught COPYING rolls back (before the commit the old owner
+        is authoritative), and both sides are told."""
+        caught = self.committer.read(lambda: [
+            (m.slot, m.src, m.dst) for m in self.core.layout.moves.values()
+            if m.phase == MovePhase.COPYING])
+        if not caught:
+            return
+        log.warning("rolling back %d slot moves a previous master left half-way", len(caught))
+        indices = sorted({i for _, s, d in caught for i in (s, d)})
+        self._abort([slot for slot, _, _ in caught], indices)
+        self.committer.call(lambda: self.core.layout.roll_back([s for s, _, _ in caught]))
+
+    def _abort(self, slots: list[int], indices: list[int]) -> None:
+        for index in indices:
+            row = self.committer.read(lambda: self._alive(index))
+            if row is None:
+                continue
+            try:
+                self._call(row["address"], ps_pb2.MoveSlotsRequest(
+                    action=ps_pb2.MoveSlotsRequest.ABORT, slots=slots), CALL_TIMEOUT_S)
+            except grpc.RpcError as exc:  # it learns from the layout, or restarted anyway
+                log.warning("PS %d did not take the roll-back: %s", index, exc.code().name)
+
+    def _tell_layout(self, index: int) -> None:
+        def what():
+            row = self._alive(index)
+            layout = self.core.layout
+            return row, layout.version, encode_ranges(layout.ranges(index))
+
+        row, version, owned = self.committer.read(what)
+        if row is None:
+            return
+        try:
+            self._call(row["address"], ps_pb2.MoveSlotsRequest(
+                action=ps_pb2.MoveSlotsRequest.LAYOUT, layout_version=version, owned=owned),
+                CALL_TIMEOUT_S)
+        except grpc.RpcError as exc:  # its next ListPS brings it the layout
+            log.warning("PS %d did not take layout version %d now (%s); it will from ListPS",
+                        index, version, exc.code().name)
+
+    def _call(self, address: str, request, timeout: float):
+        channel = auth.channel(address, tls_ca=self.tls_ca or None, token=self.token or None)
+        try:
+            return ps_pb2_grpc.ParameterServerStub(channel).MoveSlots(request, timeout=timeout)
+        finally:
+            channel.close()
