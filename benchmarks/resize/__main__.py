@@ -1,0 +1,3 @@
+from benchmarks.resize.cli import main
+
+raise SystemExit(main())
