@@ -239,6 +239,17 @@ class PSProc(Proc):
     def data_address(self) -> str:
         return self.match.group("data")
 
+    @property
+    def index(self) -> int:
+        return int(self.argv[self.argv.index("--index") + 1])
+
+    def leave_num_ps_out(self) -> None:
+        """Start again without `--num-ps`: the master's layout says, and it may have been
+        resized since the first start (a `--num-ps` that no longer matches is refused)."""
+        if "--num-ps" in self.argv:
+            at = self.argv.index("--num-ps")
+            del self.argv[at:at + 2]
+
 
 class Launcher:
     """Starts processes whose logs go to `workdir`, and kills every one of them on `close()`

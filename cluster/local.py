@@ -90,6 +90,27 @@ class LocalCluster:
                     continue  # a standby (UNAVAILABLE, NOT_LEADER) or not up yet
         return None
 
+    def resize_ps(self, num_ps: int) -> pb.ResizePSResponse:
+        """`elastic-ctl resize-ps N`: the PS set's new size; the master moves slots live (a
+        grow waits for the new indices: `add_ps`)."""
+        return self.stub().ResizePS(pb.ResizePSRequest(num_ps=num_ps), timeout=10)
+
+    def add_ps(self, index: int) -> PSProc:
+        """Start PS `index`, one a resize adds (no --num-ps: the master's layout says), and,
+        once it registered, its `ps_replicas` backups."""
+        proc = self.launcher.ps(self.master_address, index=index, num_ps=0,
+                                checkpoint_dir=f"ps{index}")
+        self.ps.append(proc)
+        if self.ps_replicas:
+            self._wait(lambda: any(i.index == index for i in self.ps_list().ps)
+                       or any(i.index == index for i in self.ps_list().joining), 60,
+                       f"PS {index} to register")
+            for r in range(1, self.ps_replicas + 1):
+                self.backups.append(self.launcher.ps(
+                    self.master_address, index=index, num_ps=0,
+                    checkpoint_dir=f"ps{index}-backup{r}"))
+        return proc
+
     def restart_master(self) -> None:
         """SIGKILL the master and start it again on the same database and port."""
         self.master.restart()

@@ -8,8 +8,10 @@
    notice: it hands its leases back with their progress and exits). Every role dies once: the
    master leader is SIGKILLed (the standby takes over within the leader lease) and so is a PS
    primary whose backup is in sync (the backup is promoted); the old primary then starts again
-   and must join as a backup of the new one. Live progress: epoch, shards, samples/s,
-   workers, AUC.
+   and must join as a backup of the new one. The PS set grows from 2 to 3 while training
+   runs (`resize-ps 3`, the new index and its backup started; slots move to it live) and
+   shrinks back to 2 (its slots move back, and it and its backup exit 0). Live progress:
+   epoch, shards, samples/s, workers, AUC.
 3. Trains the same model on the same set of processes with a single worker and nothing killed,
    for comparison.
 4. Prints the summary: every record of every epoch counted done exactly once (the master's
@@ -19,7 +21,9 @@
    primary's versions, the leader changed, the time from each kill to training
    flowing again (first shard handed out after the master kill, first push answered after the
    PS kill), AUC against the planted optimum and the no-churn run, time to the target AUC,
-   hand-outs against shards per epoch, duplicates, records redone, goodput. `--json PATH` also
+   hand-outs against shards per epoch, duplicates, records redone, goodput; each resize's
+   events in order (`ps_resize_started`, `ps_slots_moved`, `ps_resize_finished`), the PS that
+   left exited 0, the set back at 2 PS. `--json PATH` also
    writes it as JSON (the test reads it); the exit status is 0 only when every claim held.
 
 Nothing is left running when it ends or is interrupted (Ctrl-C).
@@ -41,6 +45,7 @@ from tqdm import tqdm
 from cluster.local import LocalCluster, records_done
 from examples.ctr import data as ctr_data
 from examples.ctr import failover
+from examples.ctr import resize
 from examples.ctr.audit import exactly_once
 from examples.ctr.evaluate import HeldOutAUC
 from examples.ctr.summary import (churn_claims, churn_ok, describe_churn, describe_ha,
@@ -67,6 +72,9 @@ class Run:
     leaders: list = field(default_factory=list)   # the leading master's address, at start / end
     backups_compared: int = 0                     # in-sync backups compared with their primary
     backups_differ: list = field(default_factory=list)  # ... and what differed
+    resizes: list = field(default_factory=list)   # resize.Resize, in order
+    resize_skipped: list = field(default_factory=list)  # resizes not asked, and why
+    final_num_ps: int | None = None               # the layout's size at the end
 
     def time_to(self, target: float) -> float | None:
         return next((t for t, a in self.curve if a >= target), None)
@@ -148,6 +156,16 @@ def train(cluster: LocalCluster, auc: HeldOutAUC, name: str, total: int, plan: l
                     if not ps_kill(cluster, run, now):
                         plan.insert(0, step)
                         break  # not yet: no backup in sync; asked again at the next poll
+                elif action in ("grow", "shrink"):
+                    try:
+                        run.resizes.append(resize.grow(cluster, count) if action == "grow"
+                                           else resize.shrink(cluster, count))
+                    except grpc.RpcError:
+                        plan.insert(0, step)
+                        break  # a standby taking over: asked again at the next poll
+                    tqdm.write(f"[{now:5.1f}s] resize-ps {count}: " + (
+                        f"PS {count - 1} started, slots move to it live" if action == "grow"
+                        else "the slots of the PS above move back, which then exit 0"))
                 elif action == "rejoin":
                     kill = next((k for k in run.kills if k.role == "ps"), None)
                     if kill is None or not failover.rejoin(cluster, kill):
@@ -166,7 +184,13 @@ def train(cluster: LocalCluster, auc: HeldOutAUC, name: str, total: int, plan: l
         run.skipped += [f"{action} (at {at:.0%} of the records): training ended first"
                         for at, action, _ in plan
                         if action in ("master", "ps", "rejoin", "SIGKILL")]
+        run.resize_skipped += [f"{action} to {n} PS (at {at:.0%} of the records): training "
+                               "ended first" for at, action, n in plan
+                               if action in ("grow", "shrink")]
         run.exit_codes = cluster.wait_workers(60)
+        resize.settle(cluster, run.resizes)
+        status = cluster.status()
+        run.final_num_ps = status.layout.num_ps if status is not None else None
         run.wall_s = time.monotonic() - started
         run.auc = auc()
         run.curve.append((run.wall_s, run.auc))
@@ -282,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="one master and no PS backups; only workers churn")
     p.add_argument("--no-worker-churn", action="store_true",
                    help="one worker throughout; only the master leader and a PS primary die")
+    p.add_argument("--no-resize", action="store_true",
+                   help="keep 2 PS throughout (no grow to 3 and back)")
     p.add_argument("--leader-lease-s", type=float, default=5.0,
                    help="the masters' leader lease: a standby takes over within it plus a "
                    "second (default 5, as elastic-master's)")
@@ -301,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     total = args.records * args.epochs
     churn_plan = [] if args.no_worker_churn else \
         [(0.10, "add", 3), (0.35, "SIGKILL", 1), (0.55, "SIGTERM", 1)]
+    resize_plan = [] if args.no_resize else [(0.15, "grow", 3), (0.75, "shrink", 2)]
     ha_plan = [] if args.no_ha else [(0.25, "master", 1), (0.45, "ps", 1), (0.65, "rejoin", 1)]
     # the run without churn has the same processes (standby, backups), so the comparison
     # measures what the kills and the churn cost, not what a backup costs
@@ -310,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         calm = f"{args.baseline_workers} worker{'s' if args.baseline_workers > 1 else ''}, " \
             "no churn"
-        for name, plan, workers in [("with churn", sorted(churn_plan + ha_plan), 1)] + \
+        for name, plan, workers in [("with churn", sorted(churn_plan + ha_plan + resize_plan), 1)] + \
                 ([] if args.no_baseline else [(calm, [], args.baseline_workers)]):
             directory = work / ("churn" if plan else "calm")
             shutil.rmtree(directory, ignore_errors=True)
@@ -359,8 +386,15 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(describe_churn(claims)))
         summary["churn"] = claims
         summary["churn_ok"] = churn_ok(claims)
+    if resize_plan:
+        claims = resize.claims(churn.resizes, churn.events, churn.final_num_ps,
+                               churn.resize_skipped, churn.ledger.updates_lost
+                               if churn.ledger is not None else None)
+        print("\n".join(resize.describe(claims)))
+        summary["resize"] = claims
+        summary["resize_ok"] = resize.ok(claims)
     summary["ok"] = summary["exactly_once"] and summary.get("ha_ok", True) and \
-        summary.get("churn_ok", True)
+        summary.get("churn_ok", True) and summary.get("resize_ok", True)
     print(f"  every claim above held: {summary['ok']}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

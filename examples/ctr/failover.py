@@ -180,6 +180,7 @@ def rejoin(cluster, kill: Kill) -> bool:
                  if p.match and not p.alive and p.grpc_address == kill.victim), None)
     if proc is None:
         return False
+    proc.leave_num_ps_out()  # the PS set may have been resized since it first started
     ready, proc.ready = proc.ready, None  # the demo's loop goes on while it starts
     proc.start()
     proc.ready, proc.match = ready, None  # its new data address: read by `await_rejoin`
