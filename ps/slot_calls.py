@@ -13,6 +13,7 @@ Plain Python over the store and the chain; ps/server.py's servicer only translat
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import numpy as np
@@ -29,7 +30,11 @@ from .ownership import ranges_mask
 
 log = logging.getLogger(__name__)
 
-EXPORT_TIMEOUT_S = 60.0  # a batch of slots of a large table: a few hundred MB at most
+EXPORT_TIMEOUT_S = 15.0  # a batch of 64 slots of a million-row table: tens of MB
+# Fault injection for the kill-mid-move tests (tests/ps/test_resize_exact.py): the PS taking
+# slots waits this long between the old owner's export and writing it, the old owner frozen
+# meanwhile. Never set in production.
+PAUSE_ENV = "ELASTIC_PS_FAILPOINT_MOVE_PAUSE_S"
 
 
 class SlotCalls:
@@ -88,6 +93,10 @@ class SlotCalls:
             raise refusal(resp, f"the old owner at {req.src_data_address}: ")
         if len(frames) != 2:
             raise ServiceError("INTERNAL", "INTERNAL", "a slot export answers one frame")
+        pause = float(os.environ.get(PAUSE_ENV, "0") or 0)
+        if pause > 0:
+            log.warning("%s: pausing %.1f s in the middle of a slot move", PAUSE_ENV, pause)
+            time.sleep(pause)
         put = ps_pb2.DataRequest(token=self.token, slot_import=ps_pb2.SlotMove(
             slots=req.slots, layout_version=req.layout_version))
         header = LocalHeader(put.SerializeToString())

@@ -148,6 +148,8 @@ class SlotMover:
         if not same:
             return False
         layout.moved(batch.slots, seconds)
+        if not layout.resizing:
+            self.core.ps_set.forget_removed()
         return True
 
     def _fail(self, batch: Batch, why: str) -> None:

@@ -131,6 +131,20 @@ class PSRegistry:
         )
         return row["incarnation"]
 
+    def forget_removed(self) -> list[int]:
+        """Once a shrink moved every slot off the indices it removes, those indices leave the
+        registry (their PS exit 0 when their next ListPS shows the layout: ps/registrar.py),
+        so the health monitor does not count them lost. Returns the indices forgotten."""
+        top = max(self.layout.num_ps, self.layout.target)
+        gone = sorted(i for i in self.rows if i >= top)
+        for index in gone:
+            del self.rows[index]
+            self.lost.discard(index)
+            self.journal.batch.delete("ps", index)
+            for backup in self.replicas.backups_of(index):
+                self.replicas._remove(index, backup["instance"])
+        return gone
+
     def mark_lost(self, index: int, incarnation: int, why: str) -> bool:
         """Record that PS `index` stopped answering; a no-op if it registered again since."""
         row = self.rows.get(index)

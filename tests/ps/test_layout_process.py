@@ -46,11 +46,16 @@ def test_a_stray_ps_exits_1_with_the_fix_and_an_added_index_joins(launcher, tmp_
     # after resize-ps 3 the same index joins, its count from the layout's target
     master.stub().ResizePS(pb.ResizePSRequest(num_ps=3), timeout=10)
     added = launcher.ps(master.address, index=2, num_ps=0)
-    _until(lambda: [p.address for p in _listing(master).joining] == [added.grpc_address])
-    listing = _listing(master)
-    assert listing.num_ps == 2 and listing.complete and listing.target_num_ps == 3
     status = ps_pb2_grpc.ParameterServerStub(grpc.insecure_channel(added.grpc_address)) \
         .GetPSStatus(ps_pb2.GetPSStatusRequest(), timeout=10)
     assert (status.index, status.num_ps) == (2, 3)
+    # it joins, and the master moves slots to it live (master/ps/mover.py) until every index
+    # holds its share: 64 slots over 3 PS
+    _until(lambda: not master.stub().GetStatus(pb.GetStatusRequest(), timeout=10)
+           .layout.moves_pending and _listing(master).num_ps == 3)
+    listing = _listing(master)
+    shares = sorted(sum(r.end - r.start for r in p.slots) for p in listing.ps)
+    assert listing.complete and listing.target_num_ps == 3 and shares == [21, 21, 22]
+    assert [p.address for p in listing.ps][2] == added.grpc_address
     time.sleep(2.5)  # a registration check later it is still registered, once
-    assert [p.incarnation for p in _listing(master).joining] == [1] and added.alive
+    assert [p.incarnation for p in _listing(master).ps] == [1, 1, 1] and added.alive

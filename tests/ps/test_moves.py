@@ -1,0 +1,206 @@
+"""A store's side of a live slot move (ps/moves.py) and the refusals ownership brings
+(ps/ownership.py, ps/dataplane/handlers.py), without a network: export freezes, install
+writes without serving, the layout hands over, abort rolls back; WRONG_OWNER, SLOT_MOVING and
+a retried mutation after its slots moved."""
+from __future__ import annotations
+
+import io
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from protos import ps_pb2
+from ps import moves
+from ps.dataplane.handlers import Handlers, LocalHeader
+from ps.gate import Gate
+from ps.ownership import Ownership
+from ps.params import ParamStore
+from pswire.frames import as_buffer, meta_of
+from pswire.optimizers import make_config
+from pswire.slots import row_slot, tensor_slot
+from pswire.tables import TableSpec
+from rpckit.errors import Reason, ServiceError
+
+SLOTS = 64
+ADAGRAD = make_config("adagrad", lr=0.5)
+NAMES = [f"t{i}" for i in range(12)]
+
+
+def _store(index: int, owned: np.ndarray, version: int = 1, init: bool = True) -> ParamStore:
+    s = ParamStore(index=index, num_ps=2)
+    s.ownership = Ownership(index, owned, version)
+    if init:
+        s.init_parameters([(n, torch.zeros(3)) for n in NAMES], ADAGRAD,
+                          [(TableSpec("e", 4, initializer="zeros"), None)])
+    return s
+
+
+def _contents(*stores) -> tuple[dict, dict]:
+    rows, dense = {}, {}
+    for s in stores:
+        for i, (w, a, count, step) in s.tables["e"].rows().items():
+            assert i not in rows, f"row {i} on two PS"
+            rows[i] = (w, a, count)
+        for n, d in s.dense.items():
+            assert n not in dense, f"tensor {n} on two PS"
+            dense[n] = (d.value.clone(), d.version, d.optimizer.state_dict()["state"][0]["sum"])
+    return rows, dense
+
+
+def _push_all(s: ParamStore, seq: int, ids: torch.Tensor) -> None:
+    s.push_rows("c", seq, "e", ids, -torch.ones(ids.numel(), 4))
+    s.push("c", seq + 1, [(n, -torch.ones(3)) for n in NAMES], [0] * len(NAMES))
+
+
+def _move(src: ParamStore, dst: ParamStore, slots: np.ndarray, version: int) -> dict:
+    state = moves.export(src, slots, version)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    shipped = torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+    done = moves.install(dst, shipped)
+    owned_src, owned_dst = src.ownership.owned.copy(), dst.ownership.owned.copy()
+    owned_src[slots], owned_dst[slots] = False, True
+    moves.apply_layout(dst, owned_dst, version)
+    moves.apply_layout(src, owned_src, version)
+    return done
+
+
+def test_a_moved_slot_carries_rows_tensors_optimizer_state_and_marks():
+    src = _store(0, np.ones(SLOTS, bool))
+    dst = _store(1, np.zeros(SLOTS, bool), init=False)
+    ids = torch.arange(500)
+    _push_all(src, 1, ids)
+    _push_all(src, 3, ids[:200])
+    before = _contents(src)
+    slots = np.arange(SLOTS // 2, SLOTS)
+    done = _move(src, dst, slots, 2)
+    moved_rows = int(np.isin(row_slot(ids.numpy(), SLOTS), slots).sum())
+    assert done["rows"] == moved_rows > 0
+    assert dst.initialized and dst.optimizer_cfg == ADAGRAD
+    after = _contents(src, dst)
+    assert after[0].keys() == before[0].keys() and after[1].keys() == before[1].keys()
+    for i, (w, a, count) in before[0].items():
+        w2, a2, count2 = after[0][i]
+        assert torch.equal(w, w2) and torch.equal(a, a2) and count == count2
+    for n, (v, version, accum) in before[1].items():
+        v2, version2, accum2 = after[1][n]
+        assert torch.equal(v, v2) and version == version2 and torch.equal(accum, accum2)
+    # each side holds exactly its slots' rows and tensors
+    assert all(np.isin(row_slot(np.array(list(dst.tables["e"].rows())), SLOTS), slots))
+    assert not any(np.isin(row_slot(np.array(list(src.tables["e"].rows())), SLOTS), slots))
+    assert {tensor_slot(n, SLOTS) >= SLOTS // 2 for n in dst.dense} <= {True}
+    # the marks came along: the first try's retry is a duplicate on the new owner
+    assert dst.applied.seen("c", 4) and not dst.applied.seen("c", 5)
+    # and the new owner goes on from the moved state (Adagrad's sums included)
+    w_before = dst.tables["e"].rows()[int(ids[row_slot(ids.numpy(), SLOTS) >= SLOTS // 2][0])][0]
+    mine = ids[np.isin(row_slot(ids.numpy(), SLOTS), slots)]
+    dst.push_rows("c", 5, "e", mine, -torch.ones(mine.numel(), 4))
+    assert not torch.equal(dst.tables["e"].rows()[int(mine[0])][0], w_before)
+
+
+def _request(kind: str, seq: int, **body) -> ps_pb2.DataRequest:
+    req = ps_pb2.DataRequest(client_id="c", seq=seq)
+    getattr(req, kind).CopyFrom(body.pop("msg"))
+    return req
+
+
+def _push_rows(h: Handlers, seq: int, ids: torch.Tensor) -> ps_pb2.DataResponse:
+    req = _request("push_rows", seq, msg=ps_pb2.PushRows(table="e"))
+    reply = h.handle("push_rows", req, [as_buffer(ids), as_buffer(-torch.ones(ids.numel(), 4))])
+    return ps_pb2.DataResponse.FromString(bytes(reply[0]))
+
+
+def test_frozen_slots_refuse_writes_moved_ones_refuse_everything_and_retries_say_applied():
+    src = _store(0, np.ones(SLOTS, bool))
+    h = Handlers(src)
+    ids = torch.arange(64)
+    moving = row_slot(ids.numpy(), SLOTS) < 8
+    staying = ids[~torch.from_numpy(moving)]
+    assert _push_rows(h, 1, ids[torch.from_numpy(moving)]).code == 0
+    moves.export(src, np.arange(8), 2)
+    with pytest.raises(ServiceError) as refused:
+        _push_rows(h, 2, ids[torch.from_numpy(moving)])
+    assert (refused.value.code, refused.value.reason) == ("UNAVAILABLE", Reason.SLOT_MOVING)
+    assert _push_rows(h, 3, staying).code == 0  # the other slots are not paused
+    pull = h.handle("pull_rows", _request("pull_rows", 4, msg=ps_pb2.PullRows(table="e")),
+                    [as_buffer(ids)])  # reads of frozen slots are served
+    assert ps_pb2.DataResponse.FromString(bytes(pull[0])).code == 0
+    # a retry of the first push while frozen is its stored answer, not a refusal
+    assert _push_rows(h, 1, ids[torch.from_numpy(moving)]).push_rows.duplicate
+    owned = np.ones(SLOTS, bool)
+    owned[:8] = False
+    moves.apply_layout(src, owned, 2)
+    with pytest.raises(ServiceError) as wrong:
+        _push_rows(h, 5, ids)
+    assert wrong.value.reason == Reason.WRONG_OWNER and wrong.value.layout_version == 2
+    retry = _push_rows(h, 1, ids[torch.from_numpy(moving)])  # applied before the move
+    assert retry.reason == Reason.WRONG_OWNER and retry.push_rows.duplicate
+    assert retry.layout_version == 2
+    assert src.tables["e"].rows().keys() == set(staying.tolist())  # the moved rows left
+
+
+def test_abort_thaws_the_old_owner_and_empties_the_new_one():
+    src = _store(0, np.ones(SLOTS, bool))
+    dst = _store(1, np.zeros(SLOTS, bool), init=False)
+    _push_all(src, 1, torch.arange(300))
+    before = _contents(src)
+    slots = np.arange(0, 16)
+    state = moves.export(src, slots, 2)
+    moves.install(dst, state)
+    assert len(dst.tables["e"]) > 0 and src.ownership.frozen_any
+    assert moves.abort(src, slots)["thawed"] == 16 and not src.ownership.frozen_any
+    freed = moves.abort(dst, slots)
+    assert freed["rows_freed"] == int(state["tables"][0]["ids"].numel())
+    assert len(dst.tables["e"]) == 0 and not dst.dense
+    assert _contents(src)[0].keys() == before[0].keys()
+    src.push_rows("c", 3, "e", torch.arange(300), -torch.ones(300, 4))  # writes go on
+
+
+def test_slot_import_is_refused_from_the_network():
+    dst = _store(1, np.zeros(SLOTS, bool), init=False)
+    req = ps_pb2.DataRequest(slot_import=ps_pb2.SlotMove(slots=[1]))
+    with pytest.raises(ServiceError, match="slot move"):
+        Handlers(dst).handle("slot_import", req, [b"x"], req.SerializeToString())
+    with pytest.raises(Exception):  # local: it is read (and this frame is not an export)
+        Handlers(dst).handle("slot_import", req, [b"x"], LocalHeader(req.SerializeToString()))
+
+
+def test_a_whole_pull_answers_only_owned_tensors_and_init_checks_slots():
+    owned = np.zeros(SLOTS, bool)
+    owned[: SLOTS // 2] = True
+    s = _store(0, np.ones(SLOTS, bool))
+    moves.apply_layout(s, owned, 2)
+    mine = sorted(n for n in NAMES if tensor_slot(n, SLOTS) < SLOTS // 2)
+    reply = Handlers(s).handle("pull", _request("pull", 1, msg=ps_pb2.Pull()), [])
+    assert [m.name for m in ps_pb2.DataResponse.FromString(bytes(reply[0])).pull.tensors] == mine
+    body = ps_pb2.InitParameters(optimizer=ps_pb2.OptimizerConfig(name="adagrad"))
+    for n in NAMES:  # declaring a tensor of a slot it does not own
+        body.tensors.append(meta_of(n, torch.zeros(3)))
+    with pytest.raises(ServiceError) as wrong:
+        Handlers(s).handle("init_parameters", _request("init_parameters", 2, msg=body),
+                           [as_buffer(torch.zeros(3)) for _ in NAMES])
+    assert wrong.value.reason == Reason.WRONG_OWNER
+
+
+def test_a_nested_shared_hold_never_waits_for_a_waiting_writer():
+    gate = Gate()
+    inside = threading.Event()
+    done = threading.Event()
+
+    def reader():
+        with gate.shared():
+            inside.set()
+            while not gate._waiting_exclusive:  # a writer queued behind this hold
+                threading.Event().wait(0.001)
+            with gate.shared():  # would deadlock without nesting
+                done.set()
+
+    t = threading.Thread(target=reader)
+    t.start()
+    inside.wait(5)
+    with gate.exclusive():
+        pass
+    t.join(5)
+    assert done.is_set() and not t.is_alive()
