@@ -150,10 +150,17 @@ class Bench:
             raise RuntimeError(f"a PS did not exit 0 on SIGTERM: {codes}")
         marks["ps_down"] = time.time()
         self.stub().ResizePS(pb.ResizePSRequest(num_ps=target), timeout=10)
-        # every index that holds or will hold slots: the old ones restore their checkpoints
-        indices = range(max(phase.before, target))
-        started = [self._restart(i, procs) for i in indices]
-        for i, proc in zip(indices, started):
+        # the old indices restore their checkpoints; only once they registered do the new
+        # ones start (empty): a PS that left --num-ps out sends the count it read at its
+        # start, and one whose restore outlasted the first moves to a new index was refused
+        # for good (reported in docs/benchmarks.md, "Live PS resize")
+        old = [self._restart(i, procs) for i in range(phase.before)]
+        for i, proc in enumerate(old):
+            self.ps[i] = self.launcher.wait_ready(proc)
+        self._wait("the old PS to register", lambda: self._registered(range(phase.before)))
+        marks["old_ps_registered"] = time.time()
+        new = {i: self._start_ps(i, wait=False) for i in range(phase.before, target)}
+        for i, proc in new.items():
             self.ps[i] = self.launcher.wait_ready(proc)
         marks["ps_up"] = time.time()
         self._await_finished(phase)
@@ -174,13 +181,16 @@ class Bench:
         proc = procs.get(index)
         if proc is None:
             return self._start_ps(index, wait=False)
-        if "--num-ps" in proc.argv:  # the layout says (it changed since the first start)
-            at = proc.argv.index("--num-ps")
-            del proc.argv[at:at + 2]
+        proc.leave_num_ps_out()  # the layout says (it may have changed since)
         proc.ready = None  # started now; the caller waits for its line (all in parallel)
         proc.start()
         proc.ready = PS_LISTENING
         return proc
+
+    def _registered(self, indices) -> bool:
+        listed = self.stub().ListPS(pb.ListPSRequest(), timeout=5)
+        at = {p.index: p.data_address for p in [*listed.ps, *listed.joining]}
+        return all(at.get(i) == self.ps[i].data_address for i in indices)
 
     def _await_finished(self, phase: Phase, timeout: float = 300.0) -> None:
         def finished() -> bool:
