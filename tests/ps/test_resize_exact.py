@@ -182,3 +182,37 @@ def test_the_master_killed_mid_move_loses_nothing(launcher):
     _until(lambda: _settled(master, 3), timeout=120, why="grow to 3 after the master restart")
     pusher.wait_for(20)
     pusher.finish()
+
+
+def _verify(master: str, steps: int) -> None:
+    client = DataClient(master=master)
+    try:
+        rows = client.pull_rows("e", torch.arange(ROWS))
+        dense = client.pull(NAMES)
+    finally:
+        client.close()
+    assert torch.equal(rows, torch.full((ROWS, 1), float(steps)))
+    assert all(torch.equal(dense[n], torch.full((2,), float(steps))) for n in NAMES)
+
+
+def test_a_set_restarted_with_another_count_restores_through_the_layout(launcher):
+    master, ps, _ = _start(launcher)
+    pusher = Pusher(master.address)
+    pusher.wait_for(15)
+    pusher.stop.set()
+    pusher.thread.join(60)
+    steps = pusher.answered
+    pusher.client.close()
+    for p in ps:  # SIGTERM: each writes its final checkpoint
+        assert p.terminate(60) == 0
+    _resize(master, 3)  # with no PS up
+    grown = [launcher.ps(master.address, index=i, checkpoint_dir=f"ps{i}") for i in range(3)]
+    _until(lambda: _settled(master, 3), why="the restarted set grows to 3")
+    _verify(master.address, steps)
+    for p in grown:
+        assert p.terminate(60) == 0
+    _resize(master, 2)  # and back, restarted again: index 2 hands its slots over, exits 0
+    shrunk = [launcher.ps(master.address, index=i, checkpoint_dir=f"ps{i}") for i in range(3)]
+    assert shrunk[2].wait(60) == 0
+    _until(lambda: _settled(master, 2), why="the restarted set shrinks to 2")
+    _verify(master.address, steps)
