@@ -164,12 +164,14 @@ class DataRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., generation: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ..., follow: _Optional[_Union[Follow, _Mapping]] = ..., replicate: _Optional[_Union[Replicate, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ..., slot_export: _Optional[_Union[SlotMove, _Mapping]] = ..., slot_import: _Optional[_Union[SlotMove, _Mapping]] = ...) -> None: ...
 
 class SlotMove(_message.Message):
-    __slots__ = ("slots", "layout_version")
+    __slots__ = ("slots", "layout_version", "attempt")
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     slots: _containers.RepeatedScalarFieldContainer[int]
     layout_version: int
-    def __init__(self, slots: _Optional[_Iterable[int]] = ..., layout_version: _Optional[int] = ...) -> None: ...
+    attempt: int
+    def __init__(self, slots: _Optional[_Iterable[int]] = ..., layout_version: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class SlotMoveResult(_message.Message):
     __slots__ = ("rows", "tensors")
@@ -494,7 +496,7 @@ class GetPSStatusResponse(_message.Message):
     def __init__(self, index: _Optional[int] = ..., num_ps: _Optional[int] = ..., address: _Optional[str] = ..., data_address: _Optional[str] = ..., initialized: _Optional[bool] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tensors: _Optional[_Iterable[_Union[TensorStatus, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[TableStatus, _Mapping]]] = ..., pushes: _Optional[int] = ..., pulls: _Optional[int] = ..., duplicates: _Optional[int] = ..., refused_stale: _Optional[int] = ..., staleness: _Optional[_Mapping[int, int]] = ..., max_staleness_seen: _Optional[int] = ..., checkpoints: _Optional[int] = ..., last_checkpoint: _Optional[str] = ..., last_checkpoint_ms: _Optional[int] = ..., restored_from: _Optional[str] = ..., started_ms: _Optional[int] = ..., max_staleness_allowed: _Optional[int] = ..., waited_for_send: _Optional[int] = ..., copies_on_write: _Optional[int] = ..., data_public_key: _Optional[str] = ..., role: _Optional[str] = ..., generation: _Optional[int] = ..., replica_state: _Optional[str] = ..., backups_in_sync: _Optional[int] = ..., replication_seq: _Optional[int] = ...) -> None: ...
 
 class MoveSlotsRequest(_message.Message):
-    __slots__ = ("action", "slots", "layout_version", "src_data_address", "src_public_key", "owned")
+    __slots__ = ("action", "slots", "layout_version", "src_data_address", "src_public_key", "owned", "attempt")
     class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ACTION_UNSPECIFIED: _ClassVar[MoveSlotsRequest.Action]
@@ -511,13 +513,15 @@ class MoveSlotsRequest(_message.Message):
     SRC_DATA_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SRC_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     OWNED_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     action: MoveSlotsRequest.Action
     slots: _containers.RepeatedScalarFieldContainer[int]
     layout_version: int
     src_data_address: str
     src_public_key: str
     owned: str
-    def __init__(self, action: _Optional[_Union[MoveSlotsRequest.Action, str]] = ..., slots: _Optional[_Iterable[int]] = ..., layout_version: _Optional[int] = ..., src_data_address: _Optional[str] = ..., src_public_key: _Optional[str] = ..., owned: _Optional[str] = ...) -> None: ...
+    attempt: int
+    def __init__(self, action: _Optional[_Union[MoveSlotsRequest.Action, str]] = ..., slots: _Optional[_Iterable[int]] = ..., layout_version: _Optional[int] = ..., src_data_address: _Optional[str] = ..., src_public_key: _Optional[str] = ..., owned: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class MoveSlotsResponse(_message.Message):
     __slots__ = ("rows", "tensors", "slots", "seconds")

@@ -123,6 +123,16 @@ class PSCollector:
         init = GaugeMetricFamily(PREFIX + "ps_initialized", "1 once InitParameters arrived")
         init.add_metric([], 1.0 if store.initialized else 0.0)
         yield init
+        own = store.ownership
+        for name, doc, value in (
+                ("ps_slots_owned", "hash slots this PS serves (ps/ownership.py)",
+                 int(own.owned.sum())),
+                ("ps_slots_frozen", "owned slots being handed over (writes wait)",
+                 int(own.frozen.sum())),
+                ("ps_layout_version_known", "the PS layout version this PS knows", own.version)):
+            g = GaugeMetricFamily(PREFIX + name, doc)
+            g.add_metric([], float(value))
+            yield g
         yield from table_families(store.tables)
         yield from self._checkpoints()
         yield from self._replica()

@@ -24,7 +24,7 @@ import numpy as np
 
 from pswire.slots import row_slot
 from pswire.tables import TableSpec
-from rpckit.errors import invalid, precondition, Reason
+from rpckit.errors import Reason, ServiceError, invalid, precondition
 
 from .dense import Dense
 from .optim import RowOptimizer, restore_dense
@@ -48,16 +48,19 @@ def _check_slots(store, slots) -> np.ndarray:
     return np.unique(slots)
 
 
-def export(store, slots, version: int) -> dict:
+def export(store, slots, version: int, attempt: int = 0) -> dict:
     """Freeze `slots` and return everything in them (copies): step 1 above. Slots this PS does
     not own are refused WRONG_OWNER; slots already frozen are exported again (a retried
     move: nothing changed in them since)."""
     slots = _check_slots(store, slots)
-    own = store.ownership
     with store.gate.exclusive():
+        own = store.ownership
         if not own.owned[slots].all():
             missing = int(slots[~own.owned[slots]][0])
             raise own._wrong(f"slot {missing}")
+        if attempt and (own.aborted[slots] >= attempt).any():
+            raise ServiceError("ABORTED", Reason.MOVE_ABORTED, f"slot move attempt {attempt} "
+                               "was rolled back already: not freezing its slots again")
         mask = np.zeros(own.num_slots, dtype=bool)
         mask[slots] = True
         own.freeze(slots)
@@ -149,12 +152,14 @@ def _resized(store, num_slots: int):
     return fresh
 
 
-def abort(store, slots) -> dict:
+def abort(store, slots, attempt: int = 0) -> dict:
     """Roll a move back on this PS: slots it owns thaw (the old owner serves writes again);
-    slots it does not own lose what an install wrote there (the new owner)."""
+    slots it does not own lose what an install wrote there (the new owner). An export of this
+    attempt or an older one arriving later is refused."""
     slots = _check_slots(store, slots)
-    own = store.ownership
     with store.gate.exclusive():
+        own = store.ownership
+        own.aborted[slots] = np.maximum(own.aborted[slots], attempt)
         mine = slots[own.owned[slots]]
         own.thaw(mine)
         theirs = np.zeros(own.num_slots, dtype=bool)

@@ -64,6 +64,8 @@ class Ownership:
         self.version = int(version)
         self.all_owned = bool(self.owned.all())
         self.frozen_any = False
+        # per slot, the newest slot-move attempt the master rolled back (ps/moves.py)
+        self.aborted = np.zeros(self.num_slots, dtype=np.int64)
         self._tensor_slots: dict[str, int] = {}  # name -> slot, cached (blake2b per name)
         self.lock = threading.Lock()  # changes come from the registrar and the move RPCs
 

@@ -158,6 +158,7 @@ class Registrar:
         mine = [p for p in (*resp.ps, *resp.joining) if p.index == self.index]
         if (resp.layout_version and self.index >= max(resp.num_ps, resp.target_num_ps)
                 and self.on_removed is not None):
+            self._layout(resp.layout_version, resp.ps_slots, [])  # it owns no slot: say so
             self.on_removed(f"PS {self.index} left the PS set: the job resized to "
                             f"{resp.target_num_ps} PS and its slots moved to the others "
                             f"(layout version {resp.layout_version}); exiting")

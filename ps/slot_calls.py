@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 
 import numpy as np
@@ -22,7 +23,7 @@ import zmq
 from protos import ps_pb2
 from pswire.connection import dealer, refusal
 from pswire.slots import decode_ranges
-from rpckit.errors import ServiceError, invalid, unavailable
+from rpckit.errors import Reason, ServiceError, invalid, unavailable
 
 from . import moves
 from .dataplane.handlers import LocalHeader
@@ -46,6 +47,10 @@ class SlotCalls:
         self.chain = chain
         self.ctx = ctx
         self.token = token
+        # slot -> the newest IMPORT attempt begun here: an older attempt's write, late (its
+        # master died and a new one moved on), is refused rather than written over it
+        self._newest: dict[int, int] = {}
+        self._lock = threading.Lock()
 
     def call(self, req: ps_pb2.MoveSlotsRequest) -> ps_pb2.MoveSlotsResponse:
         started = time.perf_counter()
@@ -53,7 +58,7 @@ class SlotCalls:
         if req.action == ps_pb2.MoveSlotsRequest.IMPORT:
             out = self._import(req)
         elif req.action == ps_pb2.MoveSlotsRequest.ABORT:
-            done = moves.abort(self.store, list(req.slots))
+            done = moves.abort(self.store, list(req.slots), req.attempt)
             out = ps_pb2.MoveSlotsResponse(rows=done["rows_freed"], tensors=done["tensors_freed"],
                                            slots=done["thawed"])
         elif req.action == ps_pb2.MoveSlotsRequest.LAYOUT:
@@ -76,9 +81,13 @@ class SlotCalls:
         slots = np.asarray(req.slots, dtype=np.int64)
         if not slots.size or not req.src_data_address:
             raise invalid("an IMPORT names its slots and their owner's data address")
+        with self._lock:
+            for slot in req.slots:
+                self._newest[slot] = max(self._newest.get(slot, 0), req.attempt)
         ask = ps_pb2.DataRequest(token=self.token, client_id=f"move-{self.store.index}",
                                  slot_export=ps_pb2.SlotMove(
-                                     slots=req.slots, layout_version=req.layout_version))
+                                     slots=req.slots, layout_version=req.layout_version,
+                                     attempt=req.attempt))
         sock = dealer(self.ctx, req.src_data_address, req.src_public_key)
         try:
             sock.send(ask.SerializeToString())
@@ -100,7 +109,11 @@ class SlotCalls:
         put = ps_pb2.DataRequest(token=self.token, slot_import=ps_pb2.SlotMove(
             slots=req.slots, layout_version=req.layout_version))
         header = LocalHeader(put.SerializeToString())
-        reply = self.chain.handle("slot_import", put, [frames[1]], header)
+        with self._lock:
+            if any(self._newest.get(slot, 0) > req.attempt for slot in req.slots):
+                raise ServiceError("ABORTED", Reason.MOVE_ABORTED, f"a newer attempt at "
+                                   f"these slots began here: attempt {req.attempt} is late")
+            reply = self.chain.handle("slot_import", put, [frames[1]], header)
         done = ps_pb2.DataResponse.FromString(bytes(reply[0]))
         if done.code != 0:
             raise refusal(done, "writing the moved slots here: ")

@@ -55,6 +55,7 @@ class Reason(str, enum.Enum):
     WRONG_OWNER = "WRONG_OWNER"                # a slot of the request moved: re-route by a
                                                # newer layout (DataResponse.layout_version)
     SLOT_MOVING = "SLOT_MOVING"                # a slot is being handed over: retry shortly
+    MOVE_ABORTED = "MOVE_ABORTED"              # a slot move's attempt was rolled back
 
 
 class ServiceError(Exception):

@@ -69,6 +69,7 @@ class SlotMover:
         self.wake = threading.Event()  # a resize or a registration: look now
         self._retry_at = 0.0
         self.failures = 0
+        self.attempt = 0
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="slot-mover", daemon=True).start()
@@ -98,11 +99,14 @@ class SlotMover:
             return False
         self.committer.call(lambda: self.core.layout.set_phase(batch.slots, MovePhase.COPYING))
         started = time.perf_counter()
+        # grows with every attempt, across leaders (wall clock: a new leader is later): the
+        # PS refuse a late export or write of an attempt rolled back (ps/moves.py)
+        self.attempt = max(self.attempt + 1, time.time_ns())
         try:
             self._call(batch.dst_grpc, ps_pb2.MoveSlotsRequest(
                 action=ps_pb2.MoveSlotsRequest.IMPORT, slots=batch.slots,
                 layout_version=batch.version, src_data_address=batch.src_data,
-                src_public_key=batch.src_key), IMPORT_TIMEOUT_S)
+                src_public_key=batch.src_key, attempt=self.attempt), IMPORT_TIMEOUT_S)
         except grpc.RpcError as exc:
             self._fail(batch, f"PS {batch.dst} could not take the slots: "
                        f"{exc.code().name}: {exc.details()}")
@@ -114,6 +118,9 @@ class SlotMover:
         self.failures = 0
         self._tell_layout(batch.dst)
         self._tell_layout(batch.src)
+        # a finished shrink: the indices it removed (told their empty share just now) leave
+        self.committer.call(lambda: None if self.core.layout.resizing
+                            else self.core.ps_set.forget_removed())
         return True
 
     def _next_batch(self) -> Batch | None:
@@ -148,8 +155,6 @@ class SlotMover:
         if not same:
             return False
         layout.moved(batch.slots, seconds)
-        if not layout.resizing:
-            self.core.ps_set.forget_removed()
         return True
 
     def _fail(self, batch: Batch, why: str) -> None:
@@ -182,7 +187,8 @@ class SlotMover:
                 continue
             try:
                 self._call(row["address"], ps_pb2.MoveSlotsRequest(
-                    action=ps_pb2.MoveSlotsRequest.ABORT, slots=slots), CALL_TIMEOUT_S)
+                    action=ps_pb2.MoveSlotsRequest.ABORT, slots=slots,
+                    attempt=max(self.attempt, time.time_ns())), CALL_TIMEOUT_S)
             except grpc.RpcError as exc:  # it learns from the layout, or restarted anyway
                 log.warning("PS %d did not take the roll-back: %s", index, exc.code().name)
 

@@ -97,12 +97,24 @@ def test_negative_and_huge_ids_refused(ids):
     assert len(store.tables["e"]) == 0
 
 
-def test_each_ps_only_takes_its_own_ids():
+def test_each_ps_only_takes_ids_of_its_own_slots():
+    """The data plane serves only rows whose hash slot this PS owns (ps/ownership.py): PS 1 of
+    2 owns the second half of the first layout; another slot's id is WRONG_OWNER."""
+    from protos import ps_pb2
+    from ps.dataplane.handlers import Handlers
+    from pswire.frames import as_buffer
+    from pswire.slots import Layout
+    from rpckit.errors import Reason
+
     store = ParamStore(index=1, num_ps=2)
     store.init_parameters([], make_config("sgd"), [(TableSpec("e", 4), None)])
-    store.pull_rows("e", torch.tensor([1, 3, 5]))
-    with pytest.raises(PSError, match="id 4 belongs to PS 0 of 2"):
-        store.pull_rows("e", torch.tensor([1, 4]))
+    owners = Layout.initial(2).owner_of_rows(torch.arange(64))
+    mine, theirs = torch.arange(64)[owners == 1], torch.arange(64)[owners == 0]
+    req = ps_pb2.DataRequest(pull_rows=ps_pb2.PullRows(table="e"))
+    Handlers(store).handle("pull_rows", req, [as_buffer(mine)])
+    with pytest.raises(PSError) as wrong:
+        Handlers(store).handle("pull_rows", req, [as_buffer(torch.cat([mine[:2], theirs[:1]]))])
+    assert wrong.value.reason == Reason.WRONG_OWNER and f"row {int(theirs[0])}" in str(wrong.value)
 
 
 def test_bad_row_pushes_refused():
