@@ -1,5 +1,6 @@
 """The demo's high-availability path, small: the master leader and a PS primary SIGKILLed
-during training (real processes), and the summary's exactness claims read from its --json."""
+during training (real processes) while the PS set grows 2 -> 3 and shrinks back, and the
+summary's exactness claims read from its --json."""
 from __future__ import annotations
 
 import json
@@ -54,4 +55,12 @@ def test_the_demo_kills_the_leader_and_a_primary_and_nothing_is_lost(tmp_path):
     assert (primary["rejoined_role"], primary["rejoined_generation"]) == \
         ("backup", primary["generation"] + 1)
     assert ha["backups_compared"] == 2 and ha["backups_differ"] == []
+    # the PS set grew to 3 and shrank back while training ran: each resize started, moved
+    # slots and finished, in order; the PS that left (index 2 and its backup) exited 0
+    resized = summary["resize"]
+    assert resized["asked"] == [[2, 3], [3, 2]] and resized["skipped"] == []
+    assert [(s["before"], s["after"]) for s in resized["seen"]] == [(2, 3), (3, 2)]
+    assert all(s["slots_moved"] > 0 and s["finished_s"] is not None for s in resized["seen"])
+    assert len(resized["left"]) == 2 and set(resized["left"].values()) == {0}
+    assert resized["final_num_ps"] == 2 and resized["updates_lost"] == 0
     assert summary["ok"] and proc.returncode == 0, proc.stdout[-3000:]
