@@ -1,9 +1,14 @@
-"""A data-plane client of a set of PS: partitioned, parallel, retried, at-most-once pushes.
+"""A data-plane client of a set of PS: routed by the slot layout, parallel, retried, at-most-once
+pushes.
 
 `DataClient` speaks the ZeroMQ data plane to every PS of a job (one DEALER socket each). It
-splits tensors and embedding ids with `pswire.partition`, sends the parts to all PS at once and
-waits for the answers with a bounded poll. A PS that does not answer within `timeout_s` (it
-died, restarted, or the reply was lost) gets its socket closed and the same request again
+places a dense tensor on the PS index that owns the slot its name hashes to and each embedding
+row on the owner of its id's slot (`pswire.slots`: the layout from the master's `ListPS`; with
+explicit endpoints and no master, `Layout.initial(len(endpoints))`, version 0, as a PS started
+without a master owns), sends the parts to all PS at once and waits for the answers with a
+bounded poll. The layout is read when the client is made and again only when a PS says it
+changed; a tensor's owner is cached per layout. A PS that does not answer within `timeout_s`
+(it died, restarted, or the reply was lost) gets its socket closed and the same request again
 (same client_id and seq, so a push is applied at most once) after a bounded exponential
 backoff, to the PS's current address (asked from the master again when the client was given
 one), for at most `retry.total_s` seconds in all (and `max_attempts` tries); then
@@ -11,6 +16,15 @@ one), for at most `retry.total_s` seconds in all (and `max_attempts` tries); the
 answers UNAVAILABLE (it is shutting down) is retried the same way. A call that needed retries
 and then got its answer logs one line saying so. Any other refusal raises `PSError` with the
 PS's code, reason and message; a stale push raises `StaleGradient` (pull again, recompute).
+
+While the PS set is resized, slots move between PS. A PS refuses a part touching a slot it no
+longer owns, applying nothing, with reason `WRONG_OWNER`; once every part of the call has its
+answer, the client reads a layout at least as new as the PS's from the master and sends that
+part, split by it, with a fresh seq; a refusal flagged duplicate (the PS applied this seq before
+the slot left) gets only its reads sent again (worker_sdk/ps/reroute.py). Writes to a slot
+being handed over are answered `SLOT_MOVING` and retried with the same seq after a short
+backoff (15 ms doubling to 100 ms) that spends none of the `max_attempts` tries. Without a
+master, `WRONG_OWNER` is a `PSError`.
 
 A push split over several PS is all-or-nothing under `--max-staleness`: when a PS it goes to
 checks staleness, every such PS first checks the push's versions without applying anything
