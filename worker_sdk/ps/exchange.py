@@ -163,15 +163,18 @@ class Exchange:
             for i in [i for i in self._conns if i not in members]:
                 self._conns.pop(i).reset()
 
-    def await_layout(self, min_version: int, timeout_s: float, why: str) -> Layout:
+    def await_layout(self, min_version: int, timeout_s: float, why: str,
+                     again: bool = False) -> Layout:
         """A layout at least `min_version` (from the master, polled while it is older), routed
-        by from now on; `why`: the refusal that asks for it. Raises PSError without a master
-        (nothing else can say where a slot went), PSUnavailable when `timeout_s` runs out."""
+        by from now on; `again`: read the master even when this client's is that new (a PS
+        refused what this layout says it owns). `why`: the refusal that asks for it. Raises
+        PSError without a master (nothing else can say where a slot went), PSUnavailable when
+        `timeout_s` runs out."""
         if self.master is None:
             raise PSError("FAILED_PRECONDITION", Reason.WRONG_OWNER,
                           f"{why}; this client was given its PS endpoints, not a master, so "
                           "it cannot learn where the slot went: give it the master's address")
-        if self.layout.version < min_version:
+        if again or self.layout.version < min_version:
             self._adopt(self._resolve(max(0.05, timeout_s), min_version), drop=True)
         return self.layout
 

@@ -96,7 +96,7 @@ class RoutedCall:
                 return result
             if round_ == MAX_REROUTES:
                 break
-            parts = self._reroute(refused)
+            parts = self._reroute(refused, round_)
             if not parts:
                 return result
             self._send(parts)
@@ -106,16 +106,21 @@ class RoutedCall:
             f"{self._layout.version}): the PS set is resizing faster than this call could "
             "follow, or the master's layout and the PS disagree (elastic-ctl status)")
 
-    def _reroute(self, refused: dict[int, ps_pb2.DataResponse]) -> dict[int, Part]:
+    def _reroute(self, refused: dict[int, ps_pb2.DataResponse], round_: int) -> dict[int, Part]:
         client = self._client
         newest = max(resp.layout_version for resp in refused.values())
+        # a PS no newer than our layout refused what it says the PS owns: the master may know
+        # better in a moment (a hand-over being recorded); ask again after a short pause
+        again = self._layout.version >= newest
+        if again:
+            time.sleep(min(0.01 * 2 ** round_, 0.1))
         left = client.exchange.retry.total_s - (time.monotonic() - self._started)
         first = min(refused)
         why = f"PS {first} refused WRONG_OWNER at layout v{refused[first].layout_version}: " \
               f"{refused[first].message}"
         if left <= 0:
             raise PSUnavailable(f"{why}; the call's retry budget is spent")
-        old, layout = self._layout, client.exchange.await_layout(newest, left, why)
+        old, layout = self._layout, client.exchange.await_layout(newest, left, why, again)
         todo: dict[int, Part] = {}
         for index, resp in sorted(refused.items()):
             part = self._parts[index]
