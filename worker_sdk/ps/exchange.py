@@ -112,6 +112,7 @@ class Exchange:
         self._prefer_local = prefer_local
         self._client_keys = None
         self._conns: dict[int, Connection] = {}  # PS index -> its connection
+        self.layout: Layout | None = None  # what requests are routed by (set by _adopt)
         if endpoints is not None and not endpoints:
             raise ValueError("no PS endpoints")
         self._adopt(self._resolve(), drop=True)
@@ -134,7 +135,7 @@ class Exchange:
         """Route by `found`: connect to indices it adds, move those whose primary changed
         (only `indexes`, when given) and, with `drop` (no request in flight), close those
         that own no slot any more (a shrink)."""
-        if found.layout.version >= getattr(self, "layout", found.layout).version:
+        if self.layout is None or found.layout.version >= self.layout.version:
             self.layout = found.layout
         members = set(owning(self.layout))
         for i in members if indexes is None else set(indexes) | (members - set(self._conns)):
