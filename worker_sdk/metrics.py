@@ -5,7 +5,8 @@ endpoint per process on that port (0: a free one, logged) and reads, at scrape t
 SDK already keeps: the open datasets' lease streams (records delivered and trained, leases
 held and taken away) and the PSClients' step timeline (seconds waiting on pulls and on
 pushes, pushes, stale refusals). Samples/s is `rate(elasticps_worker_records_trained_total)`.
-Nothing is counted on the training loop's path for this.
+Nothing is counted on the training loop's path for this, but for the rare re-route of a
+request whose slot moved to another PS (`rerouted`).
 """
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ ENV = "ELASTIC_PS_METRICS_PORT"
 _lock = threading.Lock()
 _served: Metrics | None = None
 port = 0  # the bound port once served
+reroutes = 0  # parts of data-plane calls sent on to a slot's new owner (WRONG_OWNER)
+
+
+def rerouted() -> None:
+    global reroutes
+    with _lock:
+        reroutes += 1
 
 
 class WorkerCollector:
@@ -89,6 +97,9 @@ class WorkerCollector:
         yield wait
         yield pushes
         yield stale
+        yield CounterMetricFamily(PREFIX + "worker_reroutes", "parts of data-plane calls a PS "
+                                  "refused WRONG_OWNER (its slot moved) and that were sent on "
+                                  "by a newer PS layout", value=reroutes)
 
 
 def maybe_serve() -> int:

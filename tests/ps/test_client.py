@@ -175,10 +175,11 @@ def test_a_stale_step_pushes_no_rows_and_acknowledges_nothing(launcher, inproc_p
         def __init__(self):
             super().__init__()
             self.emb = ElasticEmbedding(dim=2, table="e", initializer="zeros")
-            self.out = nn.Linear(2, 1)
+            # named so that the slot layout puts weight and bias on different PS
+            self.head = nn.Linear(2, 1)
 
         def forward(self, ids):
-            return self.out(self.emb(ids)).sum()
+            return self.head(self.emb(ids)).sum()
 
     ledger = _Ledger()
     acks = ack.AckLedger()  # the client reports to the ledger it is given, and only to it
@@ -188,17 +189,17 @@ def test_a_stale_step_pushes_no_rows_and_acknowledges_nothing(launcher, inproc_p
     other = DataClient(master=master.address, timeout_s=10)
     try:
         client.init_parameters(model, optimizer="sgd", lr=0.1)
-        assert {client.data.owner["out.weight"], client.data.owner["out.bias"]} == {0, 1}
+        assert {client.data.owner["head.weight"], client.data.owner["head.bias"]} == {0, 1}
         other.pull()
         model(torch.tensor([1, 2, 3])).backward()
-        other.push({"out.weight": torch.ones(1, 2)})  # the step's weight is now one stale
+        other.push({"head.weight": torch.ones(1, 2)})  # the step's weight is now one stale
         client.push(model, wait=wait)
         if not wait:
             client.flush(30)
         assert client.stale_refusals == 1
-        weight_ps, bias_ps = ps[other.owner["out.weight"]], ps[other.owner["out.bias"]]
+        weight_ps, bias_ps = ps[other.owner["head.weight"]], ps[other.owner["head.bias"]]
         assert weight_ps.store.stats.pushes == 1  # the other client's only
-        assert bias_ps.store.stats.pushes == 0 and bias_ps.store.dense["out.bias"].version == 0
+        assert bias_ps.store.stats.pushes == 0 and bias_ps.store.dense["head.bias"].version == 0
         assert all(p.store.tables["e"].pushes == 0 for p in ps)  # no rows pushed
         assert ledger.trained == [] and len(ledger.failed) == 1  # abandoned, not acknowledged
         assert "stale" in ledger.failed[0]

@@ -12,7 +12,7 @@ import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import master_pb2, master_pb2_grpc, ps_pb2, ps_pb2_grpc
-from pswire import partition
+from pswire.slots import Layout
 from worker_sdk.ps.data_client import DataClient
 from ps.embedding import initial_rows
 from pswire.tables import TableSpec
@@ -61,15 +61,17 @@ def test_two_ps_register_split_the_model_and_the_rows(launcher):
         pulled = c.pull()
         assert all(torch.equal(pulled[n], t) for n, t in model.items())
 
-    expected = partition.place_dense(partition.sizes_of(model.items()), 2)
+    layout = Layout.initial(2)  # the master's first layout (docs/ps.md, "Slots and resize")
+    expected = {n: layout.owner_of_tensor(n) for n in model}
+    owners = layout.owner_of_rows(np.arange(100))
     for index, ps in enumerate(started):
         grpc_addr = ps.grpc_address
         status = _ps_stub(grpc_addr).GetPSStatus(ps_pb2.GetPSStatusRequest(), timeout=5)
         assert status.index == index and status.num_ps == 2 and status.initialized
         assert sorted(t.meta.name for t in status.tensors) == \
             sorted(n for n, i in expected.items() if i == index)
-        assert status.tables[0].rows == 50  # ids of its parity only
-        assert status.tables[0].pushes == 1
+        assert status.tables[0].rows == int((owners == index).sum())  # its slots' ids only
+        assert status.tables[0].pushes == int(index in owners[[3, 4]])  # ids 3, 3, 4
         health = health_pb2_grpc.HealthStub(grpc.insecure_channel(grpc_addr)).Check(
             health_pb2.HealthCheckRequest(service="elasticps.v1.ParameterServer"), timeout=5)
         assert health.status == health_pb2.HealthCheckResponse.SERVING

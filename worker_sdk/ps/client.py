@@ -7,7 +7,7 @@
         loss_fn(model(x), y).backward()                  # embeddings pull only the batch's rows
         client.push(model)                               # dense grads + embedding row grads
 
-Dense tensors are placed on the PS by `pswire.partition` (by name, balanced by size) and moved
+Dense tensors are placed on the PS by the slot layout (`pswire.slots`, by name) and moved
 over the ZeroMQ data plane, one request per PS in parallel. An `ElasticEmbedding` holds no
 parameter locally: its forward pulls the rows of the ids in the batch, and `push` sends their
 gradients as rows, with the dense gradients, in one `Step` message per PS (worker_sdk/ps/steps.py). `push` is also the acknowledgement point of the SDK: once it has returned,

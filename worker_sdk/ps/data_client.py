@@ -1,9 +1,14 @@
-"""A data-plane client of a set of PS: partitioned, parallel, retried, at-most-once pushes.
+"""A data-plane client of a set of PS: routed by the slot layout, parallel, retried, at-most-once
+pushes.
 
 `DataClient` speaks the ZeroMQ data plane to every PS of a job (one DEALER socket each). It
-splits tensors and embedding ids with `pswire.partition`, sends the parts to all PS at once and
-waits for the answers with a bounded poll. A PS that does not answer within `timeout_s` (it
-died, restarted, or the reply was lost) gets its socket closed and the same request again
+places a dense tensor on the PS index that owns the slot its name hashes to and each embedding
+row on the owner of its id's slot (`pswire.slots`: the layout from the master's `ListPS`; with
+explicit endpoints and no master, `Layout.initial(len(endpoints))`, version 0, as a PS started
+without a master owns), sends the parts to all PS at once and waits for the answers with a
+bounded poll. The layout is read when the client is made and again only when a PS says it
+changed; a tensor's owner is cached per layout. A PS that does not answer within `timeout_s`
+(it died, restarted, or the reply was lost) gets its socket closed and the same request again
 (same client_id and seq, so a push is applied at most once) after a bounded exponential
 backoff, to the PS's current address (asked from the master again when the client was given
 one), for at most `retry.total_s` seconds in all (and `max_attempts` tries); then
@@ -11,6 +16,15 @@ one), for at most `retry.total_s` seconds in all (and `max_attempts` tries); the
 answers UNAVAILABLE (it is shutting down) is retried the same way. A call that needed retries
 and then got its answer logs one line saying so. Any other refusal raises `PSError` with the
 PS's code, reason and message; a stale push raises `StaleGradient` (pull again, recompute).
+
+While the PS set is resized, slots move between PS. A PS refuses a part touching a slot it no
+longer owns, applying nothing, with reason `WRONG_OWNER`; once every part of the call has its
+answer, the client reads a layout at least as new as the PS's from the master and sends that
+part, split by it, with a fresh seq; a refusal flagged duplicate (the PS applied this seq before
+the slot left) gets only its reads sent again (worker_sdk/ps/reroute.py). Writes to a slot
+being handed over are answered `SLOT_MOVING` and retried with the same seq after a short
+backoff (15 ms doubling to 100 ms) that spends none of the `max_attempts` tries. Without a
+master, `WRONG_OWNER` is a `PSError`.
 
 A push split over several PS is all-or-nothing under `--max-staleness`: when a PS it goes to
 checks staleness, every such PS first checks the push's versions without applying anything
@@ -42,6 +56,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
 import torch
 
 from protos import ps_pb2
@@ -51,9 +66,10 @@ from pswire.optimizers import config_to_pb, make_config
 from pswire.tables import TableSpec
 from rpckit.errors import Reason
 
-from . import steps
+from . import reroute, steps
 from .exchange import RETRY_BUDGET_S, Exchange, PendingCall
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
+from .parts import Part, Rows, split
 # re-exported: callers import the data plane's errors and lookups from here
 from .routes import (PSError, PSUnavailable, Route,  # noqa: F401
                      master_data_plane, master_endpoints, master_routes)
@@ -69,7 +85,10 @@ class DataClient:
         options (timeouts, retries, TLS and token, server keys) are `Exchange`'s
         (worker_sdk/ps/exchange.py), which sends this client's requests."""
         self.exchange = Exchange(endpoints, **options)
-        self.owner: dict[str, int] = {}       # dense tensor name -> PS index
+        # the declared dense tensors -> their PS index (kept to the layout by tensor_owner)
+        self.owner: dict[str, int] = {}
+        self._placed_by = None  # the layout `_placed` was computed from
+        self._placed: dict[str, int] = {}  # tensor name -> PS index under it
         self.versions: dict[str, int] = {}    # versions of the last pull, per tensor
         # PS index -> whether it refuses stale pushes (learnt from init and pull answers);
         # a PS not heard from yet is assumed to (a push then checks first: see `push`)
@@ -132,43 +151,52 @@ class DataClient:
     def init_parameters(self, tensors: Mapping[str, torch.Tensor] | Iterable[tuple],
                         optimizer: str | dict = "sgd", tables: Iterable = (),
                         **hyperparameters) -> bool:
-        """Send each PS its part of the model (by `pswire.partition`), the optimizer (a torch.optim
+        """Send each PS its part of the model (by the slot layout), the optimizer (a torch.optim
         name and its hyperparameters) and the tables. True when this call initialized at least
         one PS; False when every PS already was (the first call wins)."""
         tensors = dict(tensors.items() if isinstance(tensors, Mapping) else tensors)
         cfg = make_config(optimizer, **hyperparameters) if isinstance(optimizer, str) \
             else dict(optimizer)
         self.set_layout({n: t.numel() * t.element_size() for n, t in tensors.items()})
-        table_pbs = [_table_pb(t) for t in tables]
-        requests = {}
-        for index in range(self.num_ps):
-            body = ps_pb2.InitParameters(optimizer=config_to_pb(cfg), tables=table_pbs)
-            frames = []
-            for name in sorted(n for n, i in self.owner.items() if i == index):
-                body.tensors.append(meta_of(name, tensors[name]))
-                frames.append(as_buffer(tensors[name]))
-            requests[index] = (ps_pb2.DataRequest(init_parameters=body), frames)
-        answers = self._call(requests)
-        for index, (resp, _) in answers.items():
-            self.versions.update(resp.init_parameters.versions)
-            self.staleness_checked[index] = resp.init_parameters.staleness_checked
-        return any(resp.init_parameters.initialized for resp, _ in answers.values())
+        op = _Init(tensors, config_to_pb(cfg), [_table_pb(t) for t in tables])
+        # every PS gets the optimizer and the tables, whether or not it holds a tensor
+        answers = reroute.call(self, self.split(Part(push=list(tensors)), every=True), op)
+        for a in answers.answers:
+            self.versions.update(a.resp.init_parameters.versions)
+            self.staleness_checked[a.index] = a.resp.init_parameters.staleness_checked
+        return any(a.resp.init_parameters.initialized for a in answers.answers)
 
     def set_layout(self, sizes: Mapping[str, int]) -> None:
-        """Place tensors (name -> bytes) on PS by the shared rule, without talking to them."""
-        self.owner = partition.place_dense(sizes, self.num_ps)
+        """Declare the model's tensors (name -> bytes), without talking to the PS: each is
+        placed by the slot its name hashes to (sizes no longer matter)."""
+        self.owner = {name: self.tensor_owner(name) for name in sizes}
+
+    def tensor_owner(self, name: str) -> int:
+        """The PS index that holds tensor `name` under the layout routed by now (cached per
+        layout: this is on every step's path)."""
+        layout = self.exchange.layout
+        if layout is not self._placed_by:
+            self._placed_by, self._placed = layout, {}
+            self.owner = {n: layout.owner_of_tensor(n) for n in self.owner}
+        index = self._placed.get(name)
+        if index is None:
+            index = self._placed[name] = layout.owner_of_tensor(name)
+        return index
+
+    def split(self, part: Part, every: bool = False) -> dict[int, Part]:
+        """A call's content by the PS that own it now (`worker_sdk.ps.parts.split`)."""
+        return split(part, self.exchange.layout, self.tensor_owner, every)
 
     def pull(self, names: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
         """Tensors by name (all of every PS when `names` is None), as views of the received
         frames; remembers their versions for the next push."""
         if names is None:
-            groups = {i: [] for i in range(self.num_ps)}
+            whole = Part(pull_all=True)
         else:
-            groups = self._group(names, "pull")
-        requests = {i: (ps_pb2.DataRequest(pull=ps_pb2.Pull(names=n, packed=True)), [])
-                    for i, n in groups.items()}
+            whole = Part(pull=self._known(names, "pull"))
         out: dict[str, torch.Tensor] = {}
-        for index, (resp, frames) in self._call(requests).items():
+        for a in reroute.call(self, self.split(whole), _Pull()).answers:
+            resp, frames, index = a.resp, a.frames, a.index
             self.staleness_checked[index] = resp.pull.staleness_checked
             metas = resp.pull.tensors
             if len(frames) != frames_of(len(metas), resp.pull.packed_count):
@@ -187,36 +215,37 @@ class DataClient:
         StaleGradient when a PS refused them as too stale; then no PS applied any of them."""
         versions = self.versions if versions is None else versions
         grads = {name: dense_grad(g) for name, g in grads.items()}
-        groups = self._group(grads, "push")
-        checked = False
-        if len(groups) > 1 and any(self.staleness_checked.get(i, True) for i in groups):
+        names = self._known(grads, "push")
+        op = _Push(self, grads, versions)
+        if self.needs_check(names):
             # phase one: every PS checks the versions, nothing is applied anywhere yet
-            self._answer_push(self._push_requests(grads, versions, groups, check_only=True))
-            checked = True
-        return self._answer_push(self._push_requests(grads, versions, groups, checked=checked))
+            self.check_push(grads, versions, names)
+            op.checked = True
+        return self.answer_push(reroute.call(self, self.split(Part(push=names)), op))
 
-    def _push_requests(self, grads, versions, groups, check_only=False, checked=False) -> dict:
-        requests = {}
-        for index, names in groups.items():
-            body = ps_pb2.Push(versions=[int(versions.get(n, 0)) for n in names],
-                               check_only=check_only, checked=checked)
-            frames = []
-            for name in names:
-                body.tensors.append(meta_of(name, grads[name]))
-                if not check_only:
-                    frames.append(as_buffer(grads[name]))
-            requests[index] = (ps_pb2.DataRequest(push=body), frames)
-        return requests
+    def needs_check(self, names: Iterable[str], rows: bool = False) -> bool:
+        """Whether a push of `names` (and, with `rows`, row gradients too) goes to more than
+        one PS that may refuse it as stale: then it is checked everywhere first."""
+        owners = {self.tensor_owner(n) for n in names}
+        return bool(owners) and (len(owners) > 1 or rows) and any(
+            self.staleness_checked.get(i, True) for i in owners)
 
-    def _answer_push(self, requests) -> PushOutcome:
-        outcome = PushOutcome()
+    def check_push(self, grads, versions, names) -> None:
+        """Staleness checked by every PS the push goes to, nothing applied (Push.check_only);
+        raises StaleGradient when one refuses."""
+        self.answer_push(reroute.call(self, self.split(Part(push=list(names))),
+                                      _Push(self, grads, versions, check_only=True)))
+
+    def answer_push(self, result: reroute.Result) -> PushOutcome:
+        outcome = PushOutcome(duplicate=bool(result.applied_before))
         stale = []
-        for index, (resp, _) in self._call(requests, allow=(Reason.STALE_GRADIENT,)).items():
+        for a in result.answers:
+            resp = a.resp
             outcome.versions.update(resp.push.versions)
             outcome.max_staleness = max(outcome.max_staleness, resp.push.max_staleness)
             outcome.duplicate |= resp.push.duplicate
             if resp.code != 0:
-                stale.append(f"PS {index}: {resp.message}")
+                stale.append(f"PS {a.index}: {resp.message}")
         if stale:
             raise StaleGradient("; ".join(stale), outcome.versions)
         return outcome
@@ -224,54 +253,108 @@ class DataClient:
     def pull_rows(self, table: str, ids) -> torch.Tensor:
         """Rows [len(ids), dim] of an embedding table (rows are created on first use)."""
         ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
-        parts = [(i, pos, sub) for i, (pos, sub) in
-                 enumerate(partition.split_rows(ids, self.num_ps)) if sub.numel()]
-        if not parts:
+        partition.check_row_ids(ids)
+        if not ids.numel():
             return torch.empty(0, 0)
-        requests = {i: (ps_pb2.DataRequest(pull_rows=ps_pb2.PullRows(table=table)),
-                        [as_buffer(sub)]) for i, _, sub in parts}
-        answers = self._call(requests)
-        if len(parts) == 1:
-            i = parts[0][0]
-            resp, frames = answers[i]
-            return _rows(resp, frames, ids.numel())
-        dim = answers[parts[0][0]][0].pull_rows.dim
-        out = torch.empty(ids.numel(), dim)
-        for i, pos, sub in parts:
-            resp, frames = answers[i]
-            out.index_copy_(0, pos, _rows(resp, frames, sub.numel()))
+        whole = Part(pull_rows=[Rows(table, ids.numpy())])
+        answers = reroute.call(self, self.split(whole), _PullRows()).answers
+        got = [(a.part.pull_rows[0], _rows(a.resp, a.frames, a.part.pull_rows[0].ids.size))
+               for a in answers]
+        if len(got) == 1 and got[0][0].positions is None:
+            return got[0][1]
+        out = torch.empty(ids.numel(), got[0][1].shape[1])
+        for rows, values in got:
+            out.index_copy_(0, torch.from_numpy(rows.at()), values)
         return out
 
     def push_rows(self, table: str, ids, grads: torch.Tensor) -> int:
         """Apply row gradients [len(ids), dim] (duplicate ids are summed); returns the number
         of distinct rows updated."""
         ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
+        partition.check_row_ids(ids)
         grads = grads.detach().to(torch.float32).contiguous()
-        requests = {}
-        for i, (pos, sub) in enumerate(partition.split_rows(ids, self.num_ps)):
-            if not sub.numel():
-                continue
-            g = grads if self.num_ps == 1 else grads.index_select(0, pos)
-            requests[i] = (ps_pb2.DataRequest(push_rows=ps_pb2.PushRows(table=table)),
-                           [as_buffer(sub), as_buffer(g)])
-        if not requests:
+        if not ids.numel():
             return 0
-        return sum(resp.push_rows.rows for resp, _ in self._call(requests).values())
+        parts = self.split(Part(rows=[Rows(0, ids.numpy())]))
+        result = reroute.call(self, parts, _PushRows(table, grads))
+        return sum(a.resp.push_rows.rows for a in result.answers)
 
     # -- plumbing -----------------------------------------------------------------------------
 
-    def _group(self, names: Iterable[str], call: str) -> dict[int, list[str]]:
-        groups: dict[int, list[str]] = {}
+    def _known(self, names: Iterable[str], call: str) -> list[str]:
+        names = list(names)
         for name in names:
-            index = self.owner.get(name)
-            if index is None:
+            if name not in self.owner:
                 raise KeyError(
                     f"{call} of tensor {name!r}: this client does not know which PS holds it "
                     "yet; declare the model first: PSClient.init_parameters(model) (or "
                     "PSClient.attach(model) in a process that only reads it; on a DataClient: "
                     "init_parameters or set_layout)")
-            groups.setdefault(index, []).append(name)
-        return groups
+        return names
+
+
+class _Init(reroute.Op):
+    def __init__(self, tensors, optimizer, tables):
+        self.tensors, self.optimizer, self.tables = tensors, optimizer, tables
+
+    def build(self, index, part):
+        body = ps_pb2.InitParameters(optimizer=self.optimizer, tables=self.tables)
+        frames = []
+        for name in sorted(part.push):
+            body.tensors.append(meta_of(name, self.tensors[name]))
+            frames.append(as_buffer(self.tensors[name]))
+        return ps_pb2.DataRequest(init_parameters=body), frames
+
+
+class _Pull(reroute.Op):
+    def build(self, index, part):
+        # pull_all: no names, so the PS answers every tensor it holds
+        return ps_pb2.DataRequest(pull=ps_pb2.Pull(names=part.pull, packed=True)), []
+
+
+class _Push(reroute.Op):
+    allow = (Reason.STALE_GRADIENT,)
+
+    def __init__(self, client, grads, versions, check_only=False):
+        self.client, self.grads, self.versions = client, grads, versions
+        self.check_only, self.checked = check_only, False
+
+    def build(self, index, part):
+        body = ps_pb2.Push(versions=[int(self.versions.get(n, 0)) for n in part.push],
+                           check_only=self.check_only, checked=self.checked)
+        frames = []
+        for name in part.push:
+            body.tensors.append(meta_of(name, self.grads[name]))
+            if not self.check_only:
+                frames.append(as_buffer(self.grads[name]))
+        return ps_pb2.DataRequest(push=body), frames
+
+    def prepare(self, parts):
+        # a push that went to one PS unchecked and now spans several is checked first, so a
+        # stale refusal still means that no PS applied any of it
+        names = [n for p in parts.values() for n in p.push]
+        if not (self.check_only or self.checked) and self.client.needs_check(names):
+            self.client.check_push(self.grads, self.versions, names)
+            self.checked = True
+
+
+class _PullRows(reroute.Op):
+    def build(self, index, part):
+        (rows,) = part.pull_rows
+        return (ps_pb2.DataRequest(pull_rows=ps_pb2.PullRows(table=rows.key)),
+                [rows.ids.view(np.uint8)])
+
+
+class _PushRows(reroute.Op):
+    def __init__(self, table, grads):
+        self.table, self.grads = table, grads
+
+    def build(self, index, part):
+        (rows,) = part.rows
+        g = self.grads if rows.positions is None else \
+            self.grads.index_select(0, torch.from_numpy(rows.positions))
+        return (ps_pb2.DataRequest(push_rows=ps_pb2.PushRows(table=self.table)),
+                [rows.ids.view(np.uint8), as_buffer(g)])
 
 
 def _rows(resp: ps_pb2.DataResponse, frames: list, n: int) -> torch.Tensor:

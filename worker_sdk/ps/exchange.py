@@ -18,18 +18,23 @@ import zmq
 from protos import ps_pb2
 from pswire.connection import Connection
 from pswire.frames import code_name
+from pswire.slots import DEFAULT_SLOTS, Layout
 from rpckit import auth
 from rpckit.errors import Reason
 from rpckit.retry import NEVER_RETRIED_NAMES, RETRYABLE, Backoff, RetryPolicy
 
 from .. import metrics, notice
-from .routes import PSError, PSUnavailable, Route, master_routes
+from .parts import owning
+from .routes import PSError, PSUnavailable, Placement, Route, master_placement
 
 log = logging.getLogger(__name__)
 
 _RETRY_CODES = frozenset(code.name for code in RETRYABLE)
 REROUTE_AFTER_S = 0.3  # an unanswered request this old asks the master for a new primary
 RETRY_BUDGET_S = 30.0  # how long one call keeps retrying a PS that does not answer
+# A slot's hand-over pauses its writes for well under a second: SLOT_MOVING is retried soon
+# and often, apart from the tries and backoff kept for a PS that does not answer
+MOVING_BACKOFF_S, MOVING_MAX_BACKOFF_S = 0.015, 0.1
 
 
 class PendingCall:
@@ -104,25 +109,75 @@ class Exchange:
                                  total_s=retry_budget_s, call_timeout_s=timeout_s)
         self._own_ctx = context is None
         self.ctx = context or zmq.Context()
-        found = self._resolve()
-        # ephemeral: a CURVE client needs a key pair, but the PS trusts the token, not the key
-        client_keys = zmq.curve_keypair() if any(r.data_public_key for r in found) else None
-        self._conns = [Connection(self.ctx, r.data_address, prefer_local, r.data_public_key,
-                                  client_keys) for r in found]
-        for conn, route in zip(self._conns, found):
-            conn.generation = route.generation
-        self._rerouted_at = 0.0
-        if not self._conns:
+        self._prefer_local = prefer_local
+        self._client_keys = None
+        self._conns: dict[int, Connection] = {}  # PS index -> its connection
+        self.layout: Layout | None = None  # what requests are routed by (set by _adopt)
+        if endpoints is not None and not endpoints:
             raise ValueError("no PS endpoints")
+        self._adopt(self._resolve(), drop=True)
+        self._rerouted_at = 0.0
         self._seq = 0
 
-    def _resolve(self) -> list[Route]:
+    def _resolve(self, timeout_s: float | None = None, min_version: int = 0) -> Placement:
         # a method, not a lambda over self: a client in a reference cycle is freed by the
         # garbage collector, whose finalizers find its sockets open and hang in zmq's term()
-        if self._given is not None:
-            return list(self._given)
-        return master_routes(self.master, self._discovery_timeout_s,
-                             stub=self._master_stub(), **self._lookup)
+        if self._given is not None:  # no master: the layout a PS started without one owns
+            return Placement(dict(enumerate(self._given)),
+                             Layout.initial(len(self._given), DEFAULT_SLOTS, version=0))
+        return master_placement(
+            self.master, self._discovery_timeout_s if timeout_s is None else timeout_s,
+            poll_s=0.05 if min_version else 0.2, stub=self._master_stub(),
+            min_version=min_version, **self._lookup)
+
+    def _adopt(self, found: Placement, drop: bool = False,
+               indexes: Iterable[int] | None = None) -> None:
+        """Route by `found`: connect to indices it adds, move those whose primary changed
+        (only `indexes`, when given) and, with `drop` (no request in flight), close those
+        that own no slot any more (a shrink)."""
+        if self.layout is None or found.layout.version >= self.layout.version:
+            self.layout = found.layout
+        members = set(owning(self.layout))
+        for i in members if indexes is None else set(indexes) | (members - set(self._conns)):
+            route = found.routes.get(i)
+            if route is None:
+                continue
+            endpoint, key, generation = route
+            if key and self._client_keys is None:
+                # ephemeral: CURVE needs a key pair, but the PS trusts the token, not the key
+                self._client_keys = zmq.curve_keypair()
+            conn = self._conns.get(i)
+            if conn is None:
+                conn = self._conns[i] = Connection(self.ctx, endpoint, self._prefer_local, key,
+                                                   self._client_keys if key else None)
+            elif (conn.endpoint, conn.server_key) != (endpoint, key):
+                if key and conn.client_keys is None:
+                    conn.client_keys = self._client_keys
+                log.info("PS %d moved: %s -> %s (generation %d); re-routing", i,
+                         conn.endpoint, endpoint, generation)
+                conn.moved(endpoint, key)
+            elif generation != conn.generation:
+                log.info("PS %d: generation %d -> %d at %s; re-routing", i, conn.generation,
+                         generation, endpoint)
+            conn.generation = generation
+        if drop:
+            for i in [i for i in self._conns if i not in members]:
+                self._conns.pop(i).reset()
+
+    def await_layout(self, min_version: int, timeout_s: float, why: str,
+                     again: bool = False) -> Layout:
+        """A layout at least `min_version` (from the master, polled while it is older), routed
+        by from now on; `again`: read the master even when this client's is that new (a PS
+        refused what this layout says it owns). `why`: the refusal that asks for it. Raises
+        PSError without a master (nothing else can say where a slot went), PSUnavailable when
+        `timeout_s` runs out."""
+        if self.master is None:
+            raise PSError("FAILED_PRECONDITION", Reason.WRONG_OWNER,
+                          f"{why}; this client was given its PS endpoints, not a master, so "
+                          "it cannot learn where the slot went: give it the master's address")
+        if again or self.layout.version < min_version:
+            self._adopt(self._resolve(max(0.05, timeout_s), min_version), drop=True)
+        return self.layout
 
     @property
     def _lookup(self) -> dict:
@@ -130,17 +185,18 @@ class Exchange:
 
     @property
     def num_ps(self) -> int:
-        return len(self._conns)
+        """Indices 0..num_ps-1 of the layout (some may own no slot while slots move)."""
+        return self.layout.num_ps
 
     @property
     def endpoints(self) -> list[str]:
-        """The registered (TCP) data address of each PS."""
-        return [c.endpoint for c in self._conns]
+        """The registered (TCP) data address of each PS, by index."""
+        return [self._conns[i].endpoint for i in sorted(self._conns)]
 
     @property
     def transports(self) -> list[str]:
         """The endpoint each PS is reached at now (its same-host socket, or TCP)."""
-        return [c.current for c in self._conns]
+        return [self._conns[i].current for i in sorted(self._conns)]
 
     def _master_stub(self):
         if self._stub is None:
@@ -153,12 +209,12 @@ class Exchange:
     @property
     def generations(self) -> list[int]:
         """The PS generation each index's requests go to (0: not replicated)."""
-        return [c.generation for c in self._conns]
+        return [self._conns[i].generation for i in sorted(self._conns)]
 
     def close(self) -> None:
         if self._stub is not None:
             self._stub.close()
-        for c in self._conns:
+        for c in self._conns.values():
             c.reset()
         if self._own_ctx:
             self.ctx.term()
@@ -193,10 +249,13 @@ class Exchange:
         offers: dict[int, str] = {}
         pending = set(requests)
         backoff = Backoff(self.retry)
+        moving_backoff = Backoff(RetryPolicy(MOVING_BACKOFF_S, MOVING_MAX_BACKOFF_S,
+                                             self.retry.total_s))
         why = ""
-        attempt = 0
+        attempt = tries = 0
         while True:
             attempt += 1
+            moving = set()  # answered SLOT_MOVING this try: the socket works, the slot waits
             waiting = {}
             for index in pending:
                 req, frames = requests[index]
@@ -237,6 +296,8 @@ class Exchange:
                     code = code_name(resp.code)
                     if code in _RETRY_CODES:  # e.g. the PS is stopping: try again
                         why = f"PS {index} answered {code}: {resp.message}"
+                        if resp.reason == Reason.SLOT_MOVING:
+                            moving.add(index)
                         continue
                     pending.discard(index)
                     offers[index] = resp.local_endpoint
@@ -258,10 +319,17 @@ class Exchange:
             for index in waiting.values():
                 why = (f"no answer from PS {index} at {self._conns[index].current} within "
                        f"{self.timeout_s:.1f}s")
-            delay = None if attempt >= self.max_attempts else backoff.next_delay()
+            if moving == pending:  # only hand-overs in the way: soon, and not a try spent
+                delay = moving_backoff.next_delay()
+                if delay is None or backoff.elapsed >= self.retry.total_s:
+                    break
+                time.sleep(delay)
+                continue
+            tries += 1
+            delay = None if tries >= self.max_attempts else backoff.next_delay()
             if delay is None:
                 break
-            for index in pending:
+            for index in pending - moving:
                 self._conns[index].failed()
             time.sleep(delay)
             left = self.retry.total_s - backoff.elapsed
@@ -281,33 +349,18 @@ class Exchange:
         if now - self._rerouted_at < REROUTE_AFTER_S:
             return False
         self._rerouted_at = now
-        before = [(c.endpoint, c.generation) for c in self._conns]
+        before = {i: (c.endpoint, c.generation) for i, c in self._conns.items()}
         self._refresh(indexes, timeout_s=REROUTE_AFTER_S)
         return any((self._conns[i].endpoint, self._conns[i].generation) != before[i]
                    for i in indexes)
 
     def _refresh(self, indexes: Iterable[int], timeout_s: float | None = None) -> None:
         """Look the PS up again (a restarted PS may listen elsewhere, a backup may have been
-        promoted)."""
+        promoted); a newer layout found on the way is routed by from the next call on."""
         if self.master is None:
             return
         try:
-            found = master_routes(self.master, timeout_s=timeout_s or self.timeout_s,
-                                  stub=self._master_stub(), **self._lookup)
+            found = self._resolve(timeout_s=timeout_s or self.timeout_s)
         except PSUnavailable:
             return
-        if len(found) != self.num_ps:
-            return
-        for i in indexes:
-            endpoint, key, generation = found[i]
-            conn = self._conns[i]
-            if (conn.endpoint, conn.server_key) != (endpoint, key):
-                if key and conn.client_keys is None:
-                    conn.client_keys = zmq.curve_keypair()
-                log.info("PS %d moved: %s -> %s (generation %d); re-routing", i,
-                         conn.endpoint, endpoint, generation)
-                conn.moved(endpoint, key)
-            elif generation != conn.generation:
-                log.info("PS %d: generation %d -> %d at %s; re-routing", i, conn.generation,
-                         generation, endpoint)
-            conn.generation = generation
+        self._adopt(found, indexes=indexes)

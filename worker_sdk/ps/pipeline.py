@@ -239,7 +239,8 @@ class Pipeline:
 
     def _client(self) -> DataClient:
         client = self._free.pop() if self._free else self._make_client()
-        if self._owner and client.owner != self._owner:
+        # the names only: each client places them by the layout it routes by
+        if self._owner and client.owner.keys() != self._owner.keys():
             client.owner = dict(self._owner)
         return client
 

@@ -1,9 +1,10 @@
-"""Where the PS set takes requests, and one connection to one PS.
+"""Where the PS set takes requests, and which PS owns what.
 
-`master_routes` asks the master (any address of a comma-separated list; it follows the
-leader) for the primary of each PS index, its CURVE key and generation, and says what it
-waits for while the set is incomplete. `DataClient` builds on it, with one
-`pswire.connection.Connection` per PS.
+`master_placement` asks the master (any address of a comma-separated list; it follows the
+leader) for the slot layout (`pswire.slots.Layout`, from `ListPS`) and the primary of each PS
+index, its CURVE key and generation, and says what it waits for while the set is incomplete;
+`master_routes` is its routes alone. `DataClient` builds on it, with one
+`pswire.connection.Connection` per PS index.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from typing import NamedTuple
 
 
+from pswire.slots import DEFAULT_SLOTS, Layout
 from rpckit.errors import Reason, ServiceError
 
 PSError = ServiceError  # a refusal from a PS: `code`, `reason` (rpckit.errors.Reason), `message`
@@ -52,6 +54,39 @@ def master_routes(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
     """The primary of each PS index, by index, as `master_endpoints`; `stub`: a Master stub
     to reuse (else one is made and closed). A refused token or a TLS mismatch raises at once
     (rpckit.auth.CredentialsRefused, rpckit.tls_check.TLSMismatch): waiting cannot mend it."""
+    found = master_placement(master, timeout_s, poll_s, tls_ca=tls_ca, token=token,
+                             token_source=token_source, stub=stub)
+    return [found.routes[i] for i in sorted(found.routes)]
+
+
+class Placement(NamedTuple):
+    """The layout and where each of its indices takes requests."""
+
+    routes: dict[int, Route]  # PS index -> its primary
+    layout: Layout
+
+
+def layout_of(resp) -> Layout | None:
+    """The layout a ListPSResponse shows; None while its ranges do not cover every slot (a
+    listing taken mid-change: ask again). A master that keeps no slots (version 0, no
+    ranges) places as a PS started without one: `Layout.initial(num_ps)`."""
+    num_slots = resp.ps_slots or DEFAULT_SLOTS
+    ranges = {p.index: [(r.start, r.end) for r in p.slots] for p in resp.ps if p.slots}
+    try:
+        if not ranges:
+            return Layout.initial(resp.num_ps, num_slots, resp.layout_version) \
+                if resp.num_ps else None
+        return Layout.from_ranges(ranges, num_slots, resp.layout_version)
+    except ValueError:
+        return None
+
+
+def master_placement(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
+                     tls_ca: str = "", token: str = "", token_source: str = "",
+                     stub=None, min_version: int = 0) -> Placement:
+    """The layout (at least `min_version`) and the primary of every index that owns slots,
+    waiting until every such index registered, at most `timeout_s`; the rest as
+    `master_routes`."""
     import grpc
 
     from protos import master_pb2, master_pb2_grpc
@@ -75,13 +110,20 @@ def master_routes(master: str, timeout_s: float = 30.0, poll_s: float = 0.2, *,
         while True:
             try:
                 resp = stub.ListPS(master_pb2.ListPSRequest(), timeout=max(0.5, poll_s * 5))
-                if resp.complete:
+                layout = layout_of(resp) if resp.complete else None
+                if layout is not None and layout.version >= min_version:
                     said.done()
-                    return [Route(p.data_address, p.data_public_key, p.generation)
-                            for p in sorted(resp.ps, key=lambda p: p.index)]
-                last = (f"{len(resp.ps)} of {resp.num_ps} PS registered" if resp.num_ps else
-                        "no PS has registered with the master yet: start elastic-ps "
-                        f"--master {master}")
+                    return Placement({p.index: Route(p.data_address, p.data_public_key,
+                                                     p.generation) for p in resp.ps}, layout)
+                if resp.complete and layout is not None:
+                    last = (f"the master's PS layout is version {layout.version}; a PS knows "
+                            f"version {min_version}")
+                elif resp.complete:
+                    last = "the master listed slot ranges that do not cover every slot"
+                else:
+                    last = (f"{len(resp.ps)} of {resp.num_ps} PS registered" if resp.num_ps
+                            else "no PS has registered with the master yet: start elastic-ps "
+                            f"--master {master}")
             except grpc.RpcError as exc:
                 if exc.code() in NEVER_RETRIED:
                     raise credentials_refused(f"the master at {master}", exc.code().name,

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from protos import ps_pb2
-from pswire import partition
 from pswire.frames import as_buffer, decode, frames_of, from_frame, meta_of, pack, packing
+from pswire.partition import check_row_ids
 from rpckit.errors import Reason
 
+from . import reroute
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
+from .parts import Part, Rows
 from .routes import PSError
 
 
@@ -49,116 +52,133 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
     are sent from their own memory."""
     versions = client.versions if versions is None else versions
     grads = {n: dense_grad(g) for n, g in grads.items()} if grads else None
-    requests: dict[int, tuple[ps_pb2.DataRequest, list]] = {}
-
-    def body(index: int) -> tuple[ps_pb2.Step, list]:
-        if index not in requests:
-            requests[index] = (ps_pb2.DataRequest(step=ps_pb2.Step()), [[], [], []])
-        req, frames = requests[index]
-        return req.step, frames
-
-    push_groups = client._group(grads, "push") if grads else {}
-    # Over several PS (the dense push split, or rows going elsewhere) a PS that checks
-    # staleness checks first, applying nothing anywhere yet (as DataClient.push does); alone,
-    # a PS refuses the whole step itclient.
-    checked = bool(grads) and (len(push_groups) > 1 or bool(rows)) and any(
-        client.staleness_checked.get(i, True) for i in push_groups)
-    if checked:
-        client._answer_push(client._push_requests(grads, versions, push_groups,
-                                              check_only=True))
-    for index, names in push_groups.items():
-        step, frames = body(index)
-        step.push.SetInParent()
-        step.push.checked = checked
-        packed, alone = packing([grads[n] for n in names])
-        if packed:  # the small gradients as one frame (pswire.frames)
-            step.push.packed_count = len(packed)
-            frames[0].append(as_buffer(pack([grads[names[i]] for i in packed])))
-        for i in packed + alone:
-            name = names[i]
-            step.push.tensors.append(meta_of(name, grads[name]))
-            step.push.versions.append(int(versions.get(name, 0)))
-        frames[0] += [as_buffer(grads[names[i]]) for i in alone]
+    row_pushes = []
     for table, ids, grad in rows:
         ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
-        grad = grad.detach().to(torch.float32).contiguous()
-        for index, (pos, sub) in enumerate(partition.split_rows(ids, client.num_ps)):
-            if sub.numel():
-                step, frames = body(index)
-                step.push_rows.add(table=table)
-                g = grad if client.num_ps == 1 else grad.index_select(0, pos)
-                frames[1] += [as_buffer(sub), as_buffer(g)]
-    if pull is not None:
-        for index, names in client._group(pull, "pull").items():
-            step = body(index)[0]
-            step.pull.names.extend(names)
-            step.pull.packed = True
-    wanted: dict[str, list[tuple[int, torch.Tensor, int]]] = {}  # table -> (PS, pos, nth)
+        check_row_ids(ids)
+        if ids.numel():
+            row_pushes.append((table, ids.numpy(), grad.detach().to(torch.float32).contiguous()))
+    whole = Part(push=client._known(grads, "push") if grads else [],
+                 rows=[Rows(j, ids) for j, (_, ids, _) in enumerate(row_pushes)],
+                 pull=client._known(pull, "pull") if pull is not None else [])
     sizes = {}
     for table, ids in (pull_rows or {}).items():
         ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
+        check_row_ids(ids)
         sizes[table] = ids.numel()
-        for index, (pos, sub) in enumerate(partition.split_rows(ids, client.num_ps)):
-            if sub.numel():
-                step, frames = body(index)
-                wanted.setdefault(table, []).append((index, pos, len(step.pull_rows)))
-                step.pull_rows.add(table=table)
-                frames[2].append(as_buffer(sub))
-    if not requests:
-        return PendingStep(client, None, grads, push_groups, pull, wanted, sizes)
-    calls = {i: (req, [*f[0], *f[1], *f[2]]) for i, (req, f) in requests.items()}
-    pending = client.begin_call(calls, allow=(Reason.STALE_GRADIENT,))
-    return PendingStep(client, pending, grads, push_groups, pull, wanted, sizes)
+        if ids.numel():
+            whole.pull_rows.append(Rows(table, ids.numpy()))
+    op = _Step(client, grads, versions, row_pushes)
+    # Over several PS (the dense push split, or rows going elsewhere) a PS that checks
+    # staleness checks first, applying nothing anywhere yet (as DataClient.push does); alone,
+    # a PS refuses the whole step itself.
+    if client.needs_check(whole.push, rows=bool(row_pushes)):
+        client.check_push(grads, versions, whole.push)
+        op.checked = True
+    parts = client.split(whole)
+    call = reroute.RoutedCall(client, parts, op) if parts else None
+    return PendingStep(client, call, bool(grads), pull is not None, sizes)
 
 
-def _step_outcome(client, answers, grads, push_groups, pull, wanted, sizes) -> StepOutcome:
-    if answers is None:
-        return StepOutcome(dense={} if pull is not None else None)
-    out = StepOutcome(push=PushOutcome() if grads else None)
+class _Step(reroute.Op):
+    allow = (Reason.STALE_GRADIENT,)
+
+    def __init__(self, client, grads, versions, rows):
+        self.client, self.grads, self.versions, self.rows = client, grads, versions, rows
+        self.checked = False
+
+    def build(self, index, part):
+        req = ps_pb2.DataRequest(step=ps_pb2.Step())
+        step, frames, row_frames = req.step, [], []
+        if part.push:
+            names, grads = part.push, self.grads
+            step.push.SetInParent()
+            step.push.checked = self.checked
+            packed, alone = packing([grads[n] for n in names])
+            if packed:  # the small gradients as one frame (pswire.frames)
+                step.push.packed_count = len(packed)
+                frames.append(as_buffer(pack([grads[names[i]] for i in packed])))
+            for i in packed + alone:
+                name = names[i]
+                step.push.tensors.append(meta_of(name, grads[name]))
+                step.push.versions.append(int(self.versions.get(name, 0)))
+            frames += [as_buffer(grads[names[i]]) for i in alone]
+        for r in part.rows:
+            table, _, grad = self.rows[r.key]
+            step.push_rows.add(table=table)
+            g = grad if r.positions is None else grad.index_select(0, torch.from_numpy(r.positions))
+            frames += [r.ids.view(np.uint8), as_buffer(g)]
+        if part.pull:
+            step.pull.names.extend(part.pull)
+            step.pull.packed = True
+        for r in part.pull_rows:
+            step.pull_rows.add(table=r.key)
+            row_frames.append(r.ids.view(np.uint8))
+        return req, frames + row_frames
+
+    def prepare(self, parts):
+        # a push that went to one PS unchecked and now spans several is checked first
+        names = [n for p in parts.values() for n in p.push]
+        if names and not self.checked and self.client.needs_check(
+                names, rows=any(p.rows for p in parts.values())):
+            self.client.check_push(self.grads, self.versions, names)
+            self.checked = True
+
+
+def _step_outcome(client, result, pushed, pulled, sizes) -> StepOutcome:
+    if result is None:
+        return StepOutcome(dense={} if pulled else None)
+    out = StepOutcome(push=PushOutcome() if pushed else None)
     stale = []
-    for index, (resp, frames) in answers.items():
-        result = resp.step
-        if resp.code != 0:
-            stale.append(f"PS {index}: {resp.message}")
-        if out.push is not None and index in push_groups:
-            out.push.versions.update(result.push.versions)
-            out.push.max_staleness = max(out.push.max_staleness, result.push.max_staleness)
-            out.push.duplicate |= result.push.duplicate
-        out.duplicate |= result.push.duplicate
-        out.rows_updated += sum(r.rows for r in result.push_rows)
+    for a in result.answers:
+        step = a.resp.step
+        if a.resp.code != 0:
+            stale.append(f"PS {a.index}: {a.resp.message}")
+        if out.push is not None and a.part.push:
+            out.push.versions.update(step.push.versions)
+            out.push.max_staleness = max(out.push.max_staleness, step.push.max_staleness)
+            out.push.duplicate |= step.push.duplicate
+        out.duplicate |= step.push.duplicate
+        out.rows_updated += sum(r.rows for r in step.push_rows)
+    for a in result.applied_before:  # refused WRONG_OWNER, its mutations applied there once
+        out.duplicate = True
+        if out.push is not None and a.part.push:
+            out.push.duplicate = True
     if stale:
         raise StaleGradient("; ".join(stale), out.push.versions if out.push else {})
-    if pull is not None:
+    if pulled:
         out.dense = {}
-    row_frames: dict[int, list] = {}
-    for index, (resp, frames) in answers.items():
-        result = resp.step
-        if result.HasField("pull"):
-            client.staleness_checked[index] = result.pull.staleness_checked
-        metas = result.pull.tensors
-        dense_frames = frames_of(len(metas), result.pull.packed_count)
-        if len(frames) != dense_frames + len(result.pull_rows):
-            raise PSError("INTERNAL", Reason.INTERNAL, f"PS {index} answered a Step with "
+    got: dict[str, list] = {}  # table -> [(Rows, values)]
+    for a in result.answers:
+        step, frames = a.resp.step, a.frames
+        if step.HasField("pull"):
+            client.staleness_checked[a.index] = step.pull.staleness_checked
+        metas = step.pull.tensors
+        dense_frames = frames_of(len(metas), step.pull.packed_count)
+        if len(frames) != dense_frames + len(step.pull_rows) or \
+                len(step.pull_rows) != len(a.part.pull_rows):
+            raise PSError("INTERNAL", Reason.INTERNAL, f"PS {a.index} answered a Step with "
                           f"{len(frames)} frames for {len(metas)} tensors "
-                          f"({result.pull.packed_count} packed) and "
-                          f"{len(result.pull_rows)} row pulls")
+                          f"({step.pull.packed_count} packed) and "
+                          f"{len(step.pull_rows)} row pulls ({len(a.part.pull_rows)} asked)")
         if metas:
-            pulled, _ = decode(metas, frames[:dense_frames], result.pull.packed_count)
-            out.dense.update(pulled)
-            versions = dict(zip((m.name for m in metas), result.pull.versions))
+            pulled_now, _ = decode(metas, frames[:dense_frames], step.pull.packed_count)
+            out.dense.update(pulled_now)
+            versions = dict(zip((m.name for m in metas), step.pull.versions))
             out.versions.update(versions)
             client.versions.update(versions)
-        row_frames[index] = frames[dense_frames:]
-    for table, parts in wanted.items():
-        dim = answers[parts[0][0]][0].step.pull_rows[parts[0][2]].dim
-        got = [(pos, from_frame(row_frames[i][nth], torch.float32, (pos.numel(), dim),
-                                f"rows of {table!r}")) for i, pos, nth in parts]
-        if len(got) == 1 and got[0][0].numel() == sizes[table]:
-            out.rows[table] = got[0][1].clone()
+        for nth, rows in enumerate(a.part.pull_rows):
+            values = from_frame(frames[dense_frames + nth], torch.float32,
+                                (rows.ids.size, step.pull_rows[nth].dim),
+                                f"rows of {rows.key!r}")
+            got.setdefault(rows.key, []).append((rows, values))
+    for table, parts in got.items():
+        if len(parts) == 1 and parts[0][0].positions is None:
+            out.rows[table] = parts[0][1].clone()
             continue
-        merged = torch.empty(sizes[table], dim)
-        for pos, values in got:
-            merged.index_copy_(0, pos, values)
+        merged = torch.empty(sizes[table], parts[0][1].shape[1])
+        for rows, values in parts:
+            merged.index_copy_(0, torch.from_numpy(rows.at()), values)
         out.rows[table] = merged
     return out
 
@@ -166,11 +186,11 @@ def _step_outcome(client, answers, grads, push_groups, pull, wanted, sizes) -> S
 class PendingStep:
     """A Step sent and not answered yet (`begin_step`)."""
 
-    def __init__(self, client, pending, *context):
+    def __init__(self, client, call, *context):
         self._client = client
-        self._pending = pending  # an exchange.PendingCall; None: nothing was sent
+        self._call = call  # a reroute.RoutedCall; None: nothing was sent
         self._context = context
 
     def result(self) -> StepOutcome:
-        answers = None if self._pending is None else self._pending.wait()
-        return _step_outcome(self._client, answers, *self._context)
+        result = None if self._call is None else self._call.wait()
+        return _step_outcome(self._client, result, *self._context)
