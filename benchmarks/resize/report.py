@@ -40,6 +40,10 @@ def measure(phase: Phase, log: dict, steps_before: int) -> dict:
     if phase.way == "live" and joined:  # the new PS's start-up, then the moves alone
         out["joined_s"] = round(max(joined) - phase.started, 3)
         out["moving_s"] = round(phase.finished - max(joined), 3)
+        # records/s once they are up: what the moves cost, without their start-up's CPU
+        moving = last - bisect.bisect_right(end, max(joined))
+        out["ratio_moving"] = round(moving * batch / out["moving_s"] / before, 3) \
+            if before and out["moving_s"] > 0 else None
     if phase.marks:
         out["steps"] = {k: round(t - phase.started, 3) for k, t in phase.marks.items()}
     return out
@@ -69,7 +73,8 @@ def table(rows: list[dict], rows_expected: int) -> list[str]:
         if "joined_s" in r:
             lines.append(f"  {r['way']} {r['resize']}: the new PS registered "
                          f"{r['joined_s']:.2f} s after resize-ps (their start-up), the moves "
-                         f"took {r['moving_s']:.2f} s from there")
+                         f"took {r['moving_s']:.2f} s from there, at {r['ratio_moving']}x the "
+                         "records/s before")
         if "steps" in r:
             steps = ", ".join(f"{k} {v:.2f}" for k, v in r["steps"].items())
             lines.append(f"  {r['way']} {r['resize']}, seconds after the pause: {steps}")

@@ -26,6 +26,7 @@ def test_a_live_phase_counts_its_steps_against_those_before_and_its_longest_wait
     assert row["steps_during"] == 50 and row["records_per_s_during"] == 250.0
     assert row["ratio"] == 0.25 and row["longest_wait_s"] == 0.6
     assert row["joined_s"] == 0.5 and row["moving_s"] == 1.5
+    assert row["ratio_moving"] == round(38 * 10 / 1.5 / 1000, 3)  # steps 13..50 end after 10.5 s
     assert report.met(row) == {"seconds": True, "ratio": False, "longest_wait": True}
 
 
