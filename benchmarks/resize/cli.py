@@ -34,7 +34,7 @@ def run(args, workdir: Path) -> dict:
         print(f"{args.rows} rows loaded into 2 PS in {load_s:.1f} s; training", flush=True)
         bench.go()
         bench.train(args.steps)
-        for way, target in PLAN:
+        for way, target in [(w, t) for w, t in PLAN if w in args.ways]:
             phase = bench.live(target) if way == "live" else bench.stop_the_world(target)
             phases.append(phase)
             print(f"  {way} {phase.before} -> {phase.after}: {phase.seconds:.2f} s, "
@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=300,
                    help="steps trained before each resize (the records/s before it)")
     p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--ways", default="live,stop-the-world", type=lambda v: v.split(","),
+                   help="which ways to resize (comma-separated; default both)")
     p.add_argument("--workdir", default="", help="keep logs here (default: a temporary dir)")
     p.add_argument("--json", default="", help="also write the results here")
     args = p.parse_args(argv)
