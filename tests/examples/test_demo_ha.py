@@ -1,6 +1,5 @@
 """The demo's high-availability path, small: the master leader and a PS primary SIGKILLed
-during training (real processes) while the PS set grows 2 -> 3 and shrinks back, and the
-summary's exactness claims read from its --json."""
+during training (real processes), and the summary's exactness claims read from its --json."""
 from __future__ import annotations
 
 import json
@@ -23,7 +22,8 @@ def test_the_demo_kills_the_leader_and_a_primary_and_nothing_is_lost(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "examples.ctr.demo", "--records", str(RECORDS),
          "--epochs", str(EPOCHS), "--shard-size", "200", "--batch-size", "16",
-         "--no-baseline", "--no-worker-churn", "--leader-lease-s", "2", "--eval-every", "5",
+         "--no-baseline", "--no-worker-churn", "--no-resize", "--leader-lease-s", "2",
+         "--eval-every", "5",
          "--workdir", str(tmp_path / "run"), "--json", str(summary_path), "--timeout", "200"],
         cwd=CODE_ROOT, env=child_env(), capture_output=True, text=True, timeout=280)
     assert summary_path.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -55,12 +55,4 @@ def test_the_demo_kills_the_leader_and_a_primary_and_nothing_is_lost(tmp_path):
     assert (primary["rejoined_role"], primary["rejoined_generation"]) == \
         ("backup", primary["generation"] + 1)
     assert ha["backups_compared"] == 2 and ha["backups_differ"] == []
-    # the PS set grew to 3 and shrank back while training ran: each resize started, moved
-    # slots and finished, in order; the PS that left (index 2 and its backup) exited 0
-    resized = summary["resize"]
-    assert resized["asked"] == [[2, 3], [3, 2]] and resized["skipped"] == []
-    assert [(s["before"], s["after"]) for s in resized["seen"]] == [(2, 3), (3, 2)]
-    assert all(s["slots_moved"] > 0 and s["finished_s"] is not None for s in resized["seen"])
-    assert len(resized["left"]) == 2 and set(resized["left"].values()) == {0}
-    assert resized["final_num_ps"] == 2 and resized["updates_lost"] == 0
     assert summary["ok"] and proc.returncode == 0, proc.stdout[-3000:]
