@@ -66,14 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default="", help="keep logs here (default: a temporary dir)")
     p.add_argument("--json", default="", help="also write the results here")
     args = p.parse_args(argv)
-    print(f"machine: {machine()}; commit {git_commit('ps')}", flush=True)
+    where, commit = machine(), git_commit("ps")
+    print(f"machine: {where}; commit {commit}", flush=True)
     started = time.monotonic()
     if args.workdir:
         results = run(args, Path(args.workdir))
     else:
         with tempfile.TemporaryDirectory(prefix="bench-resize-") as tmp:
             results = run(args, Path(tmp))
-    results.update(machine=machine(), commit=git_commit("ps"), table_rows=args.rows,
+    results.update(machine=where, commit=commit, table_rows=args.rows,
                    steps=args.steps, batch=args.batch, wall_s=round(time.monotonic() - started))
     print("\n".join(report.table(results["resizes"], args.rows)))
     check = results["check"]
