@@ -297,7 +297,8 @@ def _check(resp: ps_pb2.DataResponse, parts: list[bytes]) -> None:
 
 def test_random_requests_never_break_an_in_process_ps(inproc_ps):
     fresh = inproc_ps(ParamStore(index=0, num_ps=2, limits=LIMITS))
-    ready = inproc_ps(ParamStore(index=0, num_ps=2, max_staleness=1, limits=LIMITS))
+    # one PS for the client (it owns every slot); the fresh one owns half (WRONG_OWNER fuzzed)
+    ready = inproc_ps(ParamStore(index=0, num_ps=1, max_staleness=1, limits=LIMITS))
     with DataClient([ready.endpoint], timeout_s=10) as c:
         c.init_parameters(MODEL, "adagrad", lr=0.1, tables=TABLES)
     wires = [Wire(fresh.endpoint), Wire(ready.endpoint)]
@@ -334,7 +335,7 @@ def test_random_requests_never_break_an_in_process_ps(inproc_ps):
 def test_random_requests_never_break_a_ps_process(launcher):
     ps = launcher.ps(None, "--checkpoint-interval", "0", "--max-staleness", "1",
                      "--max-request-names", "8", "--max-request-frames", "12",
-                     "--max-new-rows", "64", "--index", "0", "--num-ps", "2")
+                     "--max-new-rows", "64", "--index", "0", "--num-ps", "1")
     endpoint = ps.data_address
     with DataClient([endpoint], timeout_s=30) as c:
         c.init_parameters(MODEL, "adagrad", lr=0.1, tables=TABLES)

@@ -86,7 +86,8 @@ def test_a_stale_push_applies_no_rows_and_reads_nothing():
 BAD_PARTS = {
     "unknown tensor pulled": (dict(pull=["w", "nope"]), "NOT_FOUND"),
     "unknown table pulled": (dict(pull_rows=[("nope", torch.tensor([0]))]), "NOT_FOUND"),
-    "ids of the other PS": (dict(pull_rows=[("t", torch.tensor([0, 1]))]), "INVALID_ARGUMENT"),
+    # ids of a slot another PS owns: refused by the data plane before the store (WRONG_OWNER,
+    # tests/ps/test_moves.py)
     "NaN row gradient": (dict(rows=[("t", torch.tensor([0]),
                                      torch.tensor([[float("nan"), 0.0]]))]), "INVALID_ARGUMENT"),
     "wrong row gradient shape": (dict(rows=[("t", torch.tensor([0]), torch.ones(1, 3))]),
