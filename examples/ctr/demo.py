@@ -337,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         calm = f"{args.baseline_workers} worker{'s' if args.baseline_workers > 1 else ''}, " \
             "no churn"
-        for name, plan, workers in [("with churn", sorted(churn_plan + ha_plan + resize_plan), 1)] + \
+        planned = sorted(churn_plan + ha_plan + resize_plan)
+        for name, plan, workers in [("with churn", planned, 1)] + \
                 ([] if args.no_baseline else [(calm, [], args.baseline_workers)]):
             directory = work / ("churn" if plan else "calm")
             shutil.rmtree(directory, ignore_errors=True)
