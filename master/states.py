@@ -85,6 +85,7 @@ class EventKind(Word):
     PS_LOST = "ps_lost"
     PS_RESIZE_STARTED = "ps_resize_started"  # resize-ps set a new target (master/ps/layout.py)
     PS_SLOTS_MOVED = "ps_slots_moved"        # slots changed owner: how many, how long
+    PS_SLOTS_ROLLED_BACK = "ps_slots_rolled_back"  # a move failed before its commit (why)
     PS_RESIZE_FINISHED = "ps_resize_finished"  # the layout reached its target
     LEASE_REQUEUED = "lease_requeued"
     SHARD_QUARANTINED = "shard_quarantined"

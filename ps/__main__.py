@@ -211,8 +211,7 @@ def run(settings: PSSettings) -> int:
                               data_public_key=me.data_public_key, node=node,
                               restored=restored_message(restored, me.started_ms),
                               token_source=token_source, on_fatal=stop_for,
-                              on_removed=lambda why: (announce(f"elastic-ps: {why}"),
-                                                      stop.set()),
+                              on_removed=lambda why: _leave(why, stop),
                               on_layout=lambda version, slots, ranges: apply_layout(
                                   store, ranges_mask(ranges, slots), version))
         background.append(threading.Thread(target=registrar.run, args=(stop,),
@@ -259,6 +258,18 @@ def run(settings: PSSettings) -> int:
         print(f"elastic-ps: {fatal[0]}", file=sys.stderr, flush=True)
         return 1
     return code
+
+
+# A PS a shrink removed answers WRONG_OWNER this long before it exits: a client whose request
+# to it went unanswered (a lost reply) gets a refusal to re-route by, not silence.
+LEAVE_AFTER_S = 3.0
+
+
+def _leave(why: str, stop: threading.Event) -> None:
+    announce(f"elastic-ps: {why} (in {LEAVE_AFTER_S:.0f} s)")
+    timer = threading.Timer(LEAVE_AFTER_S, stop.set)
+    timer.daemon = True
+    timer.start()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,10 +19,10 @@ What it decides:
 - `resize(target)`: records the target and plans the slot moves (`plan_resize`: only surplus
   slots move), replacing a plan none of whose moves has started.
 
-Hooks for the live move (issue 25's next part; nothing calls them over the network yet):
-`set_phase(slots, phase)` walks a pending move PLANNED -> COPYING -> HANDOVER,
-`roll_back(slots)` returns moves that have not reached HANDOVER to PLANNED (a PS or the master
-restarted before the hand-over: the old owner is still authoritative), and `moved(slots,
+What the live move calls (master/ps/mover.py): `set_phase(slots, phase)` walks a pending
+move PLANNED -> COPYING, `roll_back(slots)` returns moves that have not been committed to
+PLANNED (a PS or the master failed before the commit: the old owner is still authoritative;
+`ps_slots_rolled_back`), and `moved(slots,
 seconds)` hands slots over: the layout takes the new owners in one new version, the move rows
 go, `ps_slots_moved` is recorded, and `ps_resize_finished` once the layout reached its target.
 """
@@ -217,11 +217,17 @@ class PSLayout:
             self.journal.batch.update("ps_slot_moves", slot,
                                       dict(phase=str(phase), changed_ms=now))
 
-    def roll_back(self, slots: list[int] | None = None) -> list[int]:
-        """Hook for the live move: moves of `slots` (default: all) that have not reached
-        HANDOVER go back to PLANNED; returns the slots rolled back."""
+    def roll_back(self, slots: list[int] | None = None, cause: str = "failed",
+                  why: str = "") -> list[int]:
+        """Moves of `slots` (default: all) that have not reached HANDOVER go back to PLANNED
+        (`ps_slots_rolled_back` says why); returns the slots rolled back."""
         back = [s for s in (self.moves if slots is None else slots)
-                if self.moves[s].phase == MovePhase.COPYING]
+                if s in self.moves and self.moves[s].phase == MovePhase.COPYING]
+        if back:
+            pairs = sorted({(self.moves[s].src, self.moves[s].dst) for s in back})
+            self._event(EventKind.PS_SLOTS_ROLLED_BACK, cause,
+                        f"{len(back)} slots (" + ", ".join(f"{a}->{b}" for a, b in pairs[:8])
+                        + f") back to planned: {why}"[:400])
         now = self.journal.now_ms()
         for slot in back:
             self.moves[slot].phase, self.moves[slot].changed_ms = MovePhase.PLANNED, now

@@ -162,7 +162,7 @@ class SlotMover:
         log.warning("slot move of %d slots PS %d -> PS %d rolled back: %s", len(batch.slots),
                     batch.src, batch.dst, why)
         self._abort(batch.slots, [batch.src, batch.dst])
-        self.committer.call(lambda: self.core.layout.roll_back(batch.slots))
+        self.committer.call(lambda: self.core.layout.roll_back(batch.slots, "failed", why))
         self._retry_at = time.monotonic() + min(10.0, RETRY_AFTER_S * self.failures)
 
     # -- recovery and telling the PS ------------------------------------------------------------
@@ -178,7 +178,8 @@ class SlotMover:
         log.warning("rolling back %d slot moves a previous master left half-way", len(caught))
         indices = sorted({i for _, s, d in caught for i in (s, d)})
         self._abort([slot for slot, _, _ in caught], indices)
-        self.committer.call(lambda: self.core.layout.roll_back([s for s, _, _ in caught]))
+        self.committer.call(lambda: self.core.layout.roll_back(
+            [s for s, _, _ in caught], "recovered", "a previous master left them half-way"))
 
     def _abort(self, slots: list[int], indices: list[int]) -> None:
         for index in indices:

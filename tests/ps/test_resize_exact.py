@@ -122,7 +122,7 @@ def test_grow_then_shrink_while_pushing_is_exact(launcher):
     pusher = Pusher(master.address)
     pusher.wait_for(20)
     _resize(master, 3)
-    added = launcher.ps(master.address, index=2, checkpoint_dir="ps2")
+    added = launcher.ps(master.address, index=2, num_ps=0, checkpoint_dir="ps2")
     _until(lambda: _settled(master, 3), why="grow to 3")
     pusher.wait_for(20)
     _resize(master, 2)
@@ -140,15 +140,16 @@ def test_the_new_owner_killed_mid_move_loses_nothing(launcher):
     pusher = Pusher(master.address)
     pusher.wait_for(10)
     _resize(master, 3)
-    added = launcher.ps(master.address, index=2, checkpoint_dir="ps2", env={PAUSE_ENV: "30"})
+    added = launcher.ps(master.address, index=2, num_ps=0, checkpoint_dir="ps2", env={PAUSE_ENV: "30"})
     _until(lambda: _copying(master), why="a move in its copy")
     added.kill()
     _until(lambda: not _copying(master), why="the move rolled back")
     pusher.wait_for(20)  # the old owner thawed: the rolled-back slots take writes again
-    launcher.ps(master.address, index=2, checkpoint_dir="ps2b")
+    launcher.ps(master.address, index=2, num_ps=0, checkpoint_dir="ps2b")
     _until(lambda: _settled(master, 3), why="grow to 3 after the restart")
     pusher.wait_for(20)
     pusher.finish()
+    assert "ps_slots_rolled_back" in _events(master)
 
 
 def test_the_old_owner_killed_mid_move_with_a_backup_loses_nothing(launcher):
@@ -160,14 +161,14 @@ def test_the_old_owner_killed_mid_move_with_a_backup_loses_nothing(launcher):
                                  for p in listing.ps}, SLOTS, listing.layout_version)
     first = plan_resize(layout, 3)[0]  # the mover takes the lowest slot first
     _resize(master, 3)
-    launcher.ps(master.address, index=2, checkpoint_dir="ps2", env={PAUSE_ENV: "5"})
-    launcher.ps(master.address, index=2, checkpoint_dir="b2", env={PAUSE_ENV: "5"})
+    launcher.ps(master.address, index=2, num_ps=0, checkpoint_dir="ps2", env={PAUSE_ENV: "5"})
+    launcher.ps(master.address, index=2, num_ps=0, checkpoint_dir="b2", env={PAUSE_ENV: "5"})
     _until(lambda: _copying(master), why="a move in its copy")
     ps[first.src].kill()  # the old owner: its backup takes over, the move rolls back
     _until(lambda: _settled(master, 3), timeout=120, why="grow to 3 after the failover")
     pusher.wait_for(20)
     pusher.finish()
-    assert "ps_lost" in _events(master)
+    assert "ps_lost" in _events(master) and "ps_slots_rolled_back" in _events(master)
 
 
 def test_the_master_killed_mid_move_loses_nothing(launcher):
@@ -175,23 +176,27 @@ def test_the_master_killed_mid_move_loses_nothing(launcher):
     pusher = Pusher(master.address)
     pusher.wait_for(10)
     _resize(master, 3)
-    launcher.ps(master.address, index=2, checkpoint_dir="ps2", env={PAUSE_ENV: "4"})
+    launcher.ps(master.address, index=2, num_ps=0, checkpoint_dir="ps2", env={PAUSE_ENV: "4"})
     _until(lambda: _copying(master), why="a move in its copy")
     master.kill()
     master.start()  # same database and port: the new leader rolls the copy back, then redoes it
     _until(lambda: _settled(master, 3), timeout=120, why="grow to 3 after the master restart")
     pusher.wait_for(20)
     pusher.finish()
+    rolled = [e for e in master.stub().GetEvents(pb.GetEventsRequest(), timeout=10).events
+              if e.kind == "ps_slots_rolled_back"]
+    assert [e.cause for e in rolled] == ["recovered"]
 
 
 def _verify(master: str, steps: int) -> None:
     client = DataClient(master=master)
     try:
         rows = client.pull_rows("e", torch.arange(ROWS))
-        dense = client.pull(NAMES)
+        dense = client.pull()  # every tensor of every PS: this client declared nothing
     finally:
         client.close()
     assert torch.equal(rows, torch.full((ROWS, 1), float(steps)))
+    assert sorted(dense) == NAMES
     assert all(torch.equal(dense[n], torch.full((2,), float(steps))) for n in NAMES)
 
 
@@ -206,13 +211,13 @@ def test_a_set_restarted_with_another_count_restores_through_the_layout(launcher
     for p in ps:  # SIGTERM: each writes its final checkpoint
         assert p.terminate(60) == 0
     _resize(master, 3)  # with no PS up
-    grown = [launcher.ps(master.address, index=i, checkpoint_dir=f"ps{i}") for i in range(3)]
+    grown = [launcher.ps(master.address, index=i, num_ps=0, checkpoint_dir=f"ps{i}") for i in range(3)]
     _until(lambda: _settled(master, 3), why="the restarted set grows to 3")
     _verify(master.address, steps)
     for p in grown:
         assert p.terminate(60) == 0
     _resize(master, 2)  # and back, restarted again: index 2 hands its slots over, exits 0
-    shrunk = [launcher.ps(master.address, index=i, checkpoint_dir=f"ps{i}") for i in range(3)]
+    shrunk = [launcher.ps(master.address, index=i, num_ps=0, checkpoint_dir=f"ps{i}") for i in range(3)]
     assert shrunk[2].wait(60) == 0
     _until(lambda: _settled(master, 2), why="the restarted set shrinks to 2")
     _verify(master.address, steps)
