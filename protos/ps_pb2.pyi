@@ -164,14 +164,16 @@ class DataRequest(_message.Message):
     def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., generation: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ..., follow: _Optional[_Union[Follow, _Mapping]] = ..., replicate: _Optional[_Union[Replicate, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ..., slot_export: _Optional[_Union[SlotMove, _Mapping]] = ..., slot_import: _Optional[_Union[SlotMove, _Mapping]] = ...) -> None: ...
 
 class SlotMove(_message.Message):
-    __slots__ = ("slots", "layout_version", "attempt")
+    __slots__ = ("slots", "layout_version", "attempt", "handover")
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    HANDOVER_FIELD_NUMBER: _ClassVar[int]
     slots: _containers.RepeatedScalarFieldContainer[int]
     layout_version: int
     attempt: int
-    def __init__(self, slots: _Optional[_Iterable[int]] = ..., layout_version: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+    handover: bool
+    def __init__(self, slots: _Optional[_Iterable[int]] = ..., layout_version: _Optional[int] = ..., attempt: _Optional[int] = ..., handover: _Optional[bool] = ...) -> None: ...
 
 class SlotMoveResult(_message.Message):
     __slots__ = ("rows", "tensors")

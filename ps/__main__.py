@@ -111,6 +111,7 @@ def run(settings: PSSettings) -> int:
 
     if settings.torch_threads:
         torch.set_num_threads(settings.torch_threads)
+    _warm_up_optimizers()
     stub = channel = None
     if not settings.standalone:
         stub, channel = connect(settings.master, settings.tls_ca, token, token_source)
@@ -208,6 +209,9 @@ def run(settings: PSSettings) -> int:
     if stub is not None:
         registrar = Registrar(stub, me.address, me.data_address, settings.index,
                               num_ps, settings.register_interval,
+                              # --num-ps left out: registered as "the layout's", so a resize
+                              # while this PS restored does not refuse it
+                              asked_num_ps=settings.num_ps,
                               data_public_key=me.data_public_key, node=node,
                               restored=restored_message(restored, me.started_ms),
                               token_source=token_source, on_fatal=stop_for,
@@ -258,6 +262,17 @@ def run(settings: PSSettings) -> int:
         print(f"elastic-ps: {fatal[0]}", file=sys.stderr, flush=True)
         return 1
     return code
+
+
+def _warm_up_optimizers() -> None:
+    """Build and step one throwaway optimizer: torch's first costs about a second (imports
+    behind torch.optim), which would otherwise fall inside the first slot move this PS takes,
+    while the old owner's slots are frozen (docs/benchmarks.md, "Live PS resize")."""
+    import torch
+
+    p = torch.zeros(1, requires_grad=True)
+    p.grad = torch.zeros(1)
+    torch.optim.Adagrad([p]).step()
 
 
 # A PS a shrink removed answers WRONG_OWNER this long before it exits: a client whose request

@@ -48,12 +48,17 @@ def _check_slots(store, slots) -> np.ndarray:
     return np.unique(slots)
 
 
-def export(store, slots, version: int, attempt: int = 0) -> dict:
-    """Freeze `slots` and return everything in them (copies): step 1 above. Slots this PS does
-    not own are refused WRONG_OWNER; slots already frozen are exported again (a retried
-    move: nothing changed in them since)."""
+def export(store, slots, version: int, attempt: int = 0, handover: bool = True) -> dict:
+    """Everything in `slots` (copies). The copy (`handover` False): the rows, taken while the
+    slots keep serving, each table watching from then on what changes in them. The hand-over
+    (step 1's end): under the exclusive gate the slots freeze, and the rows changed since that
+    attempt's copy (all of them when it made none), the ids evicted since, the dense tensors
+    and the at-most-once marks are answered. Slots this PS does not own are refused
+    WRONG_OWNER, an attempt already rolled back MOVE_ABORTED; frozen slots are exported
+    again (a retried move: nothing changed in them since)."""
     slots = _check_slots(store, slots)
-    with store.gate.exclusive():
+    hold = store.gate.exclusive() if handover else store.gate.shared()
+    with hold:
         own = store.ownership
         if not own.owned[slots].all():
             missing = int(slots[~own.owned[slots]][0])
@@ -63,22 +68,30 @@ def export(store, slots, version: int, attempt: int = 0) -> dict:
                                "was rolled back already: not freezing its slots again")
         mask = np.zeros(own.num_slots, dtype=bool)
         mask[slots] = True
+        within = _in(mask, own.num_slots)
+        state = {"slots": slots, "version": int(version), "initialized": store.initialized,
+                 "optimizer": store.optimizer_cfg, "dense": [], "applied": []}
+        if not handover:
+            state["tables"] = [
+                {"spec": _spec_dict(t.spec), "optimizer": dict(store.table_cfgs[name]),
+                 **files.slot_rows(t, within, watch=attempt or -1)}
+                for name, t in sorted(store.tables.items())]
+            return state
         own.freeze(slots)
-        dense = []
         for name, d in sorted(store.dense.items()):
             if not mask[own.tensor_slot(name)]:
                 continue
             with d.lock:
                 optim = d.optimizer.state_dict()
-                dense.append({"name": name, "value": d.value.detach().clone(),
-                              "version": d.version, "pushes": d.pushes,
-                              "optim": _cloned(optim)})
-        tables = [{"spec": _spec_dict(t.spec), "optimizer": dict(store.table_cfgs[name]),
-                   **files.slot_rows(t, _in(mask, own.num_slots))}
-                  for name, t in sorted(store.tables.items())]
-        return {"slots": slots, "version": int(version), "initialized": store.initialized,
-                "optimizer": store.optimizer_cfg, "dense": dense, "tables": tables,
-                "applied": store.applied.export()}
+                state["dense"].append({"name": name, "value": d.value.detach().clone(),
+                                       "version": d.version, "pushes": d.pushes,
+                                       "optim": _cloned(optim)})
+        state["tables"] = [
+            {"spec": _spec_dict(t.spec), "optimizer": dict(store.table_cfgs[name]),
+             **files.watched_rows(t, within, attempt or -1)}
+            for name, t in sorted(store.tables.items())]
+        state["applied"] = store.applied.export()
+        return state
 
 
 def install(store, state: dict) -> dict:
@@ -113,7 +126,10 @@ def install(store, state: dict) -> dict:
                                    f"{table.spec} on PS {store.index}, {spec} in the move")
         rows = 0
         for row in state["tables"]:
-            files.import_rows(store.tables[row["spec"]["name"]], row)
+            table = store.tables[row["spec"]["name"]]
+            if row.get("gone") is not None:  # evicted on the old owner since the copy
+                files.drop_ids(table, row["gone"].numpy())
+            files.import_rows(table, row)
             rows += int(row["ids"].numel())
         for row in state["dense"]:
             value = row["value"].contiguous()
@@ -160,6 +176,9 @@ def abort(store, slots, attempt: int = 0) -> dict:
     with store.gate.exclusive():
         own = store.ownership
         own.aborted[slots] = np.maximum(own.aborted[slots], attempt)
+        for t in store.tables.values():
+            with t.lock:
+                t.watch, t.watch_gone, t.watch_attempt = None, [], 0
         mine = slots[own.owned[slots]]
         own.thaw(mine)
         theirs = np.zeros(own.num_slots, dtype=bool)

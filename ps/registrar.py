@@ -47,7 +47,7 @@ class Registrar:
                  restored: master_pb2.RestoredCheckpoint | None = None, node=None,
                  token_source: str = "", on_fatal: Callable[[str], None] | None = None,
                  on_layout: Callable[[int, int, list], None] | None = None,
-                 on_removed: Callable[[str], None] | None = None):
+                 on_removed: Callable[[str], None] | None = None, asked_num_ps: int = -1):
         """on_layout(version, slots, ranges): the master's layout for this index (its version,
         the job's slot count, this index's slot ranges), handed over
         before any role (a backup promoted to primary serves only the slots it owns now)."""
@@ -65,6 +65,8 @@ class Registrar:
         self.data_address = data_address
         self.index = index
         self.num_ps = num_ps
+        # what RegisterPS says: --num-ps as given (0: left out, the layout's), or num_ps
+        self.asked_num_ps = num_ps if asked_num_ps < 0 else asked_num_ps
         self.data_public_key = data_public_key
         self.interval = interval
         # the master may be down for long: retry forever, from first_backoff up to interval
@@ -133,7 +135,7 @@ class Registrar:
     def _register(self) -> float:
         resp = self.stub.RegisterPS(
             master_pb2.RegisterPSRequest(address=self.address, data_address=self.data_address,
-                                         index=self.index, num_ps=self.num_ps,
+                                         index=self.index, num_ps=self.asked_num_ps,
                                          data_public_key=self.data_public_key,
                                          restored=self.restored,
                                          instance=self.node.instance if self.node else ""),

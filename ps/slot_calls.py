@@ -84,38 +84,49 @@ class SlotCalls:
         with self._lock:
             for slot in req.slots:
                 self._newest[slot] = max(self._newest.get(slot, 0), req.attempt)
-        ask = ps_pb2.DataRequest(token=self.token, client_id=f"move-{self.store.index}",
-                                 slot_export=ps_pb2.SlotMove(
-                                     slots=req.slots, layout_version=req.layout_version,
-                                     attempt=req.attempt))
         sock = dealer(self.ctx, req.src_data_address, req.src_public_key)
         try:
-            sock.send(ask.SerializeToString())
-            if not sock.poll(int(EXPORT_TIMEOUT_S * 1000)):
-                raise unavailable(message=f"the PS at {req.src_data_address} did not answer "
-                                  f"the slot export within {EXPORT_TIMEOUT_S:.0f} s")
-            frames = sock.recv_multipart(copy=False)
+            # the copy, while the slots serve; then the hand-over: only what changed since,
+            # with the slots frozen until the master commits and says so
+            copied = self._write(req, self._export(sock, req, handover=False))
+            frame = self._export(sock, req, handover=True)
         finally:
             sock.close(linger=0)
-        resp = ps_pb2.DataResponse.FromString(frames[0].bytes)
-        if resp.code != 0:
-            raise refusal(resp, f"the old owner at {req.src_data_address}: ")
-        if len(frames) != 2:
-            raise ServiceError("INTERNAL", "INTERNAL", "a slot export answers one frame")
         pause = float(os.environ.get(PAUSE_ENV, "0") or 0)
         if pause > 0:
             log.warning("%s: pausing %.1f s in the middle of a slot move", PAUSE_ENV, pause)
             time.sleep(pause)
+        done = self._write(req, frame)
+        return ps_pb2.MoveSlotsResponse(rows=copied.rows + done.rows, tensors=done.tensors,
+                                        slots=int(slots.size))
+
+    def _export(self, sock, req: ps_pb2.MoveSlotsRequest, handover: bool):
+        ask = ps_pb2.DataRequest(token=self.token, client_id=f"move-{self.store.index}",
+                                 slot_export=ps_pb2.SlotMove(
+                                     slots=req.slots, layout_version=req.layout_version,
+                                     attempt=req.attempt, handover=handover))
+        sock.send(ask.SerializeToString())
+        if not sock.poll(int(EXPORT_TIMEOUT_S * 1000)):
+            raise unavailable(Reason.UNAVAILABLE, f"the PS at {req.src_data_address} did not "
+                              f"answer the slot export within {EXPORT_TIMEOUT_S:.0f} s")
+        frames = sock.recv_multipart(copy=False)
+        resp = ps_pb2.DataResponse.FromString(frames[0].bytes)
+        if resp.code != 0:
+            raise refusal(resp, f"the old owner at {req.src_data_address}: ")
+        if len(frames) != 2:
+            raise ServiceError("INTERNAL", Reason.INTERNAL, "a slot export answers one frame")
+        return frames[1]
+
+    def _write(self, req: ps_pb2.MoveSlotsRequest, frame) -> ps_pb2.SlotMoveResult:
         put = ps_pb2.DataRequest(token=self.token, slot_import=ps_pb2.SlotMove(
-            slots=req.slots, layout_version=req.layout_version))
+            slots=req.slots, layout_version=req.layout_version, attempt=req.attempt))
         header = LocalHeader(put.SerializeToString())
         with self._lock:
             if any(self._newest.get(slot, 0) > req.attempt for slot in req.slots):
                 raise ServiceError("ABORTED", Reason.MOVE_ABORTED, f"a newer attempt at "
                                    f"these slots began here: attempt {req.attempt} is late")
-            reply = self.chain.handle("slot_import", put, [frames[1]], header)
+            reply = self.chain.handle("slot_import", put, [frame], header)
         done = ps_pb2.DataResponse.FromString(bytes(reply[0]))
         if done.code != 0:
             raise refusal(done, "writing the moved slots here: ")
-        return ps_pb2.MoveSlotsResponse(rows=done.slot_import.rows,
-                                        tensors=done.slot_import.tensors, slots=int(slots.size))
+        return done.slot_import

@@ -36,10 +36,12 @@ from ..states import MovePhase
 
 log = logging.getLogger(__name__)
 
-BATCH_SLOTS = 64        # a batch's writes pause for its copy: keep it short
+BATCH_SLOTS = 64        # a batch's hand-over pauses its slots' writes: keep it short
+PACE_S = 0.05           # between batches
 IMPORT_TIMEOUT_S = 120.0
 CALL_TIMEOUT_S = 10.0
 RETRY_AFTER_S = 1.0     # after a failed batch
+MAX_CHANNELS = 64
 
 
 @dataclass(frozen=True)
@@ -58,18 +60,20 @@ class Batch:
 
 class SlotMover:
     def __init__(self, core, committer, tls_ca: str = "", token: str = "",
-                 batch: int = BATCH_SLOTS, interval: float = 0.2):
+                 batch: int = BATCH_SLOTS, interval: float = 0.2, pace: float = PACE_S):
         self.core = core
         self.committer = committer
         self.tls_ca = tls_ca
         self.token = token
         self.batch = batch
         self.interval = interval
+        self.pace = pace
         self.stop = threading.Event()
         self.wake = threading.Event()  # a resize or a registration: look now
         self._retry_at = 0.0
         self.failures = 0
         self.attempt = 0
+        self._stubs: dict[str, tuple] = {}  # PS address -> (channel, stub)
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="slot-mover", daemon=True).start()
@@ -84,9 +88,12 @@ class SlotMover:
                     return
                 log.exception("slot move round failed")
                 moved = False
-            if not moved:
+            if moved:  # let the writes the hand-over paused catch up before the next one
+                self.stop.wait(self.pace)
+            else:
                 self.wake.wait(self.interval)
                 self.wake.clear()
+        self.close_channels()
 
     # -- one batch ----------------------------------------------------------------------------
 
@@ -211,8 +218,23 @@ class SlotMover:
                         index, version, exc.code().name)
 
     def _call(self, address: str, request, timeout: float):
-        channel = auth.channel(address, tls_ca=self.tls_ca or None, token=self.token or None)
+        # one channel per PS address, kept: the calls that end a hand-over are on the path of
+        # the writes it pauses (a new channel costs a connection each time)
+        stub = self._stubs.get(address)
+        if stub is None:
+            if len(self._stubs) >= MAX_CHANNELS:
+                self.close_channels()
+            channel = auth.channel(address, tls_ca=self.tls_ca or None,
+                                   token=self.token or None)
+            stub = self._stubs[address] = (channel, ps_pb2_grpc.ParameterServerStub(channel))
         try:
-            return ps_pb2_grpc.ParameterServerStub(channel).MoveSlots(request, timeout=timeout)
-        finally:
+            return stub[1].MoveSlots(request, timeout=timeout)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:  # a PS gone: forget its channel
+                self._stubs.pop(address, (None, None))[0].close()
+            raise
+
+    def close_channels(self) -> None:
+        for channel, _ in self._stubs.values():
             channel.close()
+        self._stubs.clear()

@@ -109,7 +109,8 @@ class Handlers:
         import io
 
         state = moves.export(self.store, list(req.slot_export.slots),
-                             req.slot_export.layout_version, req.slot_export.attempt)
+                             req.slot_export.layout_version, req.slot_export.attempt,
+                             req.slot_export.handover)
         buf = io.BytesIO()
         torch.save(state, buf)
         resp = ps_pb2.DataResponse(code=0, seq=req.seq)

@@ -152,19 +152,45 @@ def contents(table) -> dict[int, tuple]:
 
 # -- hash-slot moves (ps/moves.py) ----------------------------------------------------------------
 
-def slot_rows(table, in_slots) -> dict:
+def slot_rows(table, in_slots, watch: int = 0) -> dict:
     """The rows whose ids `in_slots(ids)` (a boolean mask over ids) selects, copied, with their
     metadata: a delta's shape without the table's counters (a move carries rows, not the
-    sending table's counters). Call under the store's exclusive gate."""
+    sending table's counters). `watch`: a slot move's attempt, from which on the table records
+    what changes (`watched_rows` gives it), started under the same lock as the copy."""
     with table.lock:
         live = table._live()
-        at = live[in_slots(table.ids[live])]
-        index = torch.from_numpy(at)
-        meta = {name: torch.from_numpy(getattr(table, name)[at]) for name in _META}
-        return {"ids": torch.from_numpy(table.ids[at]),
-                "weights": table.weights.index_select(0, index),
-                "accum": None if table.accum is None else table.accum.index_select(0, index),
-                **meta}
+        out = _rows_at(table, live[in_slots(table.ids[live])])
+        if watch:
+            table.watch, table.watch_gone, table.watch_attempt = [], [], watch
+        return out
+
+
+def watched_rows(table, in_slots, attempt: int) -> dict:
+    """The rows `in_slots` selects that changed since `slot_rows(..., watch=attempt)`, and the
+    ids of theirs evicted since (`gone`); all of them when another attempt (or none) was
+    watching. Stops the watch. Call under the store's exclusive gate."""
+    with table.lock:
+        watched = table.watch is not None and table.watch_attempt == attempt
+        changed, gone = table.watch, table.watch_gone
+        table.watch, table.watch_gone, table.watch_attempt = None, [], 0
+        if not watched:
+            live = table._live()
+            return {**_rows_at(table, live[in_slots(table.ids[live])]), "delta": False}
+        at = np.unique(np.concatenate(changed)) if changed else np.empty(0, dtype=np.int64)
+        at = at[table.ids[at] >= 0]
+        at = at[in_slots(table.ids[at])]
+        gone = np.concatenate(gone) if gone else np.empty(0, dtype=np.int64)
+        gone = gone[in_slots(gone)]
+        return {**_rows_at(table, at), "delta": True, "gone": torch.from_numpy(gone)}
+
+
+def _rows_at(table, at: np.ndarray) -> dict:
+    index = torch.from_numpy(at)
+    meta = {name: torch.from_numpy(getattr(table, name)[at]) for name in _META}
+    return {"ids": torch.from_numpy(table.ids[at]),
+            "weights": table.weights.index_select(0, index),
+            "accum": None if table.accum is None else table.accum.index_select(0, index),
+            **meta}
 
 
 def import_rows(table, state: dict) -> None:
@@ -197,21 +223,33 @@ def import_rows(table, state: dict) -> None:
         table._reset_deadlines()
 
 
+def drop_ids(table, ids: np.ndarray) -> int:
+    """Free the rows of `ids` that this table holds (evicted on the old owner while a move
+    copied them). Returns how many."""
+    with table.lock:
+        slots = table.index.lookup(ids)
+        return _drop_at(table, slots[slots >= 0])
+
+
 def drop_rows(table, in_slots) -> int:
     """Free the rows `in_slots(ids)` selects (they moved to another PS): listed as removed for
     the next delta checkpoint, not counted as evictions. Returns how many."""
     with table.lock:
         live = table._live()
-        at = live[in_slots(table.ids[live])]
-        if not at.size:
-            return 0
-        gone = table.ids[at].copy()
-        table.index.delete(gone)
-        table.ids[at] = -1
-        table.dirty[at] = False
-        table.free = np.concatenate([table.free, at])
-        if not table.needs_full:
-            table.evicted_ids.append(gone)
-            table._evicted_pending += gone.size
-        table._reset_deadlines()
-        return int(at.size)
+        return _drop_at(table, live[in_slots(table.ids[live])])
+
+
+def _drop_at(table, at: np.ndarray) -> int:
+    """Under table.lock: free the rows at positions `at`."""
+    if not at.size:
+        return 0
+    gone = table.ids[at].copy()
+    table.index.delete(gone)
+    table.ids[at] = -1
+    table.dirty[at] = False
+    table.free = np.concatenate([table.free, at])
+    if not table.needs_full:
+        table.evicted_ids.append(gone)
+        table._evicted_pending += gone.size
+    table._reset_deadlines()
+    return int(at.size)

@@ -53,6 +53,11 @@ TIME_SWEEP_S = 0.5       # time-based expiry runs at most this often
 _META = ("counts", "steps", "ticks", "touched")
 
 
+# A slot move's copy watches writes for well under a second; a watch no hand-over ended (its
+# master died) stops after this many requests rather than grow.
+WATCH_MAX = 1000
+
+
 class Table:
     """One embedding table's rows on this PS (see the module docstring)."""
 
@@ -88,6 +93,12 @@ class Table:
         self._evicted_pending = 0
         self.needs_full = False  # more evicted since the last file than rows: write a full one
         self.snaps: list = []  # SnapshotPins of open snapshot views reading the rows
+        # while a slot move copies rows out (ps/moves.py): the positions written and the ids
+        # evicted since its copy, so the hand-over sends only those; None when none is
+        # watching (the request path then pays one attribute test)
+        self.watch: list | None = None
+        self.watch_gone: list = []
+        self.watch_attempt = 0
         self._next_step: int | None = None
         self._next_time: float | None = None
         self._last_sweep = -math.inf
@@ -238,6 +249,8 @@ class Table:
         self.ticks[slots] = self.tick
         self.touched[slots] = now
         self.dirty[slots] = True
+        if self.watch is not None:
+            self._watched(slots)
         self.index.insert(new, slots)
         self.admitted += n
         self._note_deadline(slots)
@@ -255,6 +268,8 @@ class Table:
         if not slots.size:
             return
         gone = self.ids[slots].copy()
+        if self.watch is not None:
+            self.watch_gone.append(gone)
         self.index.delete(gone)
         self.ids[slots] = -1
         self.dirty[slots] = False
@@ -276,6 +291,13 @@ class Table:
         self.ticks[slots] = self.tick
         self.touched[slots] = now
         self.dirty[slots] = True
+        if self.watch is not None:
+            self._watched(slots)
+
+    def _watched(self, slots: np.ndarray) -> None:
+        self.watch.append(slots.copy())
+        if len(self.watch) > WATCH_MAX:  # a move left behind: its hand-over copies all
+            self.watch, self.watch_gone = None, []
 
     def _live(self) -> np.ndarray:
         return np.flatnonzero(self.ids[: self.high] >= 0)

@@ -80,7 +80,10 @@ def test_the_layout_is_listed_enforced_resized_and_survives_a_sigkill(master_fac
     assert [(p.index, list(p.slots)) for p in after.joining] == [(2, [])]
     layout = master.status().layout
     assert (layout.resizing, layout.moves_planned, layout.moves_pending) == (True, 32, 32)
-    assert dict(layout.moves_by_phase) == {"planned": 32}
+    # the master's mover keeps trying the moves (these PS are registrations without a
+    # process: each try rolls back), so a move may be caught copying
+    assert sum(layout.moves_by_phase.values()) == 32
+    assert set(layout.moves_by_phase) <= {"planned", "copying"}
     err = _refusal(lambda: _register(stub, 3, 0))
     assert reason_of(err) == "LAYOUT_MISMATCH" and "resize-ps 4" in err.details()
 
@@ -88,7 +91,7 @@ def test_the_layout_is_listed_enforced_resized_and_survives_a_sigkill(master_fac
     assert out.returncode == 0, out.stderr
     text = out.stdout.split("PS LAYOUT")[1].split("PARAMETER SERVERS")[0]
     assert "version 1: 96 slots over 2 PS" in text
-    assert "resizing to 3 PS: 0 of 32 slot moves done (planned 32)" in text
+    assert "resizing to 3 PS: 0 of 32 slot moves done (" in text
     assert "0:48" in text and "2 (joining)" in text
     out = _ctl(master, "resize-ps", "0")
     assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr

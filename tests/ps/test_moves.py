@@ -54,12 +54,18 @@ def _push_all(s: ParamStore, seq: int, ids: torch.Tensor) -> None:
     s.push("c", seq + 1, [(n, -torch.ones(3)) for n in NAMES], [0] * len(NAMES))
 
 
-def _move(src: ParamStore, dst: ParamStore, slots: np.ndarray, version: int) -> dict:
-    state = moves.export(src, slots, version)
+def _shipped(state: dict) -> dict:
     buf = io.BytesIO()
     torch.save(state, buf)
-    shipped = torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
-    done = moves.install(dst, shipped)
+    return torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+
+
+def _move(src: ParamStore, dst: ParamStore, slots: np.ndarray, version: int,
+          between=lambda: None) -> dict:
+    """The copy (slots serving), `between` (writes meanwhile), the hand-over, the layout."""
+    done = moves.install(dst, _shipped(moves.export(src, slots, version, 7, handover=False)))
+    between()
+    moves.install(dst, _shipped(moves.export(src, slots, version, 7)))
     owned_src, owned_dst = src.ownership.owned.copy(), dst.ownership.owned.copy()
     owned_src[slots], owned_dst[slots] = False, True
     moves.apply_layout(dst, owned_dst, version)
@@ -68,36 +74,61 @@ def _move(src: ParamStore, dst: ParamStore, slots: np.ndarray, version: int) -> 
 
 
 def test_a_moved_slot_carries_rows_tensors_optimizer_state_and_marks():
+    """The copy, writes while it runs (taken by the hand-over's delta), the hand-over: the two
+    PS together hold exactly what one PS that never moved anything holds."""
     src = _store(0, np.ones(SLOTS, bool))
+    ref = _store(0, np.ones(SLOTS, bool))
     dst = _store(1, np.zeros(SLOTS, bool), init=False)
     ids = torch.arange(500)
-    _push_all(src, 1, ids)
-    _push_all(src, 3, ids[:200])
-    before = _contents(src)
+    for s in (src, ref):
+        _push_all(s, 1, ids)
+        _push_all(s, 3, ids[:200])
     slots = np.arange(SLOTS // 2, SLOTS)
-    done = _move(src, dst, slots, 2)
+    done = _move(src, dst, slots, 2, between=lambda: _push_all(src, 5, ids[100:300]))
+    _push_all(ref, 5, ids[100:300])
     moved_rows = int(np.isin(row_slot(ids.numpy(), SLOTS), slots).sum())
-    assert done["rows"] == moved_rows > 0
+    assert done["rows"] == moved_rows > 0  # the copy took them all
     assert dst.initialized and dst.optimizer_cfg == ADAGRAD
-    after = _contents(src, dst)
-    assert after[0].keys() == before[0].keys() and after[1].keys() == before[1].keys()
-    for i, (w, a, count) in before[0].items():
-        w2, a2, count2 = after[0][i]
-        assert torch.equal(w, w2) and torch.equal(a, a2) and count == count2
-    for n, (v, version, accum) in before[1].items():
-        v2, version2, accum2 = after[1][n]
+    want, got = _contents(ref), _contents(src, dst)
+    assert got[0].keys() == want[0].keys() and got[1].keys() == want[1].keys()
+    for i, (w, a, count) in want[0].items():
+        w2, a2, count2 = got[0][i]
+        assert torch.equal(w, w2) and torch.equal(a, a2) and count == count2, i
+    for n, (v, version, accum) in want[1].items():
+        v2, version2, accum2 = got[1][n]
         assert torch.equal(v, v2) and version == version2 and torch.equal(accum, accum2)
     # each side holds exactly its slots' rows and tensors
     assert all(np.isin(row_slot(np.array(list(dst.tables["e"].rows())), SLOTS), slots))
     assert not any(np.isin(row_slot(np.array(list(src.tables["e"].rows())), SLOTS), slots))
-    assert {tensor_slot(n, SLOTS) >= SLOTS // 2 for n in dst.dense} <= {True}
+    assert all(tensor_slot(n, SLOTS) >= SLOTS // 2 for n in dst.dense)
     # the marks came along: the first try's retry is a duplicate on the new owner
-    assert dst.applied.seen("c", 4) and not dst.applied.seen("c", 5)
+    assert dst.applied.seen("c", 6) and not dst.applied.seen("c", 7)
     # and the new owner goes on from the moved state (Adagrad's sums included)
-    w_before = dst.tables["e"].rows()[int(ids[row_slot(ids.numpy(), SLOTS) >= SLOTS // 2][0])][0]
     mine = ids[np.isin(row_slot(ids.numpy(), SLOTS), slots)]
-    dst.push_rows("c", 5, "e", mine, -torch.ones(mine.numel(), 4))
-    assert not torch.equal(dst.tables["e"].rows()[int(mine[0])][0], w_before)
+    for s in (dst, ref):
+        s.push_rows("c", 7, "e", mine, -torch.ones(mine.numel(), 4))
+    assert all(torch.equal(dst.tables["e"].rows()[i][0], ref.tables["e"].rows()[i][0])
+               for i in mine.tolist())
+
+
+def test_the_hand_over_sends_only_what_changed_since_the_copy():
+    src = _store(0, np.ones(SLOTS, bool))
+    dst = _store(1, np.zeros(SLOTS, bool), init=False)
+    _push_all(src, 1, torch.arange(2000))
+    slots = np.arange(0, SLOTS // 2)
+    copy = moves.export(src, slots, 2, 9, handover=False)
+    touched = torch.arange(10)
+    src.push_rows("c", 3, "e", touched, -torch.ones(10, 4))
+    final = moves.export(src, slots, 2, 9)
+    in_slots = np.isin(row_slot(touched.numpy(), SLOTS), slots)
+    assert copy["tables"][0]["ids"].numel() > 900
+    assert sorted(final["tables"][0]["ids"].tolist()) == sorted(touched[in_slots].tolist())
+    assert final["tables"][0]["delta"] and src.ownership.frozen[slots].all()
+    # an attempt other than the one that copied gets everything
+    again = moves.export(src, slots, 2, 10)
+    assert not again["tables"][0]["delta"]
+    assert again["tables"][0]["ids"].numel() == copy["tables"][0]["ids"].numel()
+    moves.install(dst, copy)
 
 
 def _request(kind: str, seq: int, **body) -> ps_pb2.DataRequest:
