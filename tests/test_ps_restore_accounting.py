@@ -76,18 +76,25 @@ def test_updates_lost_match_the_acknowledged_records_of_the_lost_window(launcher
         client.close()
 
 
-def test_a_ps_with_only_checkpoints_of_another_ps_count_refuses_to_start(launcher, tmp_path):
+def test_a_ps_restarted_with_another_count_keeps_what_its_checkpoint_holds(launcher, tmp_path):
+    """A checkpoint records its hash slots (docs/ps.md, "Slots and resize"): a PS restarted
+    with another --num-ps restores it and owns what it held, rather than starting empty (the
+    next InitParameters would then replace a trained model)."""
     ckpt = tmp_path / "ckpt"
     ps = launcher.ps(None, "--checkpoint-interval", "0", num_ps=1, checkpoint_dir=ckpt)
     model = torch.nn.Linear(4, 1)
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
     data = DataClient([ps.data_address])
     try:
-        data.init_parameters({n: p.detach() for n, p in model.named_parameters()},
-                             optimizer="sgd", lr=1.0)
+        data.init_parameters(params, optimizer="sgd", lr=1.0)
     finally:
         data.close()
     assert ps.terminate() == 0  # a final checkpoint: ps-0-of-1
-    again = launcher.ps(None, "--checkpoint-interval", "0", num_ps=2, checkpoint_dir=ckpt,
-                        wait=False)
-    assert again.wait(timeout=60) == 1
-    assert "another size" in again.output() and "--num-ps" in again.output()
+    again = launcher.ps(None, "--checkpoint-interval", "0", num_ps=2, checkpoint_dir=ckpt)
+    assert "restored ps-0-of-1-" in again.output()
+    data = DataClient([again.data_address])
+    try:
+        pulled = data.pull()  # everything it holds
+    finally:
+        data.close()
+    assert all(torch.equal(pulled[n], params[n]) for n in params)

@@ -184,7 +184,11 @@ class DataClient:
         return index
 
     def split(self, part: Part, every: bool = False) -> dict[int, Part]:
-        """A call's content by the PS that own it now (`worker_sdk.ps.parts.split`)."""
+        """A call's content by the PS that own it now (`worker_sdk.ps.parts.split`). A client
+        idle for IDLE_REFRESH_S reads the layout again first: a shrink may have removed a PS
+        its layout still routes to, which answers WRONG_OWNER only for a few seconds before
+        it exits (and a request to a PS that is gone could not be re-routed safely)."""
+        self.exchange.refresh_if_idle()
         return split(part, self.exchange.layout, self.tensor_owner, every)
 
     def pull(self, names: Iterable[str] | None = None) -> dict[str, torch.Tensor]:

@@ -31,7 +31,11 @@ log = logging.getLogger(__name__)
 
 _RETRY_CODES = frozenset(code.name for code in RETRYABLE)
 REROUTE_AFTER_S = 0.3  # an unanswered request this old asks the master for a new primary
-RETRY_BUDGET_S = 30.0  # how long one call keeps retrying a PS that does not answer
+RETRY_BUDGET_S = 30.0
+# a client idle this long reads the layout before its next call (a PS a shrink removed lingers
+# ps.__main__.LEAVE_AFTER_S = 3 s, answering WRONG_OWNER, before it exits)
+IDLE_REFRESH_S = 1.0
+IDLE_REFRESH_TIMEOUT_S = 2.0  # how long one call keeps retrying a PS that does not answer
 # A slot's hand-over pauses its writes for well under a second: SLOT_MOVING is retried soon
 # and often, apart from the tries and backoff kept for a PS that does not answer
 MOVING_BACKOFF_S, MOVING_MAX_BACKOFF_S = 0.015, 0.1
@@ -118,6 +122,7 @@ class Exchange:
         self._adopt(self._resolve(), drop=True)
         self._rerouted_at = 0.0
         self._seq = 0
+        self.answered_at = time.monotonic()  # the last call answered (refresh_if_idle)
 
     def _resolve(self, timeout_s: float | None = None, min_version: int = 0) -> Placement:
         # a method, not a lambda over self: a client in a reference cycle is freed by the
@@ -163,6 +168,18 @@ class Exchange:
         if drop:
             for i in [i for i in self._conns if i not in members]:
                 self._conns.pop(i).reset()
+
+    def refresh_if_idle(self) -> None:
+        """Read the layout again when no call was answered for IDLE_REFRESH_S (one ListPS
+        then; never between the calls of a busy client). An unreachable master keeps the
+        layout this client has."""
+        if self.master is None or time.monotonic() - self.answered_at < IDLE_REFRESH_S:
+            return
+        try:
+            self._adopt(self._resolve(IDLE_REFRESH_TIMEOUT_S), drop=True)
+        except PSUnavailable:
+            pass
+        self.answered_at = time.monotonic()
 
     def await_layout(self, min_version: int, timeout_s: float, why: str,
                      again: bool = False) -> Layout:
@@ -315,6 +332,7 @@ class Exchange:
                 if attempt > 1:  # one line per recovery, not one per try
                     log.warning("PS call recovered on try %d after %.1fs; the tries before "
                                 "failed with: %s", attempt, backoff.elapsed, why)
+                self.answered_at = time.monotonic()
                 return results
             for index in waiting.values():
                 why = (f"no answer from PS {index} at {self._conns[index].current} within "
