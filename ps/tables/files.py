@@ -100,27 +100,33 @@ def apply_delta(table, state: dict) -> None:
             slots = slots[slots >= 0]
             table.ids[slots] = -1
             table.free = np.concatenate([table.free, slots])
-        keys = state["ids"].numpy().astype(np.int64)
-        slots = table.index.lookup(keys)
-        absent = np.flatnonzero(slots < 0)
-        if absent.size:
-            n = absent.size
-            reused = table.free[-n:][::-1] if table.free.size else table.free
-            table.free = table.free[: table.free.size - reused.size]
-            fresh = np.arange(table.high, table.high + n - reused.size, dtype=np.int64)
-            table._reserve(table.high + fresh.size)
-            table.high += fresh.size
-            slots[absent] = np.concatenate([reused, fresh])
-            table.index.insert(keys[absent], slots[absent])
-        at = torch.from_numpy(slots)
-        table.weights[at] = state["weights"]
-        if table.accum is not None and state.get("accum") is not None:
-            table.accum[at] = state["accum"]
-        table.ids[slots] = keys
-        for name in _META:
-            getattr(table, name)[slots] = state[name].numpy()
+        _write_rows(table, state["ids"].numpy().astype(np.int64), state)
         restore_scalars(table, state)
         table._reset_deadlines()
+
+
+def _write_rows(table, keys: np.ndarray, state: dict) -> np.ndarray:
+    """Under table.lock: write the rows of `keys` (created where absent, overwritten where
+    present) from `state`'s weights, accumulators and metadata; returns their positions."""
+    slots = table.index.lookup(keys)
+    absent = np.flatnonzero(slots < 0)
+    if absent.size:
+        n = absent.size
+        reused = table.free[-n:][::-1] if table.free.size else table.free
+        table.free = table.free[: table.free.size - reused.size]
+        fresh = np.arange(table.high, table.high + n - reused.size, dtype=np.int64)
+        table._reserve(table.high + fresh.size)
+        table.high += fresh.size
+        slots[absent] = np.concatenate([reused, fresh])
+        table.index.insert(keys[absent], slots[absent])
+    at = torch.from_numpy(slots)
+    table.weights[at] = state["weights"]
+    if table.accum is not None and state.get("accum") is not None:
+        table.accum[at] = state["accum"]
+    table.ids[slots] = keys
+    for name in _META:
+        getattr(table, name)[slots] = state[name].numpy()
+    return slots
 
 
 def restore_scalars(table, state: dict) -> None:
@@ -201,25 +207,7 @@ def import_rows(table, state: dict) -> None:
         return
     with table.lock:
         table._unshare()
-        slots = table.index.lookup(keys)
-        absent = np.flatnonzero(slots < 0)
-        if absent.size:
-            n = absent.size
-            reused = table.free[-n:][::-1] if table.free.size else table.free
-            table.free = table.free[: table.free.size - reused.size]
-            fresh = np.arange(table.high, table.high + n - reused.size, dtype=np.int64)
-            table._reserve(table.high + fresh.size)
-            table.high += fresh.size
-            slots[absent] = np.concatenate([reused, fresh])
-            table.index.insert(keys[absent], slots[absent])
-        at = torch.from_numpy(slots)
-        table.weights[at] = state["weights"]
-        if table.accum is not None and state.get("accum") is not None:
-            table.accum[at] = state["accum"]
-        table.ids[slots] = keys
-        for name in _META:
-            getattr(table, name)[slots] = state[name].numpy()
-        table.dirty[slots] = True
+        table.dirty[_write_rows(table, keys, state)] = True
         table._reset_deadlines()
 
 
