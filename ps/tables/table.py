@@ -3,7 +3,9 @@
 Rows live in slot-indexed arrays: float32 weights (and Adagrad accumulators) [capacity, dim],
 and per slot the row's id (-1: a free slot), its count (touches: one per request that pulls
 or pushes it), last-touched step (the table's push count then), a touch tick (the order of
-touches, for LRU) and last-touched time (for `ttl_s`). `ps.tables.index.RowIndex` maps ids to
+touches, for the cap's LRU/LFU choice) and last-touched time (for `ttl_s`). Ticks and times
+are kept up to date only where something reads them (a cap; `ttl_s`): elsewhere a row keeps
+those of its creation, which saves two writes per request. `ps.tables.index.RowIndex` maps ids to
 slots at a cost per request independent of the table's size; slots freed by eviction are
 reused by the next rows created.
 
@@ -273,8 +275,12 @@ class Table:
         # fancy-index += counts an id repeated within one request once: one touch a request
         self.counts[slots] += 1
         self.steps[slots] = self.pushes
-        self.ticks[slots] = self.tick
-        self.touched[slots] = now
+        # the touch order and time are read by the cap's choice and by ttl_s only: a table
+        # without them keeps each row's from its creation (two writes less per request)
+        if self.row_cap:
+            self.ticks[slots] = self.tick
+        if self.spec.ttl_s:
+            self.touched[slots] = now
         self.dirty[slots] = True
 
     def _live(self) -> np.ndarray:
