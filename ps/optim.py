@@ -13,6 +13,7 @@ Embedding rows are updated the way `torch.optim.SGD` / `torch.optim.Adagrad` upd
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +55,7 @@ def step_dense(optimizer: torch.optim.Optimizer, param: torch.Tensor, grad: torc
 
 
 _ADAGRAD_HYPER = ("lr", "lr_decay", "weight_decay", "eps", "maximize")
+_hyper = operator.itemgetter(*_ADAGRAD_HYPER)
 
 
 def step_dense_all(optimizers: list, params: list[torch.Tensor],
@@ -64,9 +66,8 @@ def step_dense_all(optimizers: list, params: list[torch.Tensor],
     push; cheaper even for one tensor), with the single-tensor path's arithmetic exactly."""
     if optimizers and all(type(o) is torch.optim.Adagrad for o in optimizers):
         groups = [o.param_groups[0] for o in optimizers]
-        hyper = tuple(groups[0][k] for k in _ADAGRAD_HYPER)
-        if all(tuple(g[k] for k in _ADAGRAD_HYPER) == hyper for g in groups) \
-                and not groups[0]["differentiable"]:
+        hyper = _hyper(groups[0])
+        if all(_hyper(g) == hyper for g in groups) and not groups[0]["differentiable"]:
             _adagrad_all(optimizers, params, grads, *hyper)
             return
     for optimizer, param, grad in zip(optimizers, params, grads):
