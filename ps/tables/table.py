@@ -44,7 +44,7 @@ from pswire.tables import TableSpec
 
 from ..embedding import initial_rows
 from ..limits import too_large
-from ..optim import RowOptimizer
+from ..optim import RowOptimizer, gather_rows
 from . import files
 from .admission import AdmissionSketch
 from .eviction import Cause, expired, next_expiry, victims
@@ -128,12 +128,12 @@ class Table:
             self.tick += 1
             if not missing_at.size:
                 self._touch(slots, now)
-                return self.weights.index_select(0, torch.from_numpy(slots)), created
+                return gather_rows(self.weights, slots), created
             held = slots >= 0
             self._touch(slots[held], now)
             rows = torch.empty(keys.size, self.spec.dim)
             at = torch.from_numpy(held.nonzero()[0])
-            rows[at] = self.weights.index_select(0, torch.from_numpy(slots[held]))
+            rows[at] = gather_rows(self.weights, slots[held])
             rows[torch.from_numpy(missing_at)] = initial_rows(self.spec, keys[missing_at])
             return rows, created
 
@@ -170,7 +170,7 @@ class Table:
             self.tick += 1
             self._touch(slots, now)
             if slots.size:
-                self.optimizer.apply(self.weights, self.accum, torch.from_numpy(slots), summed,
+                self.optimizer.apply(self.weights, self.accum, slots, summed,
                                      self.step)
             self._expire(now)  # this push may have put rows past ttl_steps
             return int(slots.size)
