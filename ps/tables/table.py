@@ -232,17 +232,19 @@ class Table:
         self._reserve(self.high + fresh)
         if reused.size:
             self._unshare()  # a view may read those slots: they held evicted rows
+        # fresh slots only (no eviction yet): one range, written as a slice
+        at = torch.from_numpy(slots) if reused.size else slice(self.high, self.high + fresh)
+        where = slots if reused.size else at
         self.high += fresh
-        at = torch.from_numpy(slots)
         self.weights[at] = initial_rows(self.spec, new)
         if self.accum is not None:
             self.accum[at] = self.optimizer.initial_accumulator_value
-        self.ids[slots] = new
-        self.counts[slots] = 0
-        self.steps[slots] = self.pushes
-        self.ticks[slots] = self.tick
-        self.touched[slots] = now
-        self.dirty[slots] = True
+        self.ids[where] = new
+        self.counts[where] = 0
+        self.steps[where] = self.pushes
+        self.ticks[where] = self.tick
+        self.touched[where] = now
+        self.dirty[where] = True
         self.index.insert(new, slots)
         self.admitted += n
         self._note_deadline(slots)
