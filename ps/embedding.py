@@ -7,6 +7,7 @@ The table that holds the rows (admission, a cap, TTL, deltas) is ps.tables.table
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
@@ -20,13 +21,18 @@ def _unit(bits: np.ndarray) -> np.ndarray:
     return ((bits >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)
 
 
+@functools.lru_cache(maxsize=256)
+def _table_key(seed: int, name: str) -> np.uint64:
+    key = hashlib.blake2b(f"{seed}\0{name}".encode(), digest_size=8).digest()
+    return np.uint64(int.from_bytes(key, "little"))
+
+
 def initial_rows(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:
     """The initial float32 rows [len(ids), dim] of `ids` (int64, all >= 0)."""
     n = len(ids)
     if spec.initializer == "zeros" or n == 0:
         return torch.zeros(n, spec.dim)
-    key = hashlib.blake2b(f"{spec.seed}\0{spec.name}".encode(), digest_size=8).digest()
-    base = np.uint64(int.from_bytes(key, "little"))
+    base = _table_key(spec.seed, spec.name)
     rows = splitmix64(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ base)[:, None]
     if spec.initializer == "uniform":
         cols = np.arange(spec.dim, dtype=np.uint64)[None, :]
@@ -34,13 +40,15 @@ def initial_rows(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:
             u = _unit(splitmix64(rows + cols * GOLDEN))
         values = spec.init_a + (spec.init_b - spec.init_a) * (u - 2.0**-53)
     else:  # normal: Box-Muller, one pair of counters gives two columns (cos and sin)
-        pairs = np.arange((spec.dim + 1) // 2, dtype=np.uint64)[None, :] * np.uint64(2)
+        pairs = (spec.dim + 1) // 2
+        # counters 2k (u1) and 2k + 1 (u2) of pair k, mixed in one pass
+        counters = np.arange(2 * pairs, dtype=np.uint64)[None, :]
         with np.errstate(over="ignore"):
-            u1 = _unit(splitmix64(rows + pairs * GOLDEN))
-            u2 = _unit(splitmix64(rows + (pairs + np.uint64(1)) * GOLDEN))
+            u = _unit(splitmix64(rows + counters * GOLDEN))
+        u1, u2 = u[:, 0::2], u[:, 1::2]
         radius = np.sqrt(-2.0 * np.log(u1))
         angle = (2.0 * np.pi) * u2
-        z = np.empty((n, pairs.shape[1] * 2))
+        z = np.empty((n, pairs * 2))
         z[:, 0::2] = radius * np.cos(angle)
         z[:, 1::2] = radius * np.sin(angle)
         values = spec.init_a + spec.init_b * z[:, : spec.dim]

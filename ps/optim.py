@@ -13,8 +13,10 @@ Embedding rows are updated the way `torch.optim.SGD` / `torch.optim.Adagrad` upd
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from pswire.optimizers import DENSE, make_dense
@@ -54,6 +56,7 @@ def step_dense(optimizer: torch.optim.Optimizer, param: torch.Tensor, grad: torc
 
 
 _ADAGRAD_HYPER = ("lr", "lr_decay", "weight_decay", "eps", "maximize")
+_hyper = operator.itemgetter(*_ADAGRAD_HYPER)
 
 
 def step_dense_all(optimizers: list, params: list[torch.Tensor],
@@ -64,9 +67,8 @@ def step_dense_all(optimizers: list, params: list[torch.Tensor],
     push; cheaper even for one tensor), with the single-tensor path's arithmetic exactly."""
     if optimizers and all(type(o) is torch.optim.Adagrad for o in optimizers):
         groups = [o.param_groups[0] for o in optimizers]
-        hyper = tuple(groups[0][k] for k in _ADAGRAD_HYPER)
-        if all(tuple(g[k] for k in _ADAGRAD_HYPER) == hyper for g in groups) \
-                and not groups[0]["differentiable"]:
+        hyper = _hyper(groups[0])
+        if all(_hyper(g) == hyper for g in groups) and not groups[0]["differentiable"]:
             _adagrad_all(optimizers, params, grads, *hyper)
             return
     for optimizer, param, grad in zip(optimizers, params, grads):
@@ -80,19 +82,41 @@ def _adagrad_all(optimizers, params, grads, lr, lr_decay, weight_decay, eps, max
     sums = [s["sum"] for s in states]
     steps = [s["step"] for s in states]
     with torch.no_grad():
-        torch._foreach_add_(steps, 1)
+        torch._foreach_add_(steps, _scalars(steps, 1))
         if maximize:
             grads = torch._foreach_neg(grads)
         if weight_decay != 0:
             grads = torch._foreach_add(grads, params, alpha=weight_decay)
         torch._foreach_addcmul_(sums, grads, grads, value=1)
         std = torch._foreach_sqrt(sums)
-        torch._foreach_add_(std, eps)
+        torch._foreach_add_(std, _scalars(std, eps))
         if lr_decay == 0:
             torch._foreach_addcdiv_(params, grads, std, value=-lr)
         else:  # clr as torch computes it, from each tensor's own step count
             clrs = [-(lr / (1 + (s.item() - 1) * lr_decay)) for s in steps]
             torch._foreach_addcdiv_(params, grads, std, clrs)
+
+
+_EXACT_SCALAR_DTYPES = (torch.float32, torch.float64)
+_SCALARS: dict[tuple, torch.Tensor] = {}
+
+
+def _scalars(tensors: list[torch.Tensor], value: float):
+    """`value` for `torch._foreach_add_` over `tensors`: as one 0-dim tensor of each one's
+    dtype when all are float32 or float64, else the Python number. The same arithmetic: a
+    Python scalar added to a float32 (float64) tensor is rounded to float32 (float64) first,
+    as the 0-dim tensor is. Faster: torch's CPU foreach add of a Python scalar wraps and
+    converts it once per tensor (about 2 us each), the tensor list not."""
+    if not all(t.dtype in _EXACT_SCALAR_DTYPES for t in tensors):
+        return value
+    out = []
+    for t in tensors:
+        key = (t.dtype, value)
+        s = _SCALARS.get(key)
+        if s is None:
+            s = _SCALARS.setdefault(key, torch.tensor(value, dtype=t.dtype))
+        out.append(s)
+    return out
 
 
 @dataclass
@@ -117,20 +141,28 @@ class RowOptimizer:
     def has_accumulator(self) -> bool:
         return self.name == "adagrad"
 
-    def apply(self, weights: torch.Tensor, accum: torch.Tensor | None, slots: torch.Tensor,
+    def apply(self, weights: torch.Tensor, accum: torch.Tensor | None, slots: np.ndarray,
               grads: torch.Tensor, step: int) -> None:
-        """Update rows `slots` (distinct) of `weights` with the summed `grads`; `step` counts
-        the updates of this table, 1 for the first (Adagrad's lr_decay uses it)."""
+        """Update rows `slots` (distinct, int64) of `weights` with the summed `grads`; `step`
+        counts the updates of this table, 1 for the first (Adagrad's lr_decay uses it)."""
+        at = torch.from_numpy(slots)
         if self.name == "sgd":
-            rows = weights.index_select(0, slots)
+            rows = gather_rows(weights, slots)
             rows.add_(grads, alpha=-self.lr)
-            weights.index_copy_(0, slots, rows)
+            weights.index_copy_(0, at, rows)
             return
         clr = self.lr / (1 + (step - 1) * self.lr_decay)
-        state = accum.index_select(0, slots)
+        state = gather_rows(accum, slots)
         state.add_(grads.pow(2))
-        accum.index_copy_(0, slots, state)
+        accum.index_copy_(0, at, state)
         std = state.sqrt_().add_(self.eps)
-        rows = weights.index_select(0, slots)
+        rows = gather_rows(weights, slots)
         rows.add_(grads / std, alpha=-clr)
-        weights.index_copy_(0, slots, rows)
+        weights.index_copy_(0, at, rows)
+
+
+def gather_rows(t: torch.Tensor, slots: np.ndarray) -> torch.Tensor:
+    """`t.index_select(0, slots)` (a copy of those rows), by numpy's take: the same bytes,
+    3-4x faster on a few hundred to a few thousand short rows (0.7 against 3.1 us for 361
+    rows of 8 floats; torch's CPU index_select copies element by element)."""
+    return torch.from_numpy(t.numpy().take(slots, axis=0))

@@ -13,6 +13,7 @@ sides more than copying a few KB: `packing` picks the tensors (the small ones of
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -66,21 +67,22 @@ def as_buffer(t: torch.Tensor):
 
 def check_meta(meta: ps_pb2.TensorMeta, allowed=tuple(DTYPES)) -> tuple[torch.dtype, tuple, int]:
     """Validate a TensorMeta; returns (dtype, shape, nbytes)."""
-    if meta.dtype not in allowed:
-        raise invalid(f"tensor {meta.name!r}: dtype {meta.dtype!r} is not one of "
+    name = meta.dtype
+    if name not in allowed:
+        raise invalid(f"tensor {meta.name!r}: dtype {name!r} is not one of "
                       f"{', '.join(allowed)}")
-    if len(meta.shape) > MAX_DIMS or any(d < 0 for d in meta.shape):
-        raise invalid(f"tensor {meta.name!r}: shape {list(meta.shape)} is not a valid shape "
+    shape = tuple(meta.shape)
+    if len(shape) > MAX_DIMS or (shape and min(shape) < 0):
+        raise invalid(f"tensor {meta.name!r}: shape {list(shape)} is not a valid shape "
                       f"(at most {MAX_DIMS} non-negative dimensions)")
-    dtype = DTYPES[meta.dtype]
-    numel = span = 1
-    for d in meta.shape:
-        numel *= d
-        span *= max(d, 1)  # what strides are made of, even when another dimension is 0
+    dtype = DTYPES[name]
+    numel = math.prod(shape)
+    # what strides are made of, even when another dimension is 0
+    span = numel if numel else math.prod(max(d, 1) for d in shape)
     if span * dtype.itemsize > MAX_SPAN_BYTES:
-        raise invalid(f"tensor {quote(meta.name)}: shape {list(meta.shape)[:MAX_DIMS]} is too "
+        raise invalid(f"tensor {quote(meta.name)}: shape {list(shape)} is too "
                       "large for any tensor")
-    return dtype, tuple(meta.shape), numel * dtype.itemsize
+    return dtype, shape, numel * dtype.itemsize
 
 
 def require_finite(t: torch.Tensor, what: str) -> None:
@@ -166,7 +168,8 @@ def decode(metas, frames: list, packed_count: int = 0, allowed=tuple(DTYPES),
                           f"{sorted({m.dtype for m in metas[:packed_count]})}")
         numels = [c[2] // dtype.itemsize for c in checked]
         flat = from_frame(frames[0], dtype, (sum(numels),), f"the packed {what}s")
-        for meta, (_, shape, _), part in zip(metas, checked, flat.split(numels)):
+        # split_with_sizes: the C method (Tensor.split is a Python wrapper around it)
+        for meta, (_, shape, _), part in zip(metas, checked, flat.split_with_sizes(numels)):
             out.append((meta.name, part.view(shape)))
     for meta, frame in zip(metas[packed_count:], frames[1 if packed_count else 0:]):
         dtype, shape, _ = check_meta(meta, allowed)

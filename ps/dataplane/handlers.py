@@ -15,7 +15,7 @@ import zmq
 
 from protos import ps_pb2
 from pswire.frames import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number, decode,
-                           frames_of, from_frame, meta_of)
+                           dtype_name, frames_of, from_frame)
 from pswire.optimizers import config_from_pb
 from pswire.tables import TableSpec
 from rpckit.errors import invalid
@@ -145,7 +145,8 @@ class Handlers:
             result.packed_count = sum(payload is None for _, payload, _, _ in entries)
             out.append(as_buffer(flat))
         for name, payload, version, tensor in entries:
-            result.tensors.append(meta_of(name, tensor))
+            # add(...) builds the meta in place (append would copy a separate message)
+            result.tensors.add(name=name, dtype=dtype_name(tensor), shape=tensor.shape)
             result.versions.append(version)
             if payload is not None:
                 out.append(payload)

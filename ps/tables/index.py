@@ -15,10 +15,18 @@ EMPTY = -1
 TOMBSTONE = -2
 MAX_LOAD = 0.5
 _MULT = np.uint64(0x9E3779B97F4A7C15)
+_WINDOW = np.arange(1, 9)  # positions after home that a lookup reads in one gather
 
 
 class RowIndex:
-    """Maps distinct non-negative int64 ids to int64 slots."""
+    """Maps distinct non-negative int64 ids to int64 slots.
+
+    Each hash position holds its key and its slot side by side (`entries`, [capacity, 2]), so
+    a probe reads both with one gather (`take` along the rows: on 2,000 ids about as fast as
+    one fancy index of a 1-D array, and one cache miss per id instead of two). ndarray
+    methods, not numpy's functions: each of those adds Python calls (a dispatcher, a
+    wrapper) to every request.
+    """
 
     def __init__(self, expected: int = 0) -> None:
         self._alloc(_capacity_for(expected))
@@ -30,30 +38,32 @@ class RowIndex:
 
     @property
     def nbytes(self) -> int:
-        return self.keys.nbytes + self.slots.nbytes
+        return self.entries.nbytes
 
     def _alloc(self, capacity: int) -> None:
-        self.keys = np.full(capacity, EMPTY, dtype=np.int64)
-        self.slots = np.empty(capacity, dtype=np.int64)
-        self._bits = capacity.bit_length() - 1
+        self.entries = np.full((capacity, 2), EMPTY, dtype=np.int64)
+        self._shift = np.uint64(64 - (capacity.bit_length() - 1))
         self._mask = capacity - 1
 
     def _home(self, ids: np.ndarray) -> np.ndarray:
-        with np.errstate(over="ignore"):
-            h = ids.astype(np.uint64) * _MULT
-        return (h >> np.uint64(64 - self._bits)).astype(np.int64) if self._bits else \
-            np.zeros(ids.shape, dtype=np.int64)
+        # Fibonacci hashing: the top bits of id * 2**64/phi. A uint64 array multiply wraps
+        # silently (no overflow warning for arrays); capacity >= 16, so the shift is < 64
+        h = np.ascontiguousarray(ids, dtype=np.int64).view(np.uint64) * _MULT
+        h >>= self._shift
+        return h.view(np.int64)
 
     def _positions(self, ids: np.ndarray) -> np.ndarray:
         """Where each id's key is, -1 where absent."""
-        out = np.full(ids.shape, -1, dtype=np.int64)
         if not ids.size or not self.size:
-            return out
-        active = np.arange(ids.size)
-        want = ids
-        pos = self._home(ids)
+            return np.full(ids.shape, -1, dtype=np.int64)
+        return self._probe(ids, self._home(ids))
+
+    def _probe(self, want: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Where each id of `want` is, probing from `pos` on; -1 where absent."""
+        out = np.full(want.shape, -1, dtype=np.int64)
+        active = np.arange(want.size)
         while active.size:
-            k = self.keys[pos]
+            k = self.entries.take(pos, axis=0)[:, 0]
             hit = k == want
             out[active[hit]] = pos[hit]
             go = ~(hit | (k == EMPTY))
@@ -61,24 +71,43 @@ class RowIndex:
         return out
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """The slot of each id, -1 where absent."""
-        pos = self._positions(ids)
-        found = pos >= 0
-        out = np.full(ids.shape, -1, dtype=np.int64)
-        out[found] = self.slots[pos[found]]
+        """The slot of each id, -1 where absent. Every id's home position is read at once;
+        the ids found elsewhere (a few %) read the next WINDOW positions at once, and only
+        those not settled there (rare) probe on one position per round."""
+        if not ids.size or not self.size:
+            return np.full(ids.shape, -1, dtype=np.int64)
+        home = self._home(ids)
+        entries = self.entries.take(home, axis=0)
+        out = entries[:, 1].copy()
+        miss = (entries[:, 0] != ids).nonzero()[0]
+        if not miss.size:
+            return out
+        out[miss] = -1
+        go = miss[entries[miss, 0] != EMPTY]  # an empty home: absent
+        if go.size:
+            near = self.entries.take((home[go, None] + _WINDOW) & self._mask, axis=0)
+            keys = near[:, :, 0]
+            got = np.where(keys == ids[go, None], near[:, :, 1], -1).max(axis=1)
+            out[go] = got
+            # not found and no empty position in the window: the id may lie further on
+            on = ((got < 0) & (keys != EMPTY).all(axis=1)).nonzero()[0]
+            if on.size:
+                far = self._probe(ids[go[on]], (home[go[on]] + _WINDOW[-1] + 1) & self._mask)
+                seen = far >= 0
+                out[go[on[seen]]] = self.entries.take(far[seen], axis=0)[:, 1]
         return out
 
     def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
         """Add absent, distinct ids with their slots."""
         if not ids.size:
             return
-        if (self.size + self.tombstones + ids.size) > MAX_LOAD * self.keys.size:
+        if (self.size + self.tombstones + ids.size) > MAX_LOAD * self.entries.shape[0]:
             self._rebuild(self.size + ids.size)
         want, put = ids.astype(np.int64, copy=False), slots.astype(np.int64, copy=False)
         pos = self._home(want)
         while want.size:
-            k = self.keys[pos]
-            free = np.flatnonzero(k < 0)  # EMPTY or TOMBSTONE: the ids are absent
+            k = self.entries.take(pos, axis=0)[:, 0]
+            free = (k < 0).nonzero()[0]  # EMPTY or TOMBSTONE: the ids are absent
             if free.size:
                 at = pos[free]
                 order = np.argsort(at, kind="stable")
@@ -86,9 +115,9 @@ class RowIndex:
                 first[1:] = at[order][1:] != at[order][:-1]
                 won = free[order[first]]  # one id per free position this round
                 where = pos[won]
-                self.tombstones -= int(np.count_nonzero(self.keys[where] == TOMBSTONE))
-                self.keys[where] = want[won]
-                self.slots[where] = put[won]
+                self.tombstones -= int(np.count_nonzero(k[won] == TOMBSTONE))
+                self.entries[where, 0] = want[won]
+                self.entries[where, 1] = put[won]
                 left = np.ones(want.size, dtype=bool)
                 left[won] = False
             else:
@@ -103,16 +132,16 @@ class RowIndex:
         found = pos >= 0
         slots = np.full(ids.shape, -1, dtype=np.int64)
         where = pos[found]
-        slots[found] = self.slots[where]
-        self.keys[where] = TOMBSTONE
+        slots[found] = self.entries[where, 1]
+        self.entries[where, 0] = TOMBSTONE
         self.size -= where.size
         self.tombstones += where.size
         return slots
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, slots) of every key, in no particular order."""
-        live = self.keys >= 0
-        return self.keys[live], self.slots[live]
+        live = self.entries[:, 0] >= 0
+        return self.entries[live, 0], self.entries[live, 1]
 
     def _rebuild(self, needed: int) -> None:
         ids, slots = self.items()

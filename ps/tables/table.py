@@ -3,7 +3,9 @@
 Rows live in slot-indexed arrays: float32 weights (and Adagrad accumulators) [capacity, dim],
 and per slot the row's id (-1: a free slot), its count (touches: one per request that pulls
 or pushes it), last-touched step (the table's push count then), a touch tick (the order of
-touches, for LRU) and last-touched time (for `ttl_s`). `ps.tables.index.RowIndex` maps ids to
+touches, for the cap's LRU/LFU choice) and last-touched time (for `ttl_s`). Ticks and times
+are kept up to date only where something reads them (a cap; `ttl_s`): elsewhere a row keeps
+those of its creation, which saves two writes per request. `ps.tables.index.RowIndex` maps ids to
 slots at a cost per request independent of the table's size; slots freed by eviction are
 reused by the next rows created.
 
@@ -42,7 +44,7 @@ from pswire.tables import TableSpec
 
 from ..embedding import initial_rows
 from ..limits import too_large
-from ..optim import RowOptimizer
+from ..optim import RowOptimizer, gather_rows
 from . import files
 from .admission import AdmissionSketch
 from .eviction import Cause, expired, next_expiry, victims
@@ -127,22 +129,23 @@ class Table:
             self._expire(now)
             slots = self.index.lookup(keys)
             created = 0
-            missing_at = np.flatnonzero(slots < 0)
+            missing_at = (slots < 0).nonzero()[0]
             if missing_at.size:
-                missing = distinct_in_order(keys[missing_at])
+                missing = _distinct(keys[missing_at])
                 admit = self._admitted(missing, max_new)
-                created = self._create(admit, slots[slots >= 0], now)
+                created = self._create(admit, slots, now)
                 slots[missing_at] = self.index.lookup(keys[missing_at])
-            held = slots >= 0
+                missing_at = (slots < 0).nonzero()[0]
             self.tick += 1
+            if not missing_at.size:
+                self._touch(slots, now)
+                return gather_rows(self.weights, slots), created
+            held = slots >= 0
             self._touch(slots[held], now)
-            if held.all():
-                return self.weights.index_select(0, torch.from_numpy(slots)), created
             rows = torch.empty(keys.size, self.spec.dim)
-            at = torch.from_numpy(np.flatnonzero(held))
-            rows[at] = self.weights.index_select(0, torch.from_numpy(slots[held]))
-            rows[torch.from_numpy(np.flatnonzero(~held))] = initial_rows(self.spec,
-                                                                         keys[~held])
+            at = torch.from_numpy(held.nonzero()[0])
+            rows[at] = gather_rows(self.weights, slots[held])
+            rows[torch.from_numpy(missing_at)] = initial_rows(self.spec, keys[missing_at])
             return rows, created
 
     def push(self, ids: torch.Tensor, grads: torch.Tensor, max_new: int | None = None) -> int:
@@ -162,22 +165,23 @@ class Table:
             self._expire(now)
             slots = self.index.lookup(keys)
             absent = slots < 0
-            if absent.any() and self.spec.admit_after == 1:
-                new = keys[absent]
-                self._refuse_too_many(new.size, max_new)
-                self._create(new, slots[~absent], now)
-                slots[absent] = self.index.lookup(new)
-                absent = slots < 0  # past the cap within this one request
             if absent.any():
-                keep = np.flatnonzero(~absent)
-                slots, summed = slots[keep], summed[torch.from_numpy(keep)]
+                if self.spec.admit_after == 1:
+                    new = keys[absent]
+                    self._refuse_too_many(new.size, max_new)
+                    self._create(new, slots, now)
+                    slots[absent] = self.index.lookup(new)
+                    absent = slots < 0  # past the cap within this one request
+                keep = (~absent).nonzero()[0]
+                if keep.size < slots.size:
+                    slots, summed = slots[keep], summed[torch.from_numpy(keep)]
             self._unshare()
             self.step += 1
             self.pushes += 1
             self.tick += 1
             self._touch(slots, now)
             if slots.size:
-                self.optimizer.apply(self.weights, self.accum, torch.from_numpy(slots), summed,
+                self.optimizer.apply(self.weights, self.accum, slots, summed,
                                      self.step)
             self._expire(now)  # this push may have put rows past ttl_steps
             return int(slots.size)
@@ -218,15 +222,16 @@ class Table:
         self.filtered += int(missing.size - np.count_nonzero(admit))
         return missing[admit]
 
-    def _create(self, new: np.ndarray, protect: np.ndarray, now: float) -> int:
+    def _create(self, new: np.ndarray, touched: np.ndarray, now: float) -> int:
         """Create rows of `new` (distinct, absent) at their initial value, evicting at the cap
-        rows other than `protect` (slots this request touches). Returns how many were made."""
+        rows other than those this request touches (`touched`: the request's slots, -1 where
+        absent). Returns how many were made."""
         if not new.size:
             return 0
         if self.row_cap:
             over = len(self) + new.size - self.row_cap
             if over > 0:
-                self._make_room(over, protect)
+                self._make_room(over, touched[touched >= 0])
                 new = new[: max(0, self.row_cap - len(self))]
                 if not new.size:
                     return 0
@@ -238,17 +243,19 @@ class Table:
         self._reserve(self.high + fresh)
         if reused.size:
             self._unshare()  # a view may read those slots: they held evicted rows
+        # fresh slots only (no eviction yet): one range, written as a slice
+        at = torch.from_numpy(slots) if reused.size else slice(self.high, self.high + fresh)
+        where = slots if reused.size else at
         self.high += fresh
-        at = torch.from_numpy(slots)
         self.weights[at] = initial_rows(self.spec, new)
         if self.accum is not None:
             self.accum[at] = self.optimizer.initial_accumulator_value
-        self.ids[slots] = new
-        self.counts[slots] = 0
-        self.steps[slots] = self.pushes
-        self.ticks[slots] = self.tick
-        self.touched[slots] = now
-        self.dirty[slots] = True
+        self.ids[where] = new
+        self.counts[where] = 0
+        self.steps[where] = self.pushes
+        self.ticks[where] = self.tick
+        self.touched[where] = now
+        self.dirty[where] = True
         if self.watch is not None:
             self._watched(slots)
         self.index.insert(new, slots)
@@ -288,8 +295,12 @@ class Table:
         # fancy-index += counts an id repeated within one request once: one touch a request
         self.counts[slots] += 1
         self.steps[slots] = self.pushes
-        self.ticks[slots] = self.tick
-        self.touched[slots] = now
+        # the touch order and time are read by the cap's choice and by ttl_s only: a table
+        # without them keeps each row's from its creation (two writes less per request)
+        if self.row_cap:
+            self.ticks[slots] = self.tick
+        if self.spec.ttl_s:
+            self.touched[slots] = now
         self.dirty[slots] = True
         if self.watch is not None:
             self._watched(slots)
@@ -390,6 +401,14 @@ class Table:
     def rows(self) -> dict[int, tuple]:
         """{id: (weights, accum or None, count, step)} (files.contents; for tests)."""
         return files.contents(self)
+
+
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """`distinct_in_order(keys)`; ids in increasing order (what the SDK sends) are that
+    already, which two numpy calls tell."""
+    if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):
+        return keys
+    return distinct_in_order(keys)
 
 
 def row_share(max_rows: int, num_ps: int) -> int:

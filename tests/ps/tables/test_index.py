@@ -56,3 +56,21 @@ def test_cost_per_batch_does_not_grow_with_the_table():
 
     small, large = per_batch(10_000), per_batch(1_000_000)
     assert large < 5 * small + 1e-3, (small, large)
+
+
+def test_ids_displaced_past_the_lookup_window():
+    """Ids sharing one home position sit up to 19 positions past it (and past deleted ones):
+    a lookup finds each, and absent ids of that home are absent."""
+    index = RowIndex(20)  # 64 positions: 20 keys do not trigger a rebuild
+    capacity = index.entries.shape[0]
+    candidates = np.arange(1, 200_000, dtype=np.int64)
+    same = candidates[index._home(candidates) == 5][:30]
+    index.insert(same[:20], np.arange(20))
+    assert index.entries.shape[0] == capacity
+    assert (index.lookup(same[:20]) == np.arange(20)).all()
+    assert (index.lookup(same[20:]) == -1).all()
+    assert (index.delete(same[:10:2]) == np.arange(0, 10, 2)).all()  # tombstones in between
+    assert (index.lookup(same[:20]) == np.where(np.arange(20) % 2 | (np.arange(20) >= 10),
+                                                np.arange(20), -1)).all()
+    mixed = np.concatenate([same[19:20], np.array([7, 8, 9]), same[25:26], same[1:2]])
+    assert (index.lookup(mixed) == [19, -1, -1, -1, -1, 1]).all()
