@@ -207,7 +207,8 @@ def import_rows(table, state: dict) -> None:
         return
     with table.lock:
         table._unshare()
-        table.dirty[_write_rows(table, keys, state)] = True
+        slots = _write_rows(table, keys, state)  # may grow the arrays: index dirty after
+        table.dirty[slots] = True
         table._reset_deadlines()
 
 

@@ -235,3 +235,13 @@ def test_a_nested_shared_hold_never_waits_for_a_waiting_writer():
         pass
     t.join(5)
     assert done.is_set() and not t.is_alive()
+
+
+def test_a_move_into_a_table_that_must_grow_marks_its_rows_changed():
+    src = _store(0, np.ones(SLOTS, bool))
+    dst = _store(1, np.zeros(SLOTS, bool))  # a small table: the install grows it
+    _push_all(src, 1, torch.arange(5000))
+    slots = np.arange(SLOTS)
+    moves.install(dst, _shipped(moves.export(src, slots, 2, 3, handover=False)))
+    table = dst.tables["e"]
+    assert len(table) == 5000 and table.dirty[: table.high].sum() == 5000
