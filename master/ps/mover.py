@@ -37,7 +37,7 @@ from ..states import MovePhase
 log = logging.getLogger(__name__)
 
 BATCH_SLOTS = 64        # a batch's hand-over pauses its slots' writes: keep it short
-PACE_S = 0.05           # between batches
+PACE_S = 0.15           # between batches: the copy competes with training for CPU too
 IMPORT_TIMEOUT_S = 120.0
 CALL_TIMEOUT_S = 10.0
 RETRY_AFTER_S = 1.0     # after a failed batch
