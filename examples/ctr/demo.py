@@ -157,6 +157,10 @@ def train(cluster: LocalCluster, auc: HeldOutAUC, name: str, total: int, plan: l
                         plan.insert(0, step)
                         break  # not yet: no backup in sync; asked again at the next poll
                 elif action in ("grow", "shrink"):
+                    layout = cluster.status()
+                    if layout is None or layout.layout.resizing:
+                        plan.insert(0, step)
+                        break  # the last resize still moves slots: one at a time, as a user would
                     try:
                         run.resizes.append(resize.grow(cluster, count) if action == "grow"
                                            else resize.shrink(cluster, count))
