@@ -20,6 +20,8 @@ before it serves.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import numpy as np
 
 from pswire.slots import row_slot
@@ -28,7 +30,7 @@ from rpckit.errors import Reason, ServiceError, invalid, precondition
 
 from .dense import Dense
 from .optim import RowOptimizer, restore_dense
-from .ownership import Ownership, mask_ranges
+from .ownership import Ownership
 from .snapshots import _cloned
 from .tables import files
 from .tables.table import Table, row_share
@@ -73,7 +75,7 @@ def export(store, slots, version: int, attempt: int = 0, handover: bool = True) 
                  "optimizer": store.optimizer_cfg, "dense": [], "applied": []}
         if not handover:
             state["tables"] = [
-                {"spec": _spec_dict(t.spec), "optimizer": dict(store.table_cfgs[name]),
+                {"spec": asdict(t.spec), "optimizer": dict(store.table_cfgs[name]),
                  **files.slot_rows(t, within, watch=attempt or -1)}
                 for name, t in sorted(store.tables.items())]
             return state
@@ -87,7 +89,7 @@ def export(store, slots, version: int, attempt: int = 0, handover: bool = True) 
                                        "version": d.version, "pushes": d.pushes,
                                        "optim": _cloned(optim)})
         state["tables"] = [
-            {"spec": _spec_dict(t.spec), "optimizer": dict(store.table_cfgs[name]),
+            {"spec": asdict(t.spec), "optimizer": dict(store.table_cfgs[name]),
              **files.watched_rows(t, within, attempt or -1)}
             for name, t in sorted(store.tables.items())]
         state["applied"] = store.applied.export()
@@ -195,14 +197,3 @@ def _free(store, mask: np.ndarray) -> tuple[int, int]:
     for name in names:
         del store.dense[name]
     return rows, len(names)
-
-
-def owned_summary(store) -> str:
-    ranges = mask_ranges(store.ownership.owned)
-    return ",".join(f"{a}:{b}" for a, b in ranges[:8]) + ("..." if len(ranges) > 8 else "")
-
-
-def _spec_dict(spec: TableSpec) -> dict:
-    from dataclasses import asdict
-
-    return asdict(spec)

@@ -17,7 +17,6 @@ A PS started without a master owns `Layout.initial(num_ps)`'s share of its index
 """
 from __future__ import annotations
 
-import threading
 from typing import Iterable
 
 import numpy as np
@@ -67,7 +66,6 @@ class Ownership:
         # per slot, the newest slot-move attempt the master rolled back (ps/moves.py)
         self.aborted = np.zeros(self.num_slots, dtype=np.int64)
         self._tensor_slots: dict[str, int] = {}  # name -> slot, cached (blake2b per name)
-        self.lock = threading.Lock()  # changes come from the registrar and the move RPCs
 
     @classmethod
     def initial(cls, index: int, num_ps: int, num_slots: int = DEFAULT_SLOTS) -> "Ownership":
@@ -77,9 +75,6 @@ class Ownership:
         return cls(index, ranges_mask(layout.ranges(index), num_slots), 0)
 
     # -- reads ----------------------------------------------------------------------------------
-
-    def ranges(self) -> list[tuple[int, int]]:
-        return mask_ranges(self.owned)
 
     def tensor_slot(self, name: str) -> int:
         slot = self._tensor_slots.get(name)
@@ -93,31 +88,38 @@ class Ownership:
 
     # -- the checks (call under the store's gate, shared) ----------------------------------------
 
-    def check_rows(self, ids, table: str, write: bool) -> None:
+    def check(self, tensors_w=(), rows_w=(), tensors_r=(), rows_r=()) -> str:
+        """Raise WrongOwner unless this PS owns every slot of the tensors and (table, ids)
+        rows given; return what of the written ones (`_w`) is being handed over ('' when
+        nothing): the caller decides whether that refuses (SLOT_MOVING). Each id set is
+        hashed once."""
         if self.all_owned and not self.frozen_any:
-            return
-        if not len(ids):
-            return
-        slots = self.row_slots(ids)
-        if not self.all_owned:
-            bad = np.flatnonzero(~self.owned[slots])
-            if bad.size:
-                raise self._wrong(f"row {int(ids[int(bad[0])])} of table {table!r} (slot "
-                                  f"{int(slots[bad[0]])})")
-        if write and self.frozen_any and self.frozen[slots].any():
-            raise slot_moving(f"PS {self.index} is handing over slots of table {table!r}'s "
-                              "rows to another PS; retry shortly")
+            return ""
+        moving = ""
+        for names, write in ((tensors_w, True), (tensors_r, False)):
+            for name in names:
+                slot = self.tensor_slot(name)
+                if not self.owned[slot]:
+                    raise self._wrong(f"tensor {name!r} (slot {slot})")
+                if write and not moving and self.frozen[slot]:
+                    moving = f"tensor {name!r}"
+        for rows, write in ((rows_w, True), (rows_r, False)):
+            for table, ids in rows:
+                if not len(ids):
+                    continue
+                slots = self.row_slots(ids)
+                if not self.all_owned:
+                    bad = np.flatnonzero(~self.owned[slots])
+                    if bad.size:
+                        raise self._wrong(f"row {int(ids[int(bad[0])])} of table {table!r} "
+                                          f"(slot {int(slots[bad[0]])})")
+                if write and not moving and self.frozen_any and self.frozen[slots].any():
+                    moving = f"rows of table {table!r}"
+        return moving
 
-    def check_tensors(self, names: Iterable[str], write: bool) -> None:
-        if self.all_owned and not self.frozen_any:
-            return
-        for name in names:
-            slot = self.tensor_slot(name)
-            if not self.owned[slot]:
-                raise self._wrong(f"tensor {name!r} (slot {slot})")
-            if write and self.frozen[slot]:
-                raise slot_moving(f"PS {self.index} is handing tensor {name!r} over to another "
-                                  "PS; retry shortly")
+    def moving_error(self, what: str) -> ServiceError:
+        return slot_moving(f"PS {self.index} is handing the slots of {what} over to another "
+                           "PS; retry shortly")
 
     def _wrong(self, what: str) -> WrongOwner:
         return WrongOwner(f"{what} is not on PS {self.index} at layout version {self.version}: "
@@ -129,11 +131,8 @@ class Ownership:
         self.frozen[slots] = True
         self.frozen_any = True
 
-    def thaw(self, slots: np.ndarray | None = None) -> None:
-        if slots is None:
-            self.frozen[:] = False
-        else:
-            self.frozen[slots] = False
+    def thaw(self, slots: np.ndarray) -> None:
+        self.frozen[slots] = False
         self.frozen_any = bool(self.frozen.any())
 
     def assign(self, owned: np.ndarray, version: int) -> None:
@@ -144,14 +143,3 @@ class Ownership:
         self.version = int(version)
         self.all_owned = bool(self.owned.all())
         self.thaw(np.flatnonzero(~self.owned))
-
-    def take(self, slots: np.ndarray, version: int) -> None:
-        self.owned[slots] = True
-        self.version = max(self.version, int(version))
-        self.all_owned = bool(self.owned.all())
-
-    def give(self, slots: np.ndarray, version: int) -> None:
-        self.owned[slots] = False
-        self.version = max(self.version, int(version))
-        self.all_owned = False
-        self.thaw(slots)

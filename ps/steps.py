@@ -18,7 +18,6 @@ What it promises, on top of ParamStore's rules:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 

@@ -91,19 +91,21 @@ class Handlers:
         own = self.store.ownership
         if (own.all_owned and not own.frozen_any) or not self._local.check_owner:
             return
-        seen = mutation and self.store.applied.seen(req.client_id, req.seq)
         try:
-            own.check_tensors([*tensors_w, *tensors_r], write=False)
-            for table, ids in [*rows_w, *rows_r]:
-                own.check_rows(ids, table, write=False)
+            moving = own.check(tensors_w, rows_w, tensors_r, rows_r)
         except WrongOwner as exc:
-            if seen:
+            if mutation and self.store.applied.seen(req.client_id, req.seq):
                 raise MovedAfterApplied(exc.message, exc.layout_version) from None
             raise
-        if not seen:
-            own.check_tensors(tensors_w, write=True)
-            for table, ids in rows_w:
-                own.check_rows(ids, table, write=True)
+        # a retry of a mutation applied already gets its stored answer, not a refusal
+        if moving and not (mutation and self.store.applied.seen(req.client_id, req.seq)):
+            raise own.moving_error(moving)
+
+    def _owned_tensors(self) -> list[str]:
+        """The tensors of the slots this PS owns, sorted (a whole pull's; a new owner may hold
+        tensors of slots it does not serve yet)."""
+        own = self.store.ownership
+        return [n for n in sorted(self.store.dense) if own.owned[own.tensor_slot(n)]]
 
     def _slot_export(self, req, frames) -> list:
         import io
@@ -177,9 +179,8 @@ class Handlers:
         if frames:
             raise invalid("a Pull carries no buffer frames")
         names = list(req.pull.names)
-        own = self.store.ownership
-        if not names and not own.all_owned:  # every tensor: those of the slots it owns
-            names = [n for n in sorted(self.store.dense) if own.owned[own.tensor_slot(n)]]
+        if not names and not self.store.ownership.all_owned:  # every tensor of its slots
+            names = self._owned_tensors()
             if not names:
                 resp = ps_pb2.DataResponse(code=0, seq=req.seq)
                 resp.pull.SetInParent()
@@ -258,16 +259,15 @@ class Handlers:
 
     def _step(self, req, frames) -> list:
         parts = self._step_parts(req.step, frames)
-        own = self.store.ownership
-        if parts.pull == [] and not own.all_owned:  # every tensor: those of its slots
-            parts.pull = [n for n in sorted(self.store.dense) if own.owned[own.tensor_slot(n)]]
-        stateful = [(t, ids) for t, ids in parts.pull_rows
-                    if self.store.table(t).spec.stateful_reads]
+        if parts.pull == [] and not self.store.ownership.all_owned:  # every tensor of its slots
+            parts.pull = self._owned_tensors()
+        stateful, plain = [], []  # row pulls that change their table count as writes
+        for table, ids in parts.pull_rows:
+            (stateful if self.store.table(table).spec.stateful_reads else plain).append(
+                (table, ids))
         self._owns(req, tensors_w=[n for n, _ in parts.grads or ()],
                    rows_w=[(t, ids) for t, ids, _ in parts.rows] + stateful,
-                   tensors_r=parts.pull or (),
-                   rows_r=[(t, ids) for t, ids in parts.pull_rows
-                           if not self.store.table(t).spec.stateful_reads],
+                   tensors_r=parts.pull or (), rows_r=plain,
                    mutation=parts.mutates or bool(stateful))
         answer = self.store.step(req.client_id, req.seq, parts, export)
         resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
