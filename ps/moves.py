@@ -180,7 +180,7 @@ def abort(store, slots, attempt: int = 0) -> dict:
         own.aborted[slots] = np.maximum(own.aborted[slots], attempt)
         for t in store.tables.values():
             with t.lock:
-                t.watch, t.watch_gone, t.watch_attempt = None, [], 0
+                t.unwatch()
         mine = slots[own.owned[slots]]
         own.thaw(mine)
         theirs = np.zeros(own.num_slots, dtype=bool)

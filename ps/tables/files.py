@@ -178,7 +178,7 @@ def watched_rows(table, in_slots, attempt: int) -> dict:
     with table.lock:
         watched = table.watch is not None and table.watch_attempt == attempt
         changed, gone = table.watch, table.watch_gone
-        table.watch, table.watch_gone, table.watch_attempt = None, [], 0
+        table.unwatch()
         if not watched:
             live = table._live()
             return {**_rows_at(table, live[in_slots(table.ids[live])]), "delta": False}

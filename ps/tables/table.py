@@ -308,7 +308,11 @@ class Table:
     def _watched(self, slots: np.ndarray) -> None:
         self.watch.append(slots.copy())
         if len(self.watch) > WATCH_MAX:  # a move left behind: its hand-over copies all
-            self.watch, self.watch_gone = None, []
+            self.unwatch()
+
+    def unwatch(self) -> None:
+        """Under self.lock: stop recording changes for a slot move (ps/moves.py)."""
+        self.watch, self.watch_gone, self.watch_attempt = None, [], 0
 
     def _live(self) -> np.ndarray:
         return np.flatnonzero(self.ids[: self.high] >= 0)
