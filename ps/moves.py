@@ -146,10 +146,15 @@ def apply_layout(store, owned: np.ndarray, version: int) -> dict:
     """Own exactly `owned` as of layout `version` (older versions change nothing): the data of
     slots no longer owned is freed (step 3 on the old owner), slots newly owned are served
     (step 3 on the new owner). Returns {released, taken, rows_freed, tensors_freed}."""
+    unchanged = {"released": 0, "taken": 0, "rows_freed": 0, "tensors_freed": 0}
+    # every ListPS check (ps/registrar.py) comes here: an old version must not pause the
+    # requests for the exclusive gate
+    if version <= store.ownership.version:
+        return unchanged
     with store.gate.exclusive():
         own = store.ownership
-        if version <= own.version:
-            return {"released": 0, "taken": 0, "rows_freed": 0, "tensors_freed": 0}
+        if version <= own.version:  # a concurrent call got here first
+            return unchanged
         if owned.size != own.num_slots:  # the job's --ps-slots, first heard from the master
             own = _resized(store, owned.size)
         gone = own.owned & ~owned
