@@ -51,7 +51,6 @@ class Batch:
     dst: int
     src_generation: int
     dst_generation: int
-    src_grpc: str
     src_data: str
     src_key: str
     dst_grpc: str
@@ -69,7 +68,6 @@ class SlotMover:
         self.interval = interval
         self.pace = pace
         self.stop = threading.Event()
-        self.wake = threading.Event()  # a resize or a registration: look now
         self._retry_at = 0.0
         self.failures = 0
         self.attempt = 0
@@ -88,11 +86,8 @@ class SlotMover:
                     return
                 log.exception("slot move round failed")
                 moved = False
-            if moved:  # let the writes the hand-over paused catch up before the next one
-                self.stop.wait(self.pace)
-            else:
-                self.wake.wait(self.interval)
-                self.wake.clear()
+            # after a batch, let the writes its hand-over paused catch up before the next one
+            self.stop.wait(self.pace if moved else self.interval)
         self.close_channels()
 
     # -- one batch ----------------------------------------------------------------------------
@@ -141,7 +136,7 @@ class SlotMover:
             slots = [m.slot for m in planned if (m.src, m.dst) == (first.src, first.dst)]
             return Batch(slots[: self.batch], first.src, first.dst,
                          self.core.replicas.generation(first.src),
-                         self.core.replicas.generation(first.dst), src["address"],
+                         self.core.replicas.generation(first.dst),
                          src["data_address"], src.get("data_public_key", ""), dst["address"],
                          layout.version + 1)
         return None
