@@ -112,6 +112,9 @@ def _client(monkeypatch, ctx, stand_ins, layouts, **kw):
 
     monkeypatch.setattr(exchange_mod, "master_placement", placement)
     monkeypatch.setattr(exchange_mod.Exchange, "_master_stub", lambda self: None)
+    # these tests count ListPS reads: a slow first call (torch warming up) must not read one
+    # as idle (test_an_idle_client_reads_the_layout_before_its_next_call covers that)
+    monkeypatch.setattr(exchange_mod, "IDLE_REFRESH_S", kw.pop("idle_refresh_s", 3600.0))
     client = DataClient(master="fake-master:1", context=ctx, timeout_s=5, **kw)
     client.set_layout({"a": 4, "b": 4})
     client.staleness_checked = {0: False, 1: False}  # no check phase: one Step per PS
@@ -285,3 +288,18 @@ def test_checks_pushes_rows_and_init_are_re_routed(monkeypatch, ctx):
             client.close()
             a.close()
             b.close()
+
+
+def test_an_idle_client_reads_the_layout_before_its_next_call(monkeypatch, ctx):
+    """A client idle for IDLE_REFRESH_S reads ListPS before it splits its next call: one that
+    slept through a shrink does not route to a PS that has exited."""
+    a = StandIn(ctx, lambda n, req, frames: (*serve_plain(req, frames), 0))
+    b = StandIn(ctx, lambda n, req, frames: (wrong_owner(2), [], 0))
+    client, asked = _client(monkeypatch, ctx, [a, b], [TWO, ONE], idle_refresh_s=0.0)
+    try:
+        assert client.push_rows("t", torch.arange(30), torch.ones(30, DIM)) == 30
+        assert len(asked) == 2 and not b.got  # routed by the newer layout from the start
+    finally:
+        client.close()
+        a.close()
+        b.close()

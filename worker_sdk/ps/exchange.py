@@ -175,10 +175,7 @@ class Exchange:
         layout this client has."""
         if self.master is None or time.monotonic() - self.answered_at < IDLE_REFRESH_S:
             return
-        try:
-            self._adopt(self._resolve(IDLE_REFRESH_TIMEOUT_S), drop=True)
-        except PSUnavailable:
-            pass
+        self._refresh(None, IDLE_REFRESH_TIMEOUT_S, drop=True)
         self.answered_at = time.monotonic()
 
     def await_layout(self, min_version: int, timeout_s: float, why: str,
@@ -372,13 +369,15 @@ class Exchange:
         return any((self._conns[i].endpoint, self._conns[i].generation) != before[i]
                    for i in indexes)
 
-    def _refresh(self, indexes: Iterable[int], timeout_s: float | None = None) -> None:
+    def _refresh(self, indexes: Iterable[int] | None, timeout_s: float | None = None,
+                 drop: bool = False) -> None:
         """Look the PS up again (a restarted PS may listen elsewhere, a backup may have been
-        promoted); a newer layout found on the way is routed by from the next call on."""
+        promoted); a newer layout found on the way is routed by from the next call on.
+        `indexes` None: every index; `drop`: as `_adopt`'s (no request in flight)."""
         if self.master is None:
             return
         try:
             found = self._resolve(timeout_s=timeout_s or self.timeout_s)
         except PSUnavailable:
             return
-        self._adopt(found, indexes=indexes)
+        self._adopt(found, drop=drop, indexes=indexes)
