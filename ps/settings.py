@@ -112,8 +112,9 @@ def parse(argv: list[str] | None = None) -> PSSettings:
            "refuse a gradient more than this many versions stale (FAILED_PRECONDITION, "
            "reason STALE_GRADIENT); -1: accept any")
     p.flag("--threads", d.threads,
-           "data plane handler threads (0: one thread serves the socket directly; -1: one "
-           "handler, 4 while this PS is a primary with backups)")
+           "data plane handler threads (0: one thread serves the socket directly; -1: so "
+           "does one, and 4 handlers behind a proxy while this PS is a primary with "
+           "backups)")
     p.flag("--grpc-threads", d.grpc_threads, "gRPC handler threads")
     p.flag("--register-interval", d.register_interval,
            "seconds between checks that the master still lists this PS")

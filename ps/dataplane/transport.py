@@ -1,9 +1,10 @@
 """The PS's data plane transport: a ZeroMQ ROUTER socket that moves tensors without copying.
 
 A client's multipart message [DataRequest, buffer, ...] arrives on a ROUTER socket bound to
-`--data-port`; `zmq.proxy` (C code, no GIL) hands it over an in-process socket to one of
-`threads` handler threads, which decode the header and hand the request to the next link of the
-chain it was given (ps/dataplane/__init__.py: auth, the replica's role gate, replication, the
+`--data-port`. One handler thread reads that socket itself (the default, and `threads=0`), or
+`zmq.proxy` (C code, no GIL) hands each message over an in-process socket to one of `threads`
+handler threads (a primary with backups: see AUTO). A handler decodes the header and hands the
+request to the next link of the chain it was given (ps/dataplane/__init__.py: auth, the replica's role gate, replication, the
 handlers, the store), then send back what that answers, [DataResponse, buffer, ...], the same
 way. Received tensor frames are wrapped with `torch.frombuffer` (no copy); a pulled tensor is
 sent from the tensor's own memory (no copy) and its tracker pins it until ZeroMQ has written the
@@ -38,9 +39,9 @@ from ..limits import Limits, too_large
 log = logging.getLogger(__name__)
 
 POLL_MS = 100
-# threads=AUTO: one handler thread, and AUTO_THREADS while this PS is a primary with backups
-# (each mutation's handler then waits for the backups' acknowledgement, and the others keep
-# serving). One handler is faster otherwise: several of them on a few cores take turns at the
+# threads=AUTO: one thread serving the ROUTER socket itself, and AUTO_THREADS handlers behind
+# a proxy while this PS is a primary with backups (each mutation's handler then waits for the
+# backups' acknowledgement, and the others keep serving). One handler is faster otherwise: several of them on a few cores take turns at the
 # GIL for every request (bench_train and bench_ps, docs/benchmarks.md).
 AUTO = -1
 AUTO_THREADS = 4
@@ -94,6 +95,7 @@ class DataPlane:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._grow_lock = threading.Lock()
+        self._switch = False  # asked to grow while one thread serves the socket directly
         self.frontend: zmq.Socket | None = None
         self.bound_port = 0
 
@@ -143,11 +145,18 @@ class DataPlane:
 
     def start(self) -> None:
         assert self.frontend is not None, "bind() first"
-        if self.threads == 0:  # one thread serves the ROUTER socket itself: no hand-over
+        if self.threads == 0 or (self.auto and self.threads == 1):
+            # one thread serves the ROUTER socket itself: no proxy thread, no hand-over over
+            # an in-process socket (two thread wake-ups less per request). With AUTO that
+            # thread hands the socket to a proxy and AUTO_THREADS handlers once asked to grow
             self._threads.append(threading.Thread(target=self._serve, args=(self.frontend,),
                                                   name="ps-data", daemon=True))
             self._threads[0].start()
             return
+        self._start_proxied(self.threads)
+
+    def _start_proxied(self, handlers: int) -> None:
+        """The proxy over the ROUTER socket and `handlers` threads behind it."""
         backend = self.ctx.socket(zmq.DEALER)
         backend.setsockopt(zmq.LINGER, 0)
         backend.setsockopt(zmq.RCVHWM, 10_000)
@@ -168,10 +177,10 @@ class DataPlane:
                 backend.close(0)
                 self._ended("the data plane proxy")
 
-        self._threads.append(threading.Thread(target=proxy, name="ps-data-proxy", daemon=True))
-        self._threads[0].start()
         with self._grow_lock:
-            self._add_handlers(self.threads)
+            self._threads = [threading.Thread(target=proxy, name="ps-data-proxy", daemon=True)]
+            self._threads[0].start()
+            self._add_handlers(handlers)
 
     def _add_handlers(self, n: int) -> None:
         """Under _grow_lock."""
@@ -183,18 +192,25 @@ class DataPlane:
 
     def grow(self) -> None:
         """With threads=AUTO: serve with AUTO_THREADS handlers from now on (a primary with
-        backups); otherwise nothing changes."""
+        backups); otherwise nothing changes. While one thread serves the socket directly, it
+        makes the switch itself, between two requests (the socket is its alone)."""
         if not self.auto or self._stop.is_set():
             return
         with self._grow_lock:
             if not self._threads:  # not serving yet: start() starts them all
                 self.threads = AUTO_THREADS
                 return
+            if self._direct():
+                self._switch = True
+                return
             missing = AUTO_THREADS - (len(self._threads) - 1)  # less the proxy
             if missing > 0:  # counted and added under one lock: two calls add them once
                 log.info("serving with %d data plane handler threads (a primary with "
                          "backups)", AUTO_THREADS)
                 self._add_handlers(missing)
+
+    def _direct(self) -> bool:
+        return len(self._threads) == 1 and self._threads[0].name == "ps-data"
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop serving: handler threads finish the request in hand, then sockets close.
@@ -223,6 +239,7 @@ class DataPlane:
             sock.setsockopt(zmq.SNDHWM, 10_000)
             sock.connect(self._backend_addr)
         scratch = bytearray(_SCRATCH_BYTES)
+        handed_over = False
         try:
             while not self._stop.is_set():
                 if sock.poll(POLL_MS):
@@ -230,14 +247,21 @@ class DataPlane:
                 if self.more_handlers is not None and self.more_handlers.is_set():
                     self.more_handlers = None  # read once: grow() is idempotent
                     self.grow()
+                if self._switch and sock is self.frontend:  # hand the ROUTER to a proxy
+                    log.info("serving with %d data plane handler threads (a primary with "
+                             "backups)", AUTO_THREADS)
+                    handed_over = True
+                    self._start_proxied(AUTO_THREADS)
+                    return
         except zmq.ZMQError as exc:
             if exc.errno != zmq.ETERM:
                 log.exception("data plane handler failed")
         except BaseException:  # noqa: BLE001 - reported below: the PS is no longer healthy
             log.exception("data plane handler failed")
         finally:
-            sock.close(0)
-            self._ended(f"data plane handler {threading.current_thread().name}")
+            if not handed_over:
+                sock.close(0)
+                self._ended(f"data plane handler {threading.current_thread().name}")
 
     def _ended(self, what: str) -> None:
         """A serving thread is done: fine while stopping, else the PS serves no longer."""
