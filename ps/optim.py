@@ -21,6 +21,8 @@ import torch
 
 from pswire.optimizers import DENSE, make_dense
 
+from .tables import kernels
+
 
 def restore_dense(cfg: dict, param: torch.Tensor, state_dict: dict) -> torch.optim.Optimizer:
     """`make_dense` with the state of a checkpoint loaded, without first allocating a fresh
@@ -144,7 +146,20 @@ class RowOptimizer:
     def apply(self, weights: torch.Tensor, accum: torch.Tensor | None, slots: np.ndarray,
               grads: torch.Tensor, step: int) -> None:
         """Update rows `slots` (distinct, int64) of `weights` with the summed `grads`; `step`
-        counts the updates of this table, 1 for the first (Adagrad's lr_decay uses it)."""
+        counts the updates of this table, 1 for the first (Adagrad's lr_decay uses it). One
+        compiled pass over the rows (ps/tables/kernels.py; `apply_reference` is the same
+        arithmetic as torch calls)."""
+        w, g = weights.numpy(), grads.detach().to(torch.float32).contiguous().numpy()
+        at = np.ascontiguousarray(slots, np.int64)
+        if self.name == "sgd":
+            kernels.sgd(w, at, g, self.lr)
+            return
+        clr = self.lr / (1 + (step - 1) * self.lr_decay)
+        kernels.adagrad(w, accum.numpy(), at, g, clr, self.eps)
+
+    def apply_reference(self, weights: torch.Tensor, accum: torch.Tensor | None,
+                        slots: np.ndarray, grads: torch.Tensor, step: int) -> None:
+        """`apply` as torch calls (what the compiled loop is tested against)."""
         at = torch.from_numpy(slots)
         if self.name == "sgd":
             rows = gather_rows(weights, slots)

@@ -21,6 +21,7 @@ from typing import Iterable
 
 import numpy as np
 
+from pswire.jit import check_owned
 from pswire.slots import DEFAULT_SLOTS, Layout, SlotRange, row_slot, tensor_slot
 from rpckit.errors import Reason, ServiceError
 
@@ -107,13 +108,14 @@ class Ownership:
             for table, ids in rows:
                 if not len(ids):
                     continue
-                slots = self.row_slots(ids)
-                if not self.all_owned:
-                    bad = np.flatnonzero(~self.owned[slots])
-                    if bad.size:
-                        raise self._wrong(f"row {int(ids[int(bad[0])])} of table {table!r} "
-                                          f"(slot {int(slots[bad[0]])})")
-                if write and not moving and self.frozen_any and self.frozen[slots].any():
+                keys = ids.numpy() if hasattr(ids, "numpy") else np.asarray(ids, np.int64)
+                look = write and not moving and self.frozen_any
+                bad, frozen = check_owned(np.ascontiguousarray(keys, np.int64).reshape(-1),
+                                          self.num_slots, self.owned, self.frozen, look)
+                if bad >= 0:
+                    slot = int(self.row_slots(keys[bad:bad + 1])[0])
+                    raise self._wrong(f"row {int(keys[bad])} of table {table!r} (slot {slot})")
+                if frozen:
                     moving = f"rows of table {table!r}"
         return moving
 

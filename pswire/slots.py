@@ -70,30 +70,36 @@ def check_num_slots(num_slots: int) -> None:
 def splitmix64(keys: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer over uint64 keys (a copy): the one 64-bit mixer of the project,
     used for row slots here and for rows' initial values (ps/embedding.py)."""
+    # uint64 array arithmetic wraps without a warning (numpy warns for scalars only)
     z = keys.astype(np.uint64, copy=True)
-    with np.errstate(over="ignore"):
-        z += GOLDEN
-        z ^= z >> np.uint64(30)
-        z *= _MIX1
-        z ^= z >> np.uint64(27)
-        z *= _MIX2
-        z ^= z >> np.uint64(31)
+    z += GOLDEN
+    z ^= z >> np.uint64(30)
+    z *= _MIX1
+    z ^= z >> np.uint64(27)
+    z *= _MIX2
+    z ^= z >> np.uint64(31)
     return z
 
 
 def row_slot(ids, num_slots: int):
     """The slot of each id: splitmix64(id) mod num_slots. numpy in, an int64 numpy array out;
-    a torch tensor in, an int64 torch tensor out (same shape)."""
+    a torch tensor in, an int64 torch tensor out (same shape). One compiled pass over the ids
+    (pswire.jit; `row_slot_reference` is the same in numpy)."""
     check_num_slots(num_slots)
     if hasattr(ids, "numpy"):  # a torch tensor; torch is imported only by those who have one
         import torch
 
         keys = ids.detach().to("cpu", torch.int64).contiguous().numpy()
         return torch.from_numpy(row_slot(keys, num_slots))
-    keys = np.asarray(ids, dtype=np.int64)
-    mixed = splitmix64(keys.view(np.uint64))
-    if num_slots & (num_slots - 1) == 0:  # a power of two (the default): a mask, the same
-        return (mixed & np.uint64(num_slots - 1)).astype(np.int64)  # answer, 40% cheaper
+    from .jit import row_slots  # numba: imported by those who hash ids (not the master)
+
+    keys = np.ascontiguousarray(ids, dtype=np.int64)
+    return row_slots(keys.reshape(-1), int(num_slots)).reshape(keys.shape)
+
+
+def row_slot_reference(ids, num_slots: int) -> np.ndarray:
+    """`row_slot` of numpy ids, in numpy (what the compiled loop is tested against)."""
+    mixed = splitmix64(np.asarray(ids, dtype=np.int64).view(np.uint64))
     return (mixed % np.uint64(num_slots)).astype(np.int64)
 
 

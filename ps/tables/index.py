@@ -1,9 +1,10 @@
 """id -> row slot: an open-addressing hash table in numpy arrays.
 
 Lookups, inserts and deletes take a batch of ids and cost O(batch) on average, whatever the
-table's size: every step is vectorized over the batch (linear probing, a few rounds at a load
-factor of at most one half), with no per-id Python work and no copy of the key array (the
-sorted index it replaces copied the whole key array on every insert batch). Deletes leave
+table's size (linear probing at a load factor of at most one half), with no per-id Python
+work and no copy of the key array (the sorted index it replaces copied the whole key array on
+every insert batch). Lookups and inserts, on every request, are compiled loops
+(ps/tables/kernels.py); deletes, on eviction only, are vectorized numpy. Deletes leave
 tombstones; the arrays are rebuilt (O(size), amortized over the inserts that filled them) when
 live keys and tombstones together pass half the capacity.
 """
@@ -11,21 +12,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
+
 EMPTY = -1
 TOMBSTONE = -2
 MAX_LOAD = 0.5
 _MULT = np.uint64(0x9E3779B97F4A7C15)
-_WINDOW = np.arange(1, 9)  # positions after home that a lookup reads in one gather
 
 
 class RowIndex:
     """Maps distinct non-negative int64 ids to int64 slots.
 
-    Each hash position holds its key and its slot side by side (`entries`, [capacity, 2]), so
-    a probe reads both with one gather (`take` along the rows: on 2,000 ids about as fast as
-    one fancy index of a 1-D array, and one cache miss per id instead of two). ndarray
-    methods, not numpy's functions: each of those adds Python calls (a dispatcher, a
-    wrapper) to every request.
+    Each hash position holds its key and its slot side by side (`entries`, [capacity, 2]):
+    one cache miss per probe instead of two.
     """
 
     def __init__(self, expected: int = 0) -> None:
@@ -71,30 +70,21 @@ class RowIndex:
         return out
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """The slot of each id, -1 where absent. Every id's home position is read at once;
-        the ids found elsewhere (a few %) read the next WINDOW positions at once, and only
-        those not settled there (rare) probe on one position per round."""
+        """The slot of each id, -1 where absent: one compiled pass (ps/tables/kernels.py)."""
         if not ids.size or not self.size:
             return np.full(ids.shape, -1, dtype=np.int64)
-        home = self._home(ids)
-        entries = self.entries.take(home, axis=0)
-        out = entries[:, 1].copy()
-        miss = (entries[:, 0] != ids).nonzero()[0]
-        if not miss.size:
-            return out
-        out[miss] = -1
-        go = miss[entries[miss, 0] != EMPTY]  # an empty home: absent
-        if go.size:
-            near = self.entries.take((home[go, None] + _WINDOW) & self._mask, axis=0)
-            keys = near[:, :, 0]
-            got = np.where(keys == ids[go, None], near[:, :, 1], -1).max(axis=1)
-            out[go] = got
-            # not found and no empty position in the window: the id may lie further on
-            on = ((got < 0) & (keys != EMPTY).all(axis=1)).nonzero()[0]
-            if on.size:
-                far = self._probe(ids[go[on]], (home[go[on]] + _WINDOW[-1] + 1) & self._mask)
-                seen = far >= 0
-                out[go[on[seen]]] = self.entries.take(far[seen], axis=0)[:, 1]
+        keys = np.ascontiguousarray(ids, dtype=np.int64)
+        return kernels.lookup(self.entries, keys, self._shift, self._mask)
+
+    def lookup_reference(self, ids: np.ndarray) -> np.ndarray:
+        """`lookup` in numpy (what the compiled loop is tested against)."""
+        return self._positions_slots(ids)
+
+    def _positions_slots(self, ids: np.ndarray) -> np.ndarray:
+        pos = self._positions(ids)
+        out = np.full(ids.shape, -1, dtype=np.int64)
+        found = pos >= 0
+        out[found] = self.entries[pos[found], 1]
         return out
 
     def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
@@ -103,26 +93,9 @@ class RowIndex:
             return
         if (self.size + self.tombstones + ids.size) > MAX_LOAD * self.entries.shape[0]:
             self._rebuild(self.size + ids.size)
-        want, put = ids.astype(np.int64, copy=False), slots.astype(np.int64, copy=False)
-        pos = self._home(want)
-        while want.size:
-            k = self.entries.take(pos, axis=0)[:, 0]
-            free = (k < 0).nonzero()[0]  # EMPTY or TOMBSTONE: the ids are absent
-            if free.size:
-                at = pos[free]
-                order = np.argsort(at, kind="stable")
-                first = np.ones(order.size, dtype=bool)
-                first[1:] = at[order][1:] != at[order][:-1]
-                won = free[order[first]]  # one id per free position this round
-                where = pos[won]
-                self.tombstones -= int(np.count_nonzero(k[won] == TOMBSTONE))
-                self.entries[where, 0] = want[won]
-                self.entries[where, 1] = put[won]
-                left = np.ones(want.size, dtype=bool)
-                left[won] = False
-            else:
-                left = np.ones(want.size, dtype=bool)
-            want, put, pos = want[left], put[left], (pos[left] + 1) & self._mask
+        self.tombstones -= kernels.insert(self.entries, np.ascontiguousarray(ids, np.int64),
+                                          np.ascontiguousarray(slots, np.int64), self._shift,
+                                          self._mask)
         self.size += ids.size
 
     def delete(self, ids: np.ndarray) -> np.ndarray:

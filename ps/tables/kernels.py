@@ -1,0 +1,84 @@
+"""Compiled loops of a table's request path: row-index probes and row optimizer updates.
+
+Each replaces 10-20 numpy/torch calls on a request's few thousand ids with one call
+(pswire/jit.py says why). The index's layout and probing rules are `ps.tables.index`'s; the
+updates are `ps.optim.RowOptimizer`'s arithmetic in float32, rounding where torch rounds:
+the accumulator's `state + grad**2` in two steps, the weight's `w + (-lr) * u` fused, as
+torch's `add_(u, alpha=-lr)` computes it (a fused multiply-add).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pswire.jit import njit
+
+_FIB = np.uint64(0x9E3779B97F4A7C15)  # ps.tables.index._MULT
+EMPTY = -1
+
+
+@njit
+def lookup(entries, ids, shift, mask):
+    """The slot of each id (-1 where absent): linear probing from the id's home until its key
+    or an empty position (tombstones are passed over)."""
+    out = np.empty(ids.size, np.int64)
+    for i in range(ids.size):
+        key = ids[i]
+        pos = np.int64((np.uint64(key) * _FIB) >> shift)
+        while True:
+            found = entries[pos, 0]
+            if found == key:
+                out[i] = entries[pos, 1]
+                break
+            if found == EMPTY:
+                out[i] = -1
+                break
+            pos = (pos + 1) & mask
+    return out
+
+
+@njit
+def insert(entries, ids, slots, shift, mask):
+    """Put absent, distinct ids with their slots at the first free position (empty or a
+    tombstone) from their home; returns how many tombstones were reused."""
+    reused = 0
+    for i in range(ids.size):
+        pos = np.int64((np.uint64(ids[i]) * _FIB) >> shift)
+        while entries[pos, 0] >= 0:
+            pos = (pos + 1) & mask
+        if entries[pos, 0] != EMPTY:
+            reused += 1
+        entries[pos, 0] = ids[i]
+        entries[pos, 1] = slots[i]
+    return reused
+
+
+@njit(fastmath={"contract"})
+def _fma(a, b, c):
+    return a * b + c  # contracted: one rounding, as torch's vectorized add_ with alpha
+
+
+@njit
+def adagrad(weights, accum, slots, grads, clr, eps):
+    """Row Adagrad on rows `slots` (distinct) of float32 `weights`/`accum` [rows, dim]:
+    state += g*g; w += -clr * g / (sqrt(state) + eps)."""
+    dim = weights.shape[1]
+    neg = np.float32(-clr)
+    e = np.float32(eps)
+    for i in range(slots.size):
+        s = slots[i]
+        for j in range(dim):
+            g = grads[i, j]
+            state = accum[s, j] + g * g
+            accum[s, j] = state
+            weights[s, j] = _fma(g / (np.sqrt(state) + e), neg, weights[s, j])
+
+
+@njit
+def sgd(weights, slots, grads, lr):
+    """Row SGD on rows `slots` (distinct): w += -lr * g."""
+    dim = weights.shape[1]
+    neg = np.float32(-lr)
+    for i in range(slots.size):
+        s = slots[i]
+        for j in range(dim):
+            weights[s, j] = _fma(grads[i, j], neg, weights[s, j])

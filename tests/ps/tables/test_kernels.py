@@ -1,0 +1,80 @@
+"""The compiled loops (pswire/jit.py, ps/tables/kernels.py) against their numpy/torch twins."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import given, settings, strategies as st
+
+from ps.optim import RowOptimizer
+from ps.ownership import Ownership, WrongOwner
+from ps.tables.index import RowIndex
+from pswire.slots import row_slot, row_slot_reference
+
+ids_st = st.lists(st.integers(-2**63, 2**63 - 1), max_size=300)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=ids_st, num_slots=st.integers(1, 16384))
+def test_row_slot_is_splitmix64_mod_n(ids, num_slots):
+    keys = np.array(ids, dtype=np.int64)
+    assert np.array_equal(row_slot(keys, num_slots), row_slot_reference(keys, num_slots))
+
+
+@settings(max_examples=40, deadline=None)
+@given(batches=st.lists(st.tuples(st.lists(st.integers(0, 5000), max_size=200),
+                                  st.lists(st.integers(0, 5000), max_size=60)), max_size=8),
+       probe=st.lists(st.integers(0, 6000), max_size=300))
+def test_index_lookups_and_inserts_agree_with_the_numpy_probe(batches, probe):
+    index, held = RowIndex(), {}
+    for add, drop in batches:
+        new = np.array(sorted(set(add) - set(held)), dtype=np.int64)
+        slots = np.arange(len(held), len(held) + new.size, dtype=np.int64) * 3
+        index.insert(new, slots)
+        held.update(zip(new.tolist(), slots.tolist()))
+        gone = np.array(sorted(set(drop) & set(held)), dtype=np.int64)
+        index.delete(gone)  # tombstones, which later inserts reuse
+        for i in gone.tolist():
+            del held[i]
+        assert len(index) == len(held)
+    keys = np.array(probe + list(held)[:50], dtype=np.int64)
+    got = index.lookup(keys)
+    assert np.array_equal(got, index.lookup_reference(keys))
+    assert got.tolist() == [held.get(k, -1) for k in keys.tolist()]
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(["sgd", "adagrad"]), lr=st.floats(1e-3, 1.0),
+       lr_decay=st.sampled_from([0.0, 0.05]), eps=st.sampled_from([1e-10, 1e-6]),
+       rows=st.integers(1, 64), seed=st.integers(0, 2**16))
+def test_row_updates_agree_with_the_torch_calls(name, lr, lr_decay, eps, rows, seed):
+    g = torch.Generator().manual_seed(seed)
+    opt = RowOptimizer(name, lr, lr_decay=lr_decay, eps=eps)
+    weights, accum = torch.randn(100, 4, generator=g), torch.rand(100, 4, generator=g)
+    slots = torch.randperm(100, generator=g)[:rows].numpy()
+    w2, a2 = weights.clone(), accum.clone()
+    for step in (1, 2, 3):
+        grads = torch.randn(rows, 4, generator=g)
+        opt.apply(weights, accum, slots, grads, step)
+        opt.apply_reference(w2, a2, slots, grads, step)
+    assert torch.equal(accum, a2)  # the same two roundings
+    # the weights within an ulp or so: torch may round the last multiply-add differently
+    torch.testing.assert_close(weights, w2, rtol=1e-6, atol=1e-7)
+    untouched = np.setdiff1d(np.arange(100), slots)
+    assert torch.equal(weights[untouched], w2[untouched])
+
+
+def test_ownership_check_names_the_first_row_of_another_ps_and_sees_frozen_slots():
+    own = Ownership.initial(0, 2)  # slots 0..511 of 1024
+    keys = np.arange(2000, dtype=np.int64)
+    slots = row_slot_reference(keys, 1024)
+    mine, other = keys[slots < 512], keys[slots >= 512]
+    assert own.check(rows_w=[("t", mine)]) == ""
+    try:
+        own.check(rows_r=[("t", np.concatenate([mine[:5], other[3:4], other[:2]]))])
+        raise AssertionError("rows of another PS were accepted")
+    except WrongOwner as exc:
+        assert f"row {int(other[3])} " in exc.message
+    own.freeze(np.array([int(slots[keys == mine[7]][0])]))
+    assert own.check(rows_r=[("t", mine)]) == ""  # reads of a frozen slot are served
+    assert own.check(rows_w=[("t", mine)]) == "rows of table 't'"
+    assert own.check(rows_w=[("t", mine[:7])]) == ""
