@@ -87,14 +87,16 @@ def check_meta(meta: ps_pb2.TensorMeta, allowed=tuple(DTYPES)) -> tuple[torch.dt
 
 def require_finite(t: torch.Tensor, what: str) -> None:
     """Refuse NaN and infinities: one such gradient would poison the tensor (and, through the
-    optimizer state, every later update) for good. The sum is one pass without allocating;
-    only when it is not finite (a NaN or inf inside, or an overflow) is every value checked."""
+    optimizer state, every later update) for good. One compiled pass (pswire.jit) for float32
+    and float64, a sum for the other float types; only when that fails is every value
+    checked."""
     if t.numel() == 0:
         return
-    if t.dtype in (torch.float32, torch.float64):  # numpy: a torch call costs more here
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is checked below
-            if np.isfinite(t.numpy().sum()):
-                return
+    if t.dtype in (torch.float32, torch.float64):  # a torch call costs more than the pass
+        from .jit import all_finite
+
+        if all_finite(t.detach().numpy().reshape(-1)):
+            return
     elif torch.isfinite(t.sum()):
         return
     if not bool(torch.isfinite(t).all()):

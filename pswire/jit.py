@@ -64,3 +64,13 @@ def check_owned(ids, num_slots, owned, frozen, any_frozen):
         if any_frozen and frozen[slot]:
             hit_frozen = True
     return -1, hit_frozen
+
+
+@njit(fastmath={"reassoc"})
+def all_finite(values):
+    """Whether no value of the 1-D float array is NaN or infinite: one vectorized pass (x * 0
+    is 0 for a finite x and NaN otherwise; reassociation lets the sum run in SIMD lanes)."""
+    acc = values.dtype.type(0)
+    for i in range(values.size):
+        acc += values[i] * 0
+    return np.isfinite(acc)

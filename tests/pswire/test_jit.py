@@ -1,0 +1,48 @@
+"""pswire's compiled loops (pswire/jit.py) against their numpy twins."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from pswire.frames import require_finite
+from pswire.jit import all_finite
+from pswire.slots import row_slot, row_slot_reference
+from rpckit.errors import ServiceError
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=st.lists(st.integers(-2**63, 2**63 - 1), max_size=300),
+       num_slots=st.integers(1, 16384))
+def test_row_slot_is_splitmix64_mod_n(ids, num_slots):
+    keys = np.array(ids, dtype=np.int64)
+    assert np.array_equal(row_slot(keys, num_slots), row_slot_reference(keys, num_slots))
+
+
+def test_row_slot_keeps_the_shape_and_the_kind_of_its_input():
+    got = row_slot(torch.tensor([[1, 2], [3, 4]]), 1024)
+    assert isinstance(got, torch.Tensor) and got.shape == (2, 2)
+    assert got.flatten().tolist() == row_slot_reference(np.arange(1, 5), 1024).tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_all_finite_finds_every_nan_and_infinity_and_nothing_else(dtype):
+    values = np.random.default_rng(0).standard_normal(4099).astype(dtype)
+    assert all_finite(values) and all_finite(values[:0])
+    assert all_finite(np.full(1000, np.finfo(dtype).max, dtype=dtype))  # a sum would overflow
+    for bad in (np.nan, np.inf, -np.inf):
+        for at in (0, 17, 4098):
+            poisoned = values.copy()
+            poisoned[at] = bad
+            assert not all_finite(poisoned)
+
+
+def test_require_finite_refuses_a_nan_in_any_float_dtype():
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        t = torch.ones(5, 3, dtype=dtype)
+        require_finite(t, "g")
+        t[4, 2] = float("nan")
+        with pytest.raises(ServiceError) as info:
+            require_finite(t, "g")
+        assert info.value.code == "INVALID_ARGUMENT"
