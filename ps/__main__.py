@@ -265,14 +265,19 @@ def run(settings: PSSettings) -> int:
 
 
 def _warm_up_optimizers() -> None:
-    """Build and step one throwaway optimizer: torch's first costs about a second (imports
-    behind torch.optim), which would otherwise fall inside the first slot move this PS takes,
-    while the old owner's slots are frozen (docs/benchmarks.md, "Live PS resize")."""
+    """Build and step one throwaway optimizer, and run each compiled loop once: torch's first
+    step costs about a second (imports behind torch.optim), a loop's first call its load
+    from numba's cache (or its compilation, once after a change); either would otherwise
+    fall inside the first slot move this PS takes, while the old owner's slots are frozen
+    (docs/benchmarks.md, "Live PS resize")."""
     import torch
+
+    from .tables import kernels
 
     p = torch.zeros(1, requires_grad=True)
     p.grad = torch.zeros(1)
     torch.optim.Adagrad([p]).step()
+    kernels.warm_up()  # the compiled loops of the request path, loaded from numba's cache
 
 
 # A PS a shrink removed answers WRONG_OWNER this long before it exits: a client whose request

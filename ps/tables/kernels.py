@@ -82,3 +82,23 @@ def sgd(weights, slots, grads, lr):
         s = slots[i]
         for j in range(dim):
             weights[s, j] = _fma(grads[i, j], neg, weights[s, j])
+
+
+def warm_up() -> None:
+    """Load (or, the first time after a change, compile) every loop of a request's path, so
+    that the first requests do not pay for it."""
+    from pswire.jit import all_finite, check_owned, row_slots
+
+    entries = np.full((16, 2), EMPTY, dtype=np.int64)
+    ids = np.arange(2, dtype=np.int64)
+    shift, mask = np.uint64(60), 15
+    insert(entries, ids, ids, shift, mask)
+    lookup(entries, ids, shift, mask)
+    w = np.zeros((2, 2), dtype=np.float32)
+    adagrad(w, w.copy(), ids, w.copy(), 0.1, 1e-10)
+    sgd(w, ids, w.copy(), 0.1)
+    row_slots(ids, 1024)
+    owned = np.ones(1024, dtype=bool)
+    check_owned(ids, 1024, owned, owned, True)
+    all_finite(w.reshape(-1))
+    all_finite(w.reshape(-1).astype(np.float64))
