@@ -24,30 +24,12 @@ class Gate:
         self._exclusive = False
         self._waiting_exclusive = 0
         self._held = threading.local()
+        # a class, not a generator context manager: every request takes it two to four times
+        self._shared_hold = _Shared(self)
 
-    @contextmanager
-    def shared(self):
-        depth = getattr(self._held, "depth", 0)
-        if depth:
-            self._held.depth = depth + 1
-            try:
-                yield
-            finally:
-                self._held.depth = depth
-            return
-        with self._cond:
-            while self._exclusive or self._waiting_exclusive:
-                self._cond.wait()
-            self._shared += 1
-        self._held.depth = 1
-        try:
-            yield
-        finally:
-            self._held.depth = 0
-            with self._cond:
-                self._shared -= 1
-                if self._shared == 0:
-                    self._cond.notify_all()
+    def shared(self) -> "_Shared":
+        """Hold the gate shared inside a `with` (nests within a thread)."""
+        return self._shared_hold
 
     @contextmanager
     def exclusive(self):
@@ -65,3 +47,35 @@ class Gate:
             with self._cond:
                 self._exclusive = False
                 self._cond.notify_all()
+
+
+class _Shared:
+    """`Gate.shared()`: one object per gate, the nesting depth kept per thread."""
+
+    __slots__ = ("gate",)
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+
+    def __enter__(self) -> None:
+        gate = self.gate
+        depth = getattr(gate._held, "depth", 0)
+        if depth:  # nested: never waits (a waiting writer waits for the outer hold)
+            gate._held.depth = depth + 1
+            return
+        with gate._cond:
+            while gate._exclusive or gate._waiting_exclusive:
+                gate._cond.wait()
+            gate._shared += 1
+        gate._held.depth = 1
+
+    def __exit__(self, *exc) -> None:
+        gate = self.gate
+        depth = gate._held.depth - 1
+        gate._held.depth = depth
+        if depth:
+            return
+        with gate._cond:
+            gate._shared -= 1
+            if gate._shared == 0:
+                gate._cond.notify_all()
