@@ -53,6 +53,7 @@ from .model_match import first_difference, shape_of
 from .optim import RowOptimizer, make_dense, step_dense_all
 from pswire.optimizers import row_config, validate_dense
 from pswire.partition import MAX_ROW_ID
+from pswire.jit import min_max
 from pswire.frames import DTYPE_NAMES, FLOAT_DTYPES, require_finite
 
 STALENESS_BUCKET_CAP = 64
@@ -348,9 +349,7 @@ class ParamStore:
             raise invalid(f"table {table!r}: ids must be a 1-D int64 tensor")
         if ids.numel() == 0:
             return
-        # numpy: on a few hundred ids each torch call costs more than the work it does
-        keys = ids.numpy()
-        low, high = int(keys.min()), int(keys.max())
+        low, high = min_max(ids.numpy())  # one compiled pass (pswire.jit)
         if low < 0 or high > MAX_ROW_ID:
             raise invalid(f"table {table!r}: ids must be in 0..{MAX_ROW_ID} (2**53 - 1), got "
                           f"{low if low < 0 else high}")

@@ -74,3 +74,16 @@ def all_finite(values):
     for i in range(values.size):
         acc += values[i] * 0
     return np.isfinite(acc)
+
+
+@njit
+def min_max(values):
+    """(smallest, largest) of a non-empty 1-D array, in one pass."""
+    low = high = values[0]
+    for i in range(1, values.size):
+        v = values[i]
+        if v < low:
+            low = v
+        elif v > high:
+            high = v
+    return low, high

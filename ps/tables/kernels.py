@@ -87,7 +87,7 @@ def sgd(weights, slots, grads, lr):
 def warm_up() -> None:
     """Load (or, the first time after a change, compile) every loop of a request's path, so
     that the first requests do not pay for it."""
-    from pswire.jit import all_finite, check_owned, row_slots
+    from pswire.jit import all_finite, check_owned, min_max, row_slots
 
     entries = np.full((16, 2), EMPTY, dtype=np.int64)
     ids = np.arange(2, dtype=np.int64)
@@ -102,3 +102,22 @@ def warm_up() -> None:
     check_owned(ids, 1024, owned, owned, True)
     all_finite(w.reshape(-1))
     all_finite(w.reshape(-1).astype(np.float64))
+    min_max(ids)
+    touch(ids, ids, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool))
+
+
+@njit
+def touch(slots, keys, counts, steps, step, dirty):
+    """One request's touch of rows `slots` (of ids `keys`): last-touched step and dirty mark,
+    and one count each. Counts only when the ids are strictly increasing (distinct: what the
+    SDK sends), returning whether it did; else the caller counts each row once."""
+    for i in range(slots.size):
+        s = slots[i]
+        steps[s] = step
+        dirty[s] = True
+    for i in range(1, keys.size):
+        if keys[i] <= keys[i - 1]:
+            return False
+    for i in range(slots.size):
+        counts[slots[i]] += 1
+    return True

@@ -45,7 +45,7 @@ from pswire.tables import TableSpec
 from ..embedding import initial_rows
 from ..limits import too_large
 from ..optim import RowOptimizer, gather_rows
-from . import files
+from . import files, kernels
 from .admission import AdmissionSketch
 from .eviction import Cause, expired, next_expiry, victims
 from .index import RowIndex, distinct_in_order
@@ -138,10 +138,10 @@ class Table:
                 missing_at = (slots < 0).nonzero()[0]
             self.tick += 1
             if not missing_at.size:
-                self._touch(slots, now)
+                self._touch(slots, keys, now)
                 return gather_rows(self.weights, slots), created
             held = slots >= 0
-            self._touch(slots[held], now)
+            self._touch(slots[held], keys[held], now)
             rows = torch.empty(keys.size, self.spec.dim)
             at = torch.from_numpy(held.nonzero()[0])
             rows[at] = gather_rows(self.weights, slots[held])
@@ -175,11 +175,12 @@ class Table:
                 keep = (~absent).nonzero()[0]
                 if keep.size < slots.size:
                     slots, summed = slots[keep], summed[torch.from_numpy(keep)]
+                    keys = keys[keep]
             self._unshare()
             self.step += 1
             self.pushes += 1
             self.tick += 1
-            self._touch(slots, now)
+            self._touch(slots, keys, now)
             if slots.size:
                 self.optimizer.apply(self.weights, self.accum, slots, summed,
                                      self.step)
@@ -291,17 +292,17 @@ class Table:
             # writes no deltas would keep them forever: forget them, the next file is full
             self.evicted_ids, self._evicted_pending, self.needs_full = [], 0, True
 
-    def _touch(self, slots: np.ndarray, now: float) -> None:
-        # fancy-index += counts an id repeated within one request once: one touch a request
-        self.counts[slots] += 1
-        self.steps[slots] = self.pushes
+    def _touch(self, slots: np.ndarray, keys: np.ndarray, now: float) -> None:
+        """Rows `slots` (of ids `keys`) were touched by one request: one count each (an id
+        repeated within the request counts once), the step, the dirty mark."""
+        if not kernels.touch(slots, keys, self.counts, self.steps, self.pushes, self.dirty):
+            self.counts[slots] += 1  # fancy-index +=: a repeated slot is counted once
         # the touch order and time are read by the cap's choice and by ttl_s only: a table
         # without them keeps each row's from its creation (two writes less per request)
         if self.row_cap:
             self.ticks[slots] = self.tick
         if self.spec.ttl_s:
             self.touched[slots] = now
-        self.dirty[slots] = True
         if self.watch is not None:
             self._watched(slots)
 

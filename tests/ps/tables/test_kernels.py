@@ -69,3 +69,24 @@ def test_ownership_check_names_the_first_row_of_another_ps_and_sees_frozen_slots
     assert own.check(rows_r=[("t", mine)]) == ""  # reads of a frozen slot are served
     assert own.check(rows_w=[("t", mine)]) == "rows of table 't'"
     assert own.check(rows_w=[("t", mine[:7])]) == ""
+
+
+def test_a_request_counts_each_row_once_whether_or_not_its_ids_repeat():
+    from ps.tables import kernels
+    from ps.tables.table import Table
+    from pswire.tables import TableSpec
+
+    counts, steps, dirty = np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros(8, bool)
+    slots = np.array([5, 1, 3], np.int64)
+    assert kernels.touch(slots, np.array([2, 7, 9]), counts, steps, 4, dirty)
+    assert counts.tolist() == [0, 1, 0, 1, 0, 1, 0, 0] and steps[[1, 3, 5]].tolist() == [4] * 3
+    assert dirty.tolist() == [False, True, False, True, False, True, False, False]
+    assert not kernels.touch(slots, np.array([2, 9, 7]), counts, steps, 5, dirty)
+    assert counts.tolist() == [0, 1, 0, 1, 0, 1, 0, 0]  # not counted: the caller counts
+
+    table = Table(TableSpec("t", 2), RowOptimizer("sgd", 0.1))
+    table.pull(torch.tensor([4, 2, 4, 4, 9]))  # created, and touched once
+    table.pull(torch.tensor([4, 2, 4, 4, 9]))
+    table.pull(torch.tensor([2, 4, 9]))
+    held = dict(zip(table.ids[:table.high].tolist(), table.counts[:table.high].tolist()))
+    assert held == {4: 3, 2: 3, 9: 3}  # three requests: three touches each
