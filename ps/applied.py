@@ -12,17 +12,18 @@ checkpoint, so the promise survives a PS restart for the mutations the checkpoin
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 
 IN_PROGRESS_WAIT_S = 60.0
 
 
-@dataclass
 class _Entry:
-    seq: int
-    answer: dict | None = None  # None while the mutation is being applied
-    done: threading.Event = field(default_factory=threading.Event)
+    __slots__ = ("seq", "answer")
+
+    def __init__(self, seq: int, answer: dict | None = None):
+        self.seq = seq
+        self.answer = answer  # None while the mutation is being applied
 
 
 class Duplicate(Exception):
@@ -37,6 +38,10 @@ class AppliedTable:
     def __init__(self, capacity: int = 100_000):
         self.capacity = capacity
         self._lock = threading.Lock()
+        # a retry waiting for its first try waits on this (one for the table, not an Event
+        # per entry: every mutation would build one and set it, for a wait that is rare)
+        self._done = threading.Condition(self._lock)
+        self._waiting = 0
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self.duplicates = 0
 
@@ -56,20 +61,41 @@ class AppliedTable:
                 self._evict()
                 return new
             self.duplicates += 1
+            if seq == entry.seq:
+                self._wait(entry)
         if seq < entry.seq:
             raise Duplicate({"code": "OK", "message": f"request {seq} of client {client_id} "
                              f"was superseded by request {entry.seq}; not applied again"})
-        if not entry.done.wait(IN_PROGRESS_WAIT_S) or entry.answer is None:
+        if entry.answer is None:
             raise Duplicate({"code": "UNAVAILABLE", "reason": "UNAVAILABLE",
                              "message": f"request {seq} of client {client_id} is still being "
                              "applied; retry"})
         raise Duplicate(entry.answer)
 
+    def _wait(self, entry: _Entry) -> None:
+        """Under the lock: wait for `entry`'s first try to finish, IN_PROGRESS_WAIT_S at most."""
+        deadline = time.monotonic() + IN_PROGRESS_WAIT_S
+        self._waiting += 1
+        try:
+            while entry.answer is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._done.wait(left)
+        finally:
+            self._waiting -= 1
+
+    def _set(self, entry: _Entry, answer: dict) -> None:
+        """Under the lock."""
+        entry.answer = answer
+        if self._waiting:
+            self._done.notify_all()
+
     def finish(self, entry: _Entry | None, answer: dict) -> None:
         if entry is None:
             return
-        entry.answer = answer
-        entry.done.set()
+        with self._lock:
+            self._set(entry, answer)
 
     def abandon(self, client_id: str, entry: _Entry | None) -> None:
         """The claimed request failed before changing anything: forget the claim."""
@@ -78,8 +104,8 @@ class AppliedTable:
         with self._lock:
             if self._entries.get(client_id) is entry:
                 del self._entries[client_id]
-        entry.answer = {"code": "UNAVAILABLE", "reason": "UNAVAILABLE", "message": "the first try failed; retry"}
-        entry.done.set()
+            self._set(entry, {"code": "UNAVAILABLE", "reason": "UNAVAILABLE",
+                              "message": "the first try failed; retry"})
 
     def _evict(self) -> None:
         while len(self._entries) > self.capacity:
@@ -98,9 +124,7 @@ class AppliedTable:
         with self._lock:
             self._entries.clear()
             for cid, seq, answer in rows:
-                entry = _Entry(int(seq), dict(answer))
-                entry.done.set()
-                self._entries[str(cid)] = entry
+                self._entries[str(cid)] = _Entry(int(seq), dict(answer))
             self._evict()
 
     def seen(self, client_id: str, seq: int) -> bool:
@@ -119,9 +143,7 @@ class AppliedTable:
                 mine = self._entries.get(str(cid))
                 if mine is not None and (mine.seq >= int(seq) or mine.answer is None):
                     continue
-                entry = _Entry(int(seq), dict(answer))
-                entry.done.set()
-                self._entries[str(cid)] = entry
+                self._entries[str(cid)] = _Entry(int(seq), dict(answer))
             self._evict()
 
     def __len__(self) -> int:

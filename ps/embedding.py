@@ -36,15 +36,13 @@ def initial_rows(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:
     rows = splitmix64(np.asarray(ids, dtype=np.int64).astype(np.uint64) ^ base)[:, None]
     if spec.initializer == "uniform":
         cols = np.arange(spec.dim, dtype=np.uint64)[None, :]
-        with np.errstate(over="ignore"):
-            u = _unit(splitmix64(rows + cols * GOLDEN))
+        u = _unit(splitmix64(rows + cols * GOLDEN))  # uint64 arrays wrap without a warning
         values = spec.init_a + (spec.init_b - spec.init_a) * (u - 2.0**-53)
     else:  # normal: Box-Muller, one pair of counters gives two columns (cos and sin)
         pairs = (spec.dim + 1) // 2
         # counters 2k (u1) and 2k + 1 (u2) of pair k, mixed in one pass
         counters = np.arange(2 * pairs, dtype=np.uint64)[None, :]
-        with np.errstate(over="ignore"):
-            u = _unit(splitmix64(rows + counters * GOLDEN))
+        u = _unit(splitmix64(rows + counters * GOLDEN))  # uint64 arrays wrap without a warning
         u1, u2 = u[:, 0::2], u[:, 1::2]
         radius = np.sqrt(-2.0 * np.log(u1))
         angle = (2.0 * np.pi) * u2

@@ -179,8 +179,14 @@ def decode(metas, frames: list, packed_count: int = 0, allowed=tuple(DTYPES),
     return out, flat
 
 
+_CODE_NUMBERS = dict(ps_pb2.DataResponse.Code.items())
+
+
 def code_number(code: str) -> int:
-    return ps_pb2.DataResponse.Code.Value(code)
+    try:
+        return _CODE_NUMBERS[code]  # a dict: the enum wrapper's Value is Python code per call
+    except KeyError:
+        raise ValueError(f"no DataResponse code named {code!r}") from None
 
 
 def code_name(number: int) -> str:

@@ -275,7 +275,9 @@ class Handlers:
         result = resp.step
         pushed = answer.get("push")
         if pushed is not None:
-            result.push.versions.update(pushed.get("versions", {}))
+            versions = result.push.versions
+            for name, version in pushed.get("versions", {}).items():
+                versions[name] = version  # the map's update() is Python code per item
             result.push.max_staleness = pushed.get("max_staleness", 0)
         result.push.duplicate = answer.get("duplicate", False)
         for count in answer.get("rows", ()):
