@@ -16,6 +16,8 @@ import torch
 from pswire.slots import GOLDEN, splitmix64
 from pswire.tables import TableSpec
 
+from .tables.kernels import initial_rows as compiled
+
 def _unit(bits: np.ndarray) -> np.ndarray:
     """Uniform float64 in (0, 1] from 64 random bits (53 of them)."""
     return ((bits >> np.uint64(11)).astype(np.float64) + 1.0) * (1.0 / 2**53)
@@ -28,7 +30,19 @@ def _table_key(seed: int, name: str) -> np.uint64:
 
 
 def initial_rows(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:
-    """The initial float32 rows [len(ids), dim] of `ids` (int64, all >= 0)."""
+    """The initial float32 rows [len(ids), dim] of `ids` (int64, all >= 0): one compiled pass
+    (ps/tables/kernels.py; `initial_rows_reference` is the same in numpy)."""
+    n = len(ids)
+    if spec.initializer == "zeros" or n == 0:
+        return torch.zeros(n, spec.dim)
+    keys = np.ascontiguousarray(ids, dtype=np.int64)
+    return torch.from_numpy(compiled(keys, _table_key(spec.seed, spec.name), spec.dim,
+                                     spec.initializer != "uniform", float(spec.init_a),
+                                     float(spec.init_b)))
+
+
+def initial_rows_reference(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:
+    """`initial_rows` in numpy (what the compiled loop is tested against)."""
     n = len(ids)
     if spec.initializer == "zeros" or n == 0:
         return torch.zeros(n, spec.dim)

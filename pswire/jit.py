@@ -87,3 +87,13 @@ def min_max(values):
         elif v > high:
             high = v
     return low, high
+
+
+@njit
+def mix(keys):
+    """splitmix64's finalizer over uint64 `keys` (any shape), as pswire.slots.splitmix64."""
+    flat = keys.reshape(-1)
+    out = np.empty(flat.size, np.uint64)
+    for i in range(flat.size):
+        out[i] = _mix(flat[i])
+    return out.reshape(keys.shape)

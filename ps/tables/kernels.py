@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pswire.jit import njit
+from pswire.jit import _mix, njit
 
 _FIB = np.uint64(0x9E3779B97F4A7C15)  # ps.tables.index._MULT
+_GOLDEN = _FIB  # pswire.slots.GOLDEN: the same constant, another use
 EMPTY = -1
 
 
@@ -74,6 +75,38 @@ def adagrad(weights, accum, slots, grads, clr, eps):
 
 
 @njit
+def _unit(bits):
+    """ps.embedding._unit: a uniform float64 in (0, 1] from 53 of 64 bits."""
+    return (np.float64(bits >> np.uint64(11)) + 1.0) * (1.0 / 2.0**53)
+
+
+@njit
+def initial_rows(ids, base, dim, normal, a, b):
+    """ps.embedding.initial_rows' values [len(ids), dim] in float32: splitmix64 of the id
+    mixed with the table's key, counters along the row; normal: Box-Muller (a + b * z, a
+    pair of counters per two columns), else uniform in [a, b). The same integer steps; the
+    float64 logarithm, cosine and sine are libm's where numpy's may be its own, so a value
+    may differ in its last float64 bit, which float32 almost never keeps."""
+    out = np.empty((ids.size, dim), np.float32)
+    for i in range(ids.size):
+        row = _mix(np.uint64(ids[i]) ^ base)
+        if normal:
+            for k in range((dim + 1) // 2):
+                u1 = _unit(_mix(row + np.uint64(2 * k) * _GOLDEN))
+                u2 = _unit(_mix(row + np.uint64(2 * k + 1) * _GOLDEN))
+                radius = np.sqrt(-2.0 * np.log(u1))
+                angle = (2.0 * np.pi) * u2
+                out[i, 2 * k] = a + b * (radius * np.cos(angle))
+                if 2 * k + 1 < dim:
+                    out[i, 2 * k + 1] = a + b * (radius * np.sin(angle))
+        else:
+            for k in range(dim):
+                u = _unit(_mix(row + np.uint64(k) * _GOLDEN))
+                out[i, k] = a + (b - a) * (u - 2.0**-53)
+    return out
+
+
+@njit
 def sgd(weights, slots, grads, lr):
     """Row SGD on rows `slots` (distinct): w += -lr * g."""
     dim = weights.shape[1]
@@ -103,6 +136,8 @@ def warm_up() -> None:
     all_finite(w.reshape(-1))
     all_finite(w.reshape(-1).astype(np.float64))
     min_max(ids)
+    initial_rows(ids, np.uint64(1), 3, True, 0.0, 0.01)
+    initial_rows(ids, np.uint64(1), 3, False, 0.0, 0.01)
     touch(ids, ids, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool))
 
 
