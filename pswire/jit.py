@@ -26,7 +26,8 @@ def njit(*args, **kw):
 
 
 @njit
-def _mix(key):
+def splitmix(key):
+    """splitmix64's finalizer of one uint64 (pswire.slots.splitmix64's per-element step)."""
     z = np.uint64(key) + _GOLDEN
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
@@ -41,10 +42,10 @@ def row_slots(ids, num_slots):
     if num_slots & (num_slots - 1) == 0:
         mask = n - np.uint64(1)
         for i in range(ids.size):
-            out[i] = np.int64(_mix(ids[i]) & mask)
+            out[i] = np.int64(splitmix(ids[i]) & mask)
     else:
         for i in range(ids.size):
-            out[i] = np.int64(_mix(ids[i]) % n)
+            out[i] = np.int64(splitmix(ids[i]) % n)
     return out
 
 
@@ -57,7 +58,7 @@ def check_owned(ids, num_slots, owned, frozen, any_frozen):
     mask = n - np.uint64(1)
     hit_frozen = False
     for i in range(ids.size):
-        z = _mix(ids[i])
+        z = splitmix(ids[i])
         slot = np.int64(z & mask) if pow2 else np.int64(z % n)
         if not owned[slot]:
             return i, hit_frozen
@@ -88,12 +89,3 @@ def min_max(values):
             high = v
     return low, high
 
-
-@njit
-def mix(keys):
-    """splitmix64's finalizer over uint64 `keys` (any shape), as pswire.slots.splitmix64."""
-    flat = keys.reshape(-1)
-    out = np.empty(flat.size, np.uint64)
-    for i in range(flat.size):
-        out[i] = _mix(flat[i])
-    return out.reshape(keys.shape)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pswire.jit import _mix, njit
+from pswire.jit import njit, splitmix
 
 _FIB = np.uint64(0x9E3779B97F4A7C15)  # ps.tables.index._MULT
 _GOLDEN = _FIB  # pswire.slots.GOLDEN: the same constant, another use
@@ -89,11 +89,11 @@ def initial_rows(ids, base, dim, normal, a, b):
     may differ in its last float64 bit, which float32 almost never keeps."""
     out = np.empty((ids.size, dim), np.float32)
     for i in range(ids.size):
-        row = _mix(np.uint64(ids[i]) ^ base)
+        row = splitmix(np.uint64(ids[i]) ^ base)
         if normal:
             for k in range((dim + 1) // 2):
-                u1 = _unit(_mix(row + np.uint64(2 * k) * _GOLDEN))
-                u2 = _unit(_mix(row + np.uint64(2 * k + 1) * _GOLDEN))
+                u1 = _unit(splitmix(row + np.uint64(2 * k) * _GOLDEN))
+                u2 = _unit(splitmix(row + np.uint64(2 * k + 1) * _GOLDEN))
                 radius = np.sqrt(-2.0 * np.log(u1))
                 angle = (2.0 * np.pi) * u2
                 out[i, 2 * k] = a + b * (radius * np.cos(angle))
@@ -101,7 +101,7 @@ def initial_rows(ids, base, dim, normal, a, b):
                     out[i, 2 * k + 1] = a + b * (radius * np.sin(angle))
         else:
             for k in range(dim):
-                u = _unit(_mix(row + np.uint64(k) * _GOLDEN))
+                u = _unit(splitmix(row + np.uint64(k) * _GOLDEN))
                 out[i, k] = a + (b - a) * (u - 2.0**-53)
     return out
 
