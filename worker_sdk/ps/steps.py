@@ -20,10 +20,10 @@ import torch
 
 from protos import ps_pb2
 from pswire.frames import as_buffer, decode, frames_of, from_frame, meta_of, pack, packing
-from pswire.partition import check_row_ids
 from rpckit.errors import Reason
 
 from . import reroute
+from .ids import prepared
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
 from .parts import Part, Rows
 from .routes import PSError
@@ -52,22 +52,20 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
     are sent from their own memory."""
     versions = client.versions if versions is None else versions
     grads = {n: dense_grad(g) for n, g in grads.items()} if grads else None
-    row_pushes = []
+    row_pushes, cut = [], []
     for table, ids, grad in rows:
-        ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
-        check_row_ids(ids)
-        if ids.numel():
-            row_pushes.append((table, ids.numpy(), grad.detach().to(torch.float32).contiguous()))
-    whole = Part(push=client._known(grads, "push") if grads else [],
-                 rows=[Rows(j, ids) for j, (_, ids, _) in enumerate(row_pushes)],
+        ids, memo = prepared(ids)
+        if ids.size:
+            cut.append(Rows(len(row_pushes), ids, memo=memo))
+            row_pushes.append((table, grad.detach().to(torch.float32).contiguous()))
+    whole = Part(push=client._known(grads, "push") if grads else [], rows=cut,
                  pull=client._known(pull, "pull") if pull is not None else [])
     sizes = {}
     for table, ids in (pull_rows or {}).items():
-        ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
-        check_row_ids(ids)
-        sizes[table] = ids.numel()
-        if ids.numel():
-            whole.pull_rows.append(Rows(table, ids.numpy()))
+        ids, memo = prepared(ids)
+        sizes[table] = ids.size
+        if ids.size:
+            whole.pull_rows.append(Rows(table, ids, memo=memo))
     op = _Step(client, grads, versions, row_pushes)
     # Over several PS (the dense push split, or rows going elsewhere) a PS that checks
     # staleness checks first, applying nothing anywhere yet (as DataClient.push does); alone,
@@ -104,7 +102,7 @@ class _Step(reroute.Op):
                 step.push.versions.append(int(self.versions.get(name, 0)))
             frames += [as_buffer(grads[names[i]]) for i in alone]
         for r in part.rows:
-            table, _, grad = self.rows[r.key]
+            table, grad = self.rows[r.key]
             step.push_rows.add(table=table)
             g = grad if r.positions is None else grad.index_select(0, torch.from_numpy(r.positions))
             frames += [r.ids.view(np.uint8), as_buffer(g)]
