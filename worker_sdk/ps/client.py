@@ -37,6 +37,7 @@ from pswire.partition import check_row_ids
 
 from ..data import ack
 from .ids import mark, unique_inverse
+from .model_view import ModelView
 from .pipeline import Pipeline, PushJob
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class PSClient:
         self.max_staleness_seen = 0
         self._names: list[str] = []  # the dense tensors the last pull loaded
         self._tables: list[str] = []  # the model's ElasticEmbedding tables
+        self._view: ModelView | None = None  # the model of the last pull, push or prefetch
         self.ledger.register_flusher(self)
 
     def init_parameters(self, model: nn.Module, optimizer: str = "adagrad",
@@ -180,7 +182,7 @@ class PSClient:
         next forward
         use what was fetched (rows only when the forward's ids are the ones given here)."""
         self.pipeline.raise_failure()
-        names = [n for n, _ in model.named_parameters()] if model is not None else None
+        names = self._model(model).names if model is not None else None
         if next_ids is None:
             ids = {}
         elif isinstance(next_ids, dict):
@@ -196,10 +198,10 @@ class PSClient:
         """Load the newest dense parameters from the PS into `model` (in place): the prefetched
         ones when `prefetch` fetched them, else pulled now."""
         self.pipeline.raise_failure()
-        params = dict(model.named_parameters())
-        if not params:
+        view = self._model(model)
+        if not view.params:
             return
-        self._names = list(params)
+        self._names = view.names
         got = self.pipeline.take_dense(self._names)
         if got is not None:
             tensors, versions = got
@@ -209,8 +211,15 @@ class PSClient:
             tensors = self.data.pull(self._names)
             self.pipeline.wait_pull_s += time.perf_counter() - started
         with torch.no_grad():
-            for name, p in params.items():
+            for name, p in view.params:
                 p.copy_(tensors[name])
+
+    def _model(self, model: nn.Module) -> ModelView:
+        view = self._view
+        if view is None or view.model is not model:
+            view = self._view = ModelView(model, ElasticEmbedding)
+            return view
+        return view.current()
 
     def _rows(self, table: str, ids: torch.Tensor):
         """(unique ids, inverse, their rows) for a forward of `ids`: prefetched when
@@ -244,13 +253,13 @@ class PSClient:
         (synchronously, or at the next `pull`) and counts it.
         """
         self.pipeline.raise_failure()
+        view = self._model(model)
         job = PushJob(mark=self.ledger.mark(), versions=dict(self.data.versions),
-                      grads={name: p.grad for name, p in model.named_parameters()
-                             if p.grad is not None},
-                      rows=[(emb.table, ids, grad) for emb in _embeddings(model)
+                      grads={name: p.grad for name, p in view.params if p.grad is not None},
+                      rows=[(emb.table, ids, grad) for emb in view.embeddings
                             for ids, grad in emb._take_grads()])
         # the captured grads stay alive in the job; the next backward allocates new ones
-        model.zero_grad(set_to_none=True)
+        view.zero_grad()
         self.pushes += 1
         if not wait:
             self.pipeline.submit(job)
