@@ -24,11 +24,20 @@ def _walks_as_module(m: nn.Module) -> bool:
             and cls.modules is _Module.modules)
 
 
-def _shape(modules: list[nn.Module]) -> list[tuple]:
+def _shape(modules: list[nn.Module]) -> list:
     # ids are safe: the view holds every parameter and module whose id is recorded, so none
-    # of them can be freed and its id reused while the view lives
-    return [(*m._parameters, *map(id, m._parameters.values()),
-             *m._modules, *map(id, m._modules.values())) for m in modules]
+    # of them can be freed and its id reused while the view lives. Names and ids of all the
+    # modules in one flat list: a list per module costs a third more.
+    out: list = []
+    for m in modules:
+        params, children = m._parameters, m._modules
+        out += params
+        out += map(id, params.values())
+        out.append(None)  # where one module's entries end
+        out += children
+        out += map(id, children.values())
+        out.append(None)
+    return out
 
 
 class ModelView:
