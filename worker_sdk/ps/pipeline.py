@@ -168,9 +168,12 @@ class Pipeline:
             self._wait(job)
             job.dense_used = True
             self._forget_used()
-            if job.dense is None or not set(names) <= set(job.dense):
+            dense, versions = job.dense, job.versions
+            if dense is None or not all(n in dense for n in names):
                 return None
-            return {n: job.dense[n] for n in names}, {n: job.versions[n] for n in names}
+            if len(dense) == len(names):  # exactly the names asked (the usual step)
+                return dense, versions
+            return {n: dense[n] for n in names}, {n: versions[n] for n in names}
 
     def take_rows(self, table: str, ids: torch.Tensor):
         """(unique ids, inverse, rows) of `table` from the oldest prefetch that has rows for
@@ -287,8 +290,8 @@ class Pipeline:
             self._free.append(flight.client)  # its call is over, answered or not
         fetch = flight.fetch
         if fetch is not None:
-            if outcome.dense is not None:
-                fetch.dense, fetch.versions = dict(outcome.dense), dict(outcome.versions)
+            if outcome.dense is not None:  # the outcome's own dicts: nothing else holds them
+                fetch.dense, fetch.versions = outcome.dense, outcome.versions
             fetch.rows = {t: (*flight.inverse[t], rows) for t, rows in outcome.rows.items()}
             fetch.done = True
         if flight.push is not None:
