@@ -21,20 +21,20 @@ class SplitMemo:
     batch's distinct ids and, a step later, pushes their gradients: the same ids, cut once
     while the layout keeps its runs (hashing and grouping them is most of a split)."""
 
-    __slots__ = ("layout", "cut")
+    __slots__ = ("kept",)
 
     def __init__(self):
-        self.layout: Layout | None = None
-        self.cut: list = []
+        self.kept: tuple[Layout, list] | None = None  # one attribute: read and set at once
 
     def split(self, layout: Layout, ids: np.ndarray) -> list:
         """`split_rows(layout, ids)`, for the ids this memo was made for (never others)."""
-        known = self.layout
+        kept = self.kept
         # a Layout is immutable; clients of one process hold equal ones as distinct objects
-        if known is not layout and (known is None or known.runs != layout.runs):
-            self.cut = split_rows(layout, ids)
-        self.layout = layout
-        return self.cut
+        if kept is not None and (kept[0] is layout or kept[0].runs == layout.runs):
+            return kept[1]
+        cut = split_rows(layout, ids)
+        self.kept = (layout, cut)
+        return cut
 
 
 @dataclass
