@@ -11,19 +11,21 @@ from __future__ import annotations
 MAX_ROW_ID = 2**53 - 1
 
 
-def check_row_ids(ids) -> None:
-    """Raise ValueError unless every id is in [0, MAX_ROW_ID]."""
+def check_row_ids(ids) -> tuple[int, int] | None:
+    """Raise ValueError unless every id is in [0, MAX_ROW_ID]; returns (least, greatest), None
+    when there are no ids."""
     if hasattr(ids, "numel"):
         if ids.numel() == 0:
-            return
+            return None
         keys = ids.numpy() if ids.device.type == "cpu" and not ids.requires_grad else ids
         low, high = int(keys.min()), int(keys.max())
     else:
         ids = list(ids)
         if not ids:
-            return
+            return None
         low, high = min(ids), max(ids)
     if low < 0:
         raise ValueError(f"embedding ids must be >= 0, got {low}")
     if high > MAX_ROW_ID:
         raise ValueError(f"embedding ids must be <= {MAX_ROW_ID} (2**53 - 1), got {high}")
+    return low, high

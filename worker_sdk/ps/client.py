@@ -36,7 +36,9 @@ from pswire.tables import TableSpec
 from pswire.partition import check_row_ids
 
 from ..data import ack
-from .pipeline import Pipeline, PushJob, unique_inverse
+from .ids import mark, unique_inverse
+from .model_view import ModelView
+from .pipeline import Pipeline, PushJob
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +80,9 @@ class ElasticEmbedding(nn.Module):
             raise RuntimeError(f"ElasticEmbedding {self.table!r} has no PS client: call "
                                "PSClient.init_parameters(model) first")
         ids = torch.as_tensor(ids, dtype=torch.int64)
-        flat = ids.reshape(-1)
-        check_row_ids(flat)
-        if self.num_embeddings is not None and flat.numel():
-            high = int(flat.numpy().max()) if flat.is_contiguous() else int(flat.max())
+        bounds = check_row_ids(ids.reshape(-1))
+        if self.num_embeddings is not None and bounds is not None:
+            high = bounds[1]
             if high >= self.num_embeddings:
                 raise ValueError(f"id {high} is outside table {self.table!r} "
                                  f"(num_embeddings={self.num_embeddings})")
@@ -91,7 +92,9 @@ class ElasticEmbedding(nn.Module):
         if self.training and torch.is_grad_enabled():
             rows.requires_grad_(True)
             self._pulled.append((unique, rows))
-        return rows[inverse].reshape(*ids.shape, self.dim)
+        # index_select, not rows[inverse]: the same values and gradient (both backward passes
+        # add in the order of `inverse`), a quarter of the forward's cost
+        return rows.index_select(0, inverse).view(*ids.shape, self.dim)
 
     def _take_grads(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         pulled, self._pulled = self._pulled, []
@@ -137,6 +140,7 @@ class PSClient:
         self.max_staleness_seen = 0
         self._names: list[str] = []  # the dense tensors the last pull loaded
         self._tables: list[str] = []  # the model's ElasticEmbedding tables
+        self._view: ModelView | None = None  # the model of the last pull, push or prefetch
         self.ledger.register_flusher(self)
 
     def init_parameters(self, model: nn.Module, optimizer: str = "adagrad",
@@ -179,7 +183,7 @@ class PSClient:
         next forward
         use what was fetched (rows only when the forward's ids are the ones given here)."""
         self.pipeline.raise_failure()
-        names = [n for n, _ in model.named_parameters()] if model is not None else None
+        names = self._model(model).names if model is not None else None
         if next_ids is None:
             ids = {}
         elif isinstance(next_ids, dict):
@@ -195,10 +199,10 @@ class PSClient:
         """Load the newest dense parameters from the PS into `model` (in place): the prefetched
         ones when `prefetch` fetched them, else pulled now."""
         self.pipeline.raise_failure()
-        params = dict(model.named_parameters())
-        if not params:
+        view = self._model(model)
+        if not view.params:
             return
-        self._names = list(params)
+        self._names = view.names
         got = self.pipeline.take_dense(self._names)
         if got is not None:
             tensors, versions = got
@@ -208,8 +212,15 @@ class PSClient:
             tensors = self.data.pull(self._names)
             self.pipeline.wait_pull_s += time.perf_counter() - started
         with torch.no_grad():
-            for name, p in params.items():
+            for name, p in view.params:
                 p.copy_(tensors[name])
+
+    def _model(self, model: nn.Module) -> ModelView:
+        view = self._view
+        if view is None or view.model is not model:
+            view = self._view = ModelView(model, ElasticEmbedding)
+            return view
+        return view.current()
 
     def _rows(self, table: str, ids: torch.Tensor):
         """(unique ids, inverse, their rows) for a forward of `ids`: prefetched when
@@ -218,6 +229,7 @@ class PSClient:
         if got is not None:
             return got
         unique, inverse = unique_inverse(ids)
+        mark(unique)  # the push of their gradients reuses the check and the cut
         started = time.perf_counter()
         rows = self.data.pull_rows(table, unique).clone()
         self.pipeline.wait_pull_s += time.perf_counter() - started
@@ -242,13 +254,13 @@ class PSClient:
         (synchronously, or at the next `pull`) and counts it.
         """
         self.pipeline.raise_failure()
+        view = self._model(model)
         job = PushJob(mark=self.ledger.mark(), versions=dict(self.data.versions),
-                      grads={name: p.grad for name, p in model.named_parameters()
-                             if p.grad is not None},
-                      rows=[(emb.table, ids, grad) for emb in _embeddings(model)
+                      grads={name: p.grad for name, p in view.params if p.grad is not None},
+                      rows=[(emb.table, ids, grad) for emb in view.embeddings
                             for ids, grad in emb._take_grads()])
         # the captured grads stay alive in the job; the next backward allocates new ones
-        model.zero_grad(set_to_none=True)
+        view.zero_grad()
         self.pushes += 1
         if not wait:
             self.pipeline.submit(job)

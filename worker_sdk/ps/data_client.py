@@ -68,6 +68,7 @@ from rpckit.errors import Reason
 
 from . import reroute, steps
 from .exchange import RETRY_BUDGET_S, Exchange, PendingCall
+from .ids import prepared
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
 from .parts import Part, Rows, split
 # re-exported: callers import the data plane's errors and lookups from here
@@ -256,17 +257,16 @@ class DataClient:
 
     def pull_rows(self, table: str, ids) -> torch.Tensor:
         """Rows [len(ids), dim] of an embedding table (rows are created on first use)."""
-        ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
-        partition.check_row_ids(ids)
-        if not ids.numel():
+        ids, memo = prepared(ids)
+        if not ids.size:
             return torch.empty(0, 0)
-        whole = Part(pull_rows=[Rows(table, ids.numpy())])
+        whole = Part(pull_rows=[Rows(table, ids, memo=memo)])
         answers = reroute.call(self, self.split(whole), _PullRows()).answers
         got = [(a.part.pull_rows[0], _rows(a.resp, a.frames, a.part.pull_rows[0].ids.size))
                for a in answers]
         if len(got) == 1 and got[0][0].positions is None:
             return got[0][1]
-        out = torch.empty(ids.numel(), got[0][1].shape[1])
+        out = torch.empty(ids.size, got[0][1].shape[1])
         for rows, values in got:
             out.index_copy_(0, torch.from_numpy(rows.at()), values)
         return out

@@ -307,6 +307,11 @@ class Exchange:
                         continue  # a late answer to an earlier request
                     index = waiting.pop(sock)
                     poller.unregister(sock)
+                    if resp.code == 0:  # the usual answer: none of the refusals below
+                        pending.discard(index)
+                        offers[index] = resp.local_endpoint
+                        results[index] = (resp, frames[1:])
+                        continue
                     code = code_name(resp.code)
                     if code in _RETRY_CODES:  # e.g. the PS is stopping: try again
                         why = f"PS {index} answered {code}: {resp.message}"
@@ -319,7 +324,7 @@ class Exchange:
                     if code in NEVER_RETRIED_NAMES:  # the same token gets the same answer
                         raise auth.credentials_refused(where, code, self._token_source,
                                                        resp.reason)
-                    if resp.code != 0 and resp.reason not in allow:
+                    if resp.reason not in allow:
                         raise PSError(code, resp.reason or Reason.INTERNAL,
                                       f"{where}: {resp.message}")
                     results[index] = (resp, frames[1:])

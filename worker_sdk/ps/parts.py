@@ -16,6 +16,27 @@ import numpy as np
 from pswire.slots import Layout, split_rows
 
 
+class SplitMemo:
+    """The cut of one id list by the last layout it was cut by. A step pulls the rows of a
+    batch's distinct ids and, a step later, pushes their gradients: the same ids, cut once
+    while the layout keeps its runs (hashing and grouping them is most of a split)."""
+
+    __slots__ = ("kept",)
+
+    def __init__(self):
+        self.kept: tuple[Layout, list] | None = None  # one attribute: read and set at once
+
+    def split(self, layout: Layout, ids: np.ndarray) -> list:
+        """`split_rows(layout, ids)`, for the ids this memo was made for (never others)."""
+        kept = self.kept
+        # a Layout is immutable; clients of one process hold equal ones as distinct objects
+        if kept is not None and (kept[0] is layout or kept[0].runs == layout.runs):
+            return kept[1]
+        cut = split_rows(layout, ids)
+        self.kept = (layout, cut)
+        return cut
+
+
 @dataclass
 class Rows:
     """Some ids of one of the call's id lists."""
@@ -23,6 +44,8 @@ class Rows:
     key: int | str  # which list: a row push's position in the call, or a pulled table's name
     ids: np.ndarray  # int64, contiguous
     positions: np.ndarray | None = None  # where they sit in that list; None: all, in order
+    # the cut of `ids` kept across calls (only for a whole list: `positions` None)
+    memo: SplitMemo | None = field(default=None, repr=False, compare=False)
 
     def at(self) -> np.ndarray:
         return np.arange(self.ids.size) if self.positions is None else self.positions
@@ -103,7 +126,7 @@ def split(part: Part, layout: Layout, tensor_owner: Callable[[str], int],
         at(tensor_owner(name)).pull.append(name)
     for entries, attr in ((part.rows, "rows"), (part.pull_rows, "pull_rows")):
         for r in entries:
-            cut = split_rows(layout, r.ids)
+            cut = split_rows(layout, r.ids) if r.memo is None else r.memo.split(layout, r.ids)
             if len(cut) == 1:  # all to one PS: the ids as they are (no gather)
                 getattr(at(cut[0][0]), attr).append(r)
                 continue

@@ -19,11 +19,11 @@ import numpy as np
 import torch
 
 from protos import ps_pb2
-from pswire.frames import as_buffer, decode, frames_of, from_frame, meta_of, pack, packing
-from pswire.partition import check_row_ids
+from pswire.frames import as_buffer, decode, dtype_name, frames_of, from_frame, pack, packing
 from rpckit.errors import Reason
 
 from . import reroute
+from .ids import prepared
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
 from .parts import Part, Rows
 from .routes import PSError
@@ -52,22 +52,20 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
     are sent from their own memory."""
     versions = client.versions if versions is None else versions
     grads = {n: dense_grad(g) for n, g in grads.items()} if grads else None
-    row_pushes = []
+    row_pushes, cut = [], []
     for table, ids, grad in rows:
-        ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
-        check_row_ids(ids)
-        if ids.numel():
-            row_pushes.append((table, ids.numpy(), grad.detach().to(torch.float32).contiguous()))
-    whole = Part(push=client._known(grads, "push") if grads else [],
-                 rows=[Rows(j, ids) for j, (_, ids, _) in enumerate(row_pushes)],
+        ids, memo = prepared(ids)
+        if ids.size:
+            cut.append(Rows(len(row_pushes), ids, memo=memo))
+            row_pushes.append((table, grad.detach().to(torch.float32).contiguous()))
+    whole = Part(push=client._known(grads, "push") if grads else [], rows=cut,
                  pull=client._known(pull, "pull") if pull is not None else [])
     sizes = {}
     for table, ids in (pull_rows or {}).items():
-        ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
-        check_row_ids(ids)
-        sizes[table] = ids.numel()
-        if ids.numel():
-            whole.pull_rows.append(Rows(table, ids.numpy()))
+        ids, memo = prepared(ids)
+        sizes[table] = ids.size
+        if ids.size:
+            whole.pull_rows.append(Rows(table, ids, memo=memo))
     op = _Step(client, grads, versions, row_pushes)
     # Over several PS (the dense push split, or rows going elsewhere) a PS that checks
     # staleness checks first, applying nothing anywhere yet (as DataClient.push does); alone,
@@ -88,29 +86,38 @@ class _Step(reroute.Op):
         self.checked = False
 
     def build(self, index, part):
-        req = ps_pb2.DataRequest(step=ps_pb2.Step())
-        step, frames, row_frames = req.step, [], []
-        if part.push:
-            names, grads = part.push, self.grads
-            step.push.SetInParent()
-            step.push.checked = self.checked
-            packed, alone = packing([grads[n] for n in names])
+        req = ps_pb2.DataRequest()
+        step = req.step
+        step.SetInParent()
+        frames, row_frames = [], []
+        names = part.push
+        if names:
+            push = step.push
+            push.SetInParent()
+            push.checked = self.checked
+            grads = [self.grads[n] for n in names]
+            packed, alone = packing(grads)
             if packed:  # the small gradients as one frame (pswire.frames)
-                step.push.packed_count = len(packed)
-                frames.append(as_buffer(pack([grads[names[i]] for i in packed])))
-            for i in packed + alone:
-                name = names[i]
-                step.push.tensors.append(meta_of(name, grads[name]))
-                step.push.versions.append(int(self.versions.get(name, 0)))
-            frames += [as_buffer(grads[names[i]]) for i in alone]
+                push.packed_count = len(packed)
+                frames.append(as_buffer(pack([grads[i] for i in packed])))
+            order = packed + alone
+            metas, get = push.tensors, self.versions.get
+            for i in order:  # add() builds each in place (append would copy a built one)
+                g = grads[i]
+                metas.add(name=names[i], dtype=dtype_name(g), shape=g.shape)
+            push.versions.extend([int(get(names[i], 0)) for i in order])
+            for i in alone:
+                frames.append(as_buffer(grads[i]))
         for r in part.rows:
-            table, _, grad = self.rows[r.key]
+            table, grad = self.rows[r.key]
             step.push_rows.add(table=table)
             g = grad if r.positions is None else grad.index_select(0, torch.from_numpy(r.positions))
-            frames += [r.ids.view(np.uint8), as_buffer(g)]
+            frames.append(r.ids.view(np.uint8))
+            frames.append(as_buffer(g))
         if part.pull:
-            step.pull.names.extend(part.pull)
-            step.pull.packed = True
+            pull = step.pull
+            pull.names.extend(part.pull)
+            pull.packed = True
         for r in part.pull_rows:
             step.pull_rows.add(table=r.key)
             row_frames.append(r.ids.view(np.uint8))
@@ -128,49 +135,52 @@ class _Step(reroute.Op):
 def _step_outcome(client, result, pushed, pulled, sizes) -> StepOutcome:
     if result is None:
         return StepOutcome(dense={} if pulled else None)
-    out = StepOutcome(push=PushOutcome() if pushed else None)
+    push = PushOutcome() if pushed else None
+    out = StepOutcome(push=push)
     stale = []
     for a in result.answers:
-        step = a.resp.step
-        if a.resp.code != 0:
-            stale.append(f"PS {a.index}: {a.resp.message}")
-        if out.push is not None and a.part.push:
-            out.push.versions.update(step.push.versions)
-            out.push.max_staleness = max(out.push.max_staleness, step.push.max_staleness)
-            out.push.duplicate |= step.push.duplicate
-        out.duplicate |= step.push.duplicate
-        out.rows_updated += sum(r.rows for r in step.push_rows)
+        resp = a.resp
+        step = resp.step
+        if resp.code != 0:
+            stale.append(f"PS {a.index}: {resp.message}")
+        answer = step.push
+        if push is not None and a.part.push:
+            push.versions.update(answer.versions)
+            push.max_staleness = max(push.max_staleness, answer.max_staleness)
+            push.duplicate |= answer.duplicate
+        out.duplicate |= answer.duplicate
+        if step.push_rows:
+            out.rows_updated += sum(r.rows for r in step.push_rows)
     for a in result.applied_before:  # refused WRONG_OWNER, its mutations applied there once
         out.duplicate = True
-        if out.push is not None and a.part.push:
-            out.push.duplicate = True
+        if push is not None and a.part.push:
+            push.duplicate = True
     if stale:
-        raise StaleGradient("; ".join(stale), out.push.versions if out.push else {})
+        raise StaleGradient("; ".join(stale), push.versions if push else {})
     if pulled:
         out.dense = {}
     got: dict[str, list] = {}  # table -> [(Rows, values)]
     for a in result.answers:
         step, frames = a.resp.step, a.frames
+        pull, pull_rows, asked = step.pull, step.pull_rows, a.part.pull_rows
         if step.HasField("pull"):
-            client.staleness_checked[a.index] = step.pull.staleness_checked
-        metas = step.pull.tensors
-        dense_frames = frames_of(len(metas), step.pull.packed_count)
-        if len(frames) != dense_frames + len(step.pull_rows) or \
-                len(step.pull_rows) != len(a.part.pull_rows):
+            client.staleness_checked[a.index] = pull.staleness_checked
+        metas, packed = pull.tensors, pull.packed_count
+        dense_frames = frames_of(len(metas), packed)
+        if len(frames) != dense_frames + len(pull_rows) or len(pull_rows) != len(asked):
             raise PSError("INTERNAL", Reason.INTERNAL, f"PS {a.index} answered a Step with "
                           f"{len(frames)} frames for {len(metas)} tensors "
-                          f"({step.pull.packed_count} packed) and "
-                          f"{len(step.pull_rows)} row pulls ({len(a.part.pull_rows)} asked)")
+                          f"({packed} packed) and "
+                          f"{len(pull_rows)} row pulls ({len(asked)} asked)")
         if metas:
-            pulled_now, _ = decode(metas, frames[:dense_frames], step.pull.packed_count)
+            pulled_now, _ = decode(metas, frames[:dense_frames], packed)
             out.dense.update(pulled_now)
-            versions = dict(zip((m.name for m in metas), step.pull.versions))
+            versions = dict(zip([name for name, _ in pulled_now], pull.versions))
             out.versions.update(versions)
             client.versions.update(versions)
-        for nth, rows in enumerate(a.part.pull_rows):
+        for nth, rows in enumerate(asked):
             values = from_frame(frames[dense_frames + nth], torch.float32,
-                                (rows.ids.size, step.pull_rows[nth].dim),
-                                f"rows of {rows.key!r}")
+                                (rows.ids.size, pull_rows[nth].dim), f"rows of {rows.key!r}")
             got.setdefault(rows.key, []).append((rows, values))
     for table, parts in got.items():
         if len(parts) == 1 and parts[0][0].positions is None:
