@@ -89,3 +89,16 @@ def min_max(values):
             high = v
     return low, high
 
+
+
+def warm_up() -> None:
+    """Load (or, once after a change, compile) the loops above, so that a process's first
+    requests do not pay for it: a worker calls this when it declares embedding tables."""
+    ids = np.arange(2, dtype=np.int64)
+    row_slots(ids, 1024)
+    owned = np.ones(1024, dtype=np.bool_)
+    check_owned(ids, 1024, owned, owned, True)
+    values = np.zeros(2, dtype=np.float32)
+    all_finite(values)
+    all_finite(values.astype(np.float64))
+    min_max(ids)

@@ -117,30 +117,6 @@ def sgd(weights, slots, grads, lr):
             weights[s, j] = _fma(grads[i, j], neg, weights[s, j])
 
 
-def warm_up() -> None:
-    """Load (or, the first time after a change, compile) every loop of a request's path, so
-    that the first requests do not pay for it."""
-    from pswire.jit import all_finite, check_owned, min_max, row_slots
-
-    entries = np.full((16, 2), EMPTY, dtype=np.int64)
-    ids = np.arange(2, dtype=np.int64)
-    shift, mask = np.uint64(60), 15
-    insert(entries, ids, ids, shift, mask)
-    lookup(entries, ids, shift, mask)
-    w = np.zeros((2, 2), dtype=np.float32)
-    adagrad(w, w.copy(), ids, w.copy(), 0.1, 1e-10)
-    sgd(w, ids, w.copy(), 0.1)
-    row_slots(ids, 1024)
-    owned = np.ones(1024, dtype=bool)
-    check_owned(ids, 1024, owned, owned, True)
-    all_finite(w.reshape(-1))
-    all_finite(w.reshape(-1).astype(np.float64))
-    min_max(ids)
-    initial_rows(ids, np.uint64(1), 3, True, 0.0, 0.01)
-    initial_rows(ids, np.uint64(1), 3, False, 0.0, 0.01)
-    touch(ids, ids, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool))
-
-
 @njit
 def touch(slots, keys, counts, steps, step, dirty):
     """One request's touch of rows `slots` (of ids `keys`): last-touched step and dirty mark,
@@ -156,3 +132,22 @@ def touch(slots, keys, counts, steps, step, dirty):
     for i in range(slots.size):
         counts[slots[i]] += 1
     return True
+
+
+def warm_up() -> None:
+    """Load (or, the first time after a change, compile) every loop of a request's path, so
+    that the first requests do not pay for it."""
+    from pswire import jit
+
+    jit.warm_up()
+    entries = np.full((16, 2), EMPTY, dtype=np.int64)
+    ids = np.arange(2, dtype=np.int64)
+    shift, mask = np.uint64(60), 15
+    insert(entries, ids, ids, shift, mask)
+    lookup(entries, ids, shift, mask)
+    w = np.zeros((2, 2), dtype=np.float32)
+    adagrad(w, w.copy(), ids, w.copy(), 0.1, 1e-10)
+    sgd(w, ids, w.copy(), 0.1)
+    initial_rows(ids, np.uint64(1), 3, True, 0.0, 0.01)
+    initial_rows(ids, np.uint64(1), 3, False, 0.0, 0.01)
+    touch(ids, ids, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool))

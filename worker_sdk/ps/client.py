@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from .data_client import RETRY_BUDGET_S, DataClient, PushOutcome, StaleGradient
+from pswire import jit
 from pswire.tables import TableSpec
 from pswire.partition import check_row_ids
 
@@ -155,6 +156,8 @@ class PSClient:
         self.ledger.use_push_acks(True)
         tables = []
         self._tables = [emb.table for emb in _embeddings(model)]
+        if self._tables:  # their ids are hashed to slots by compiled loops: load them now
+            jit.warm_up()
         for emb in _embeddings(model):
             emb.client = self
             tables.append({**emb.spec.__dict__, **({"optimizer": emb.optimizer}
