@@ -96,9 +96,40 @@ def warm_up() -> None:
     requests do not pay for it: a worker calls this when it declares embedding tables."""
     ids = np.arange(2, dtype=np.int64)
     row_slots(ids, 1024)
+    group_by_owner(ids, 1024, np.zeros(1024, dtype=np.int32))
     owned = np.ones(1024, dtype=np.bool_)
     check_owned(ids, 1024, owned, owned, True)
     values = np.zeros(2, dtype=np.float32)
     all_finite(values)
     all_finite(values.astype(np.float64))
     min_max(ids)
+
+
+@njit
+def group_by_owner(ids, num_slots, owners):
+    """(per owner index, how many of `ids` its slots hold; the positions of the ids grouped by
+    owner, each group in increasing order): a counting sort by the owner of each id's slot
+    (`owners`: the owner of every slot)."""
+    n = ids.size
+    num_owners = 0
+    for s in range(owners.size):
+        num_owners = max(num_owners, owners[s] + 1)
+    counts = np.zeros(num_owners, np.int64)
+    of = np.empty(n, np.int64)
+    size = np.uint64(num_slots)
+    pow2 = num_slots & (num_slots - 1) == 0
+    mask = size - np.uint64(1)
+    for i in range(n):
+        z = splitmix(ids[i])
+        o = owners[np.int64(z & mask) if pow2 else np.int64(z % size)]
+        of[i] = o
+        counts[o] += 1
+    at = np.zeros(num_owners, np.int64)
+    for o in range(1, num_owners):
+        at[o] = at[o - 1] + counts[o - 1]
+    order = np.empty(n, np.int64)
+    for i in range(n):
+        o = of[i]
+        order[at[o]] = i
+        at[o] += 1
+    return counts, order

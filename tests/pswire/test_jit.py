@@ -46,3 +46,22 @@ def test_require_finite_refuses_a_nan_in_any_float_dtype():
         with pytest.raises(ServiceError) as info:
             require_finite(t, "g")
         assert info.value.code == "INVALID_ARGUMENT"
+
+
+@settings(max_examples=40, deadline=None)
+@given(ids=st.lists(st.integers(0, 2**53 - 1), max_size=300), num_ps=st.integers(1, 6),
+       num_slots=st.integers(8, 2048), moved=st.lists(st.tuples(st.integers(0, 2047),
+                                                                  st.integers(0, 5)),
+                                                        max_size=20))
+def test_split_rows_groups_ids_by_owner_as_the_numpy_version(ids, num_ps, num_slots, moved):
+    from pswire.slots import Layout, Move, split_rows, split_rows_reference
+
+    layout = Layout.initial(num_ps, num_slots, version=1)
+    moves = {slot % num_slots: dst % num_ps for slot, dst in moved}
+    layout = layout.with_moves([Move(s, layout.owner(s), d) for s, d in moves.items()
+                                if layout.owner(s) != d])
+    keys = np.array(ids, dtype=np.int64)
+    got, want = split_rows(layout, keys), split_rows_reference(layout, keys)
+    assert [g[0] for g in got] == [w[0] for w in want]
+    for (_, positions, part), (_, want_positions, want_part) in zip(got, want):
+        assert np.array_equal(positions, want_positions) and np.array_equal(part, want_part)
