@@ -16,3 +16,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install -q -e ".[dev,train,postgres]"
   touch "$stamp"
 fi
+# Compile the PS's and the SDK's loops (numba) once now, into the checkout's __pycache__:
+# otherwise the first processes started (the first tests) each compile them, a few seconds.
+python -c "from ps.tables import kernels; kernels.warm_up()"

@@ -14,7 +14,7 @@ from cluster.launch import CODE_ROOT, child_env
 
 pytestmark = pytest.mark.slow
 
-RECORDS, EPOCHS = 8000, 2  # long enough for a grow (a PS start-up) and then a shrink
+RECORDS, EPOCHS = 20000, 2  # long enough for a grow (a PS start-up) and then a shrink
 
 
 def test_the_demo_grows_and_shrinks_the_ps_set_and_nothing_is_lost(tmp_path):
