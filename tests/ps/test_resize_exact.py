@@ -162,9 +162,14 @@ def test_the_old_owner_killed_mid_move_with_a_backup_loses_nothing(launcher):
     first = plan_resize(layout, 3)[0]  # the mover takes the lowest slot first
     _resize(master, 3)
     launcher.ps(master.address, index=2, num_ps=0, checkpoint_dir="ps2", env={PAUSE_ENV: "5"})
-    launcher.ps(master.address, index=2, num_ps=0, checkpoint_dir="b2", env={PAUSE_ENV: "5"})
+    # the moves start once the first index-2 PS registers: its backup starts meanwhile (its
+    # start-up would otherwise eat the 5 s the copy is held open, and the kill come too late
+    # to roll anything back)
+    backup = launcher.ps(master.address, index=2, num_ps=0, checkpoint_dir="b2",
+                         env={PAUSE_ENV: "5"}, wait=False)
     _until(lambda: _copying(master), why="a move in its copy")
     ps[first.src].kill()  # the old owner: its backup takes over, the move rolls back
+    launcher.wait_ready(backup)
     _until(lambda: _settled(master, 3), timeout=120, why="grow to 3 after the failover")
     pusher.wait_for(20)
     pusher.finish()
