@@ -96,7 +96,9 @@ def warm_up() -> None:
     requests do not pay for it: a worker calls this when it declares embedding tables."""
     ids = np.arange(2, dtype=np.int64)
     row_slots(ids, 1024)
-    group_by_owner(ids, 1024, np.zeros(1024, dtype=np.int32))
+    owners = np.zeros(1024, dtype=np.int32)
+    owners.flags.writeable = False  # as a Layout's: a read-only array is compiled for apart
+    group_by_owner(ids, 1024, owners)
     owned = np.ones(1024, dtype=np.bool_)
     check_owned(ids, 1024, owned, owned, True)
     values = np.zeros(2, dtype=np.float32)
