@@ -187,8 +187,8 @@ class DataPlane:
         for _ in range(n):
             t = threading.Thread(target=self._serve, name=f"ps-data-{len(self._threads) - 1}",
                                  daemon=True)
+            t.start()  # then listed: a listed handler is always one that was started
             self._threads.append(t)
-            t.start()
 
     def grow(self) -> None:
         """With threads=AUTO: serve with AUTO_THREADS handlers from now on (a primary with
