@@ -15,7 +15,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+# pswire.slots' splitmix64 constants, written again: slots imports this module (for the hash),
+# so this one cannot import them from there
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
@@ -28,24 +30,29 @@ def njit(*args, **kw):
 @njit
 def splitmix(key):
     """splitmix64's finalizer of one uint64 (pswire.slots.splitmix64's per-element step)."""
-    z = np.uint64(key) + _GOLDEN
+    z = np.uint64(key) + GOLDEN
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
     return z ^ (z >> np.uint64(31))
 
 
 @njit
-def row_slots(ids, num_slots):
-    """pswire.slots.row_slot over int64 `ids` (1-D): splitmix64(id) mod num_slots."""
-    out = np.empty(ids.size, np.int64)
+def slot_of(key, num_slots):
+    """pswire.slots.row_slot of one id: splitmix64(id) mod num_slots (a mask for a power of
+    two, the same answer)."""
+    z = splitmix(key)
     n = np.uint64(num_slots)
     if num_slots & (num_slots - 1) == 0:
-        mask = n - np.uint64(1)
-        for i in range(ids.size):
-            out[i] = np.int64(splitmix(ids[i]) & mask)
-    else:
-        for i in range(ids.size):
-            out[i] = np.int64(splitmix(ids[i]) % n)
+        return np.int64(z & (n - np.uint64(1)))
+    return np.int64(z % n)
+
+
+@njit
+def row_slots(ids, num_slots):
+    """pswire.slots.row_slot over int64 `ids` (1-D)."""
+    out = np.empty(ids.size, np.int64)
+    for i in range(ids.size):
+        out[i] = slot_of(ids[i], num_slots)
     return out
 
 
@@ -53,13 +60,9 @@ def row_slots(ids, num_slots):
 def check_owned(ids, num_slots, owned, frozen, any_frozen):
     """(the position of the first id whose slot `owned` does not hold, or -1; whether any id's
     slot is `frozen`, looked at only when `any_frozen`)."""
-    n = np.uint64(num_slots)
-    pow2 = num_slots & (num_slots - 1) == 0
-    mask = n - np.uint64(1)
     hit_frozen = False
     for i in range(ids.size):
-        z = splitmix(ids[i])
-        slot = np.int64(z & mask) if pow2 else np.int64(z % n)
+        slot = slot_of(ids[i], num_slots)
         if not owned[slot]:
             return i, hit_frozen
         if any_frozen and frozen[slot]:
@@ -118,12 +121,8 @@ def group_by_owner(ids, num_slots, owners):
         num_owners = max(num_owners, owners[s] + 1)
     counts = np.zeros(num_owners, np.int64)
     of = np.empty(n, np.int64)
-    size = np.uint64(num_slots)
-    pow2 = num_slots & (num_slots - 1) == 0
-    mask = size - np.uint64(1)
     for i in range(n):
-        z = splitmix(ids[i])
-        o = owners[np.int64(z & mask) if pow2 else np.int64(z % size)]
+        o = owners[slot_of(ids[i], num_slots)]
         of[i] = o
         counts[o] += 1
     at = np.zeros(num_owners, np.int64)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from pswire.jit import njit, splitmix
+from pswire.slots import GOLDEN
 
-_FIB = np.uint64(0x9E3779B97F4A7C15)  # ps.tables.index._MULT
-_GOLDEN = _FIB  # pswire.slots.GOLDEN: the same constant, another use
+_FIB = GOLDEN  # ps.tables.index._MULT: Fibonacci hashing's multiplier is the same number
+
 EMPTY = -1
 
 
@@ -92,8 +93,8 @@ def initial_rows(ids, base, dim, normal, a, b):
         row = splitmix(np.uint64(ids[i]) ^ base)
         if normal:
             for k in range((dim + 1) // 2):
-                u1 = _unit(splitmix(row + np.uint64(2 * k) * _GOLDEN))
-                u2 = _unit(splitmix(row + np.uint64(2 * k + 1) * _GOLDEN))
+                u1 = _unit(splitmix(row + np.uint64(2 * k) * GOLDEN))
+                u2 = _unit(splitmix(row + np.uint64(2 * k + 1) * GOLDEN))
                 radius = np.sqrt(-2.0 * np.log(u1))
                 angle = (2.0 * np.pi) * u2
                 out[i, 2 * k] = a + b * (radius * np.cos(angle))
@@ -101,7 +102,7 @@ def initial_rows(ids, base, dim, normal, a, b):
                     out[i, 2 * k + 1] = a + b * (radius * np.sin(angle))
         else:
             for k in range(dim):
-                u = _unit(splitmix(row + np.uint64(k) * _GOLDEN))
+                u = _unit(splitmix(row + np.uint64(k) * GOLDEN))
                 out[i, k] = a + (b - a) * (u - 2.0**-53)
     return out
 
