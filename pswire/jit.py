@@ -108,6 +108,48 @@ def warm_up() -> None:
     all_finite(values)
     all_finite(values.astype(np.float64))
     min_max(ids)
+    unique_inverse(ids)
+
+
+@njit
+def unique_inverse(ids):
+    """(the sorted distinct values of int64 `ids` (1-D), the position of each id among them):
+    `torch.unique(ids, return_inverse=True)`'s answer. A hash table finds the distinct ids in
+    one pass and only those are sorted: a batch's ids repeat (a CTR batch of 6,656 ids has a
+    few hundred distinct), so this is 4-5x cheaper than torch's sort of every id."""
+    n = ids.size
+    cap = 16
+    while cap < 2 * n:
+        cap *= 2
+    mask = np.uint64(cap - 1)
+    keys = np.empty(cap, np.int64)
+    where = np.full(cap, -1, np.int32)  # the table's entry -> the id's first-seen rank
+    seen = np.empty(n, np.int64)  # the distinct ids in first-seen order
+    inverse = np.empty(n, np.int64)
+    m = 0
+    for i in range(n):
+        key = ids[i]
+        h = splitmix(key) & mask
+        while True:
+            at = where[h]
+            if at < 0:
+                where[h] = m
+                keys[h] = key
+                seen[m] = key
+                inverse[i] = m
+                m += 1
+                break
+            if keys[h] == key:
+                inverse[i] = at
+                break
+            h = (h + np.uint64(1)) & mask
+    order = np.argsort(seen[:m])
+    rank = np.empty(m, np.int64)
+    for r in range(m):
+        rank[order[r]] = r
+    for i in range(n):
+        inverse[i] = rank[inverse[i]]
+    return seen[:m][order], inverse
 
 
 @njit

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from pswire.frames import require_finite
-from pswire.jit import all_finite
+from pswire.jit import all_finite, unique_inverse
 from pswire.slots import row_slot, row_slot_reference
 from rpckit.errors import ServiceError
 
@@ -65,3 +65,28 @@ def test_split_rows_groups_ids_by_owner_as_the_numpy_version(ids, num_ps, num_sl
     assert [g[0] for g in got] == [w[0] for w in want]
     for (_, positions, part), (_, want_positions, want_part) in zip(got, want):
         assert np.array_equal(positions, want_positions) and np.array_equal(part, want_part)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ids=st.lists(st.integers(-2**63, 2**63 - 1), max_size=400),
+       repeats=st.integers(1, 20))
+def test_unique_inverse_answers_as_torch_unique(ids, repeats):
+    # repeated ids (a batch's are), negative and extreme ones, and the empty batch
+    keys = np.array(ids * repeats, dtype=np.int64)
+    np.random.default_rng(len(ids)).shuffle(keys)
+    unique, inverse = unique_inverse(keys)
+    want_unique, want_inverse = torch.unique(torch.from_numpy(keys), return_inverse=True)
+    assert np.array_equal(unique, want_unique.numpy())
+    assert np.array_equal(inverse, want_inverse.numpy())
+    assert np.array_equal(unique[inverse], keys)  # the inverse rebuilds the batch
+
+
+def test_unique_inverse_of_the_sdk_keeps_torchs_answer_for_every_dtype_and_shape():
+    from worker_sdk.ps.ids import unique_inverse as sdk_unique_inverse
+
+    for ids in (torch.tensor([[7, 3], [3, 9]]), torch.tensor([5, 5, 1], dtype=torch.int32),
+                torch.arange(12).reshape(3, 4).t(), torch.empty(0, dtype=torch.int64)):
+        unique, inverse = sdk_unique_inverse(ids)
+        want_unique, want_inverse = torch.unique(ids.reshape(-1), return_inverse=True)
+        assert unique.dtype == want_unique.dtype and torch.equal(unique, want_unique)
+        assert torch.equal(inverse, want_inverse)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from pswire import jit
 from pswire.partition import check_row_ids
 
 from .parts import SplitMemo
@@ -27,10 +28,15 @@ class _Known:
 
 
 def unique_inverse(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sorted distinct ids, the position of each id among them). torch's unique: numpy 2.4's
-    takes 3-4x longer on a batch's ids (4096 ids of the CTR click log: 234 against 65 us;
-    Zipf ids repeat, which its sort handles badly)."""
-    return torch.unique(ids.reshape(-1), return_inverse=True)
+    """(sorted distinct ids, the position of each id among them), as `torch.unique(ids,
+    return_inverse=True)` of the flattened ids answers. int64 ids go through a compiled hash
+    table (`pswire.jit.unique_inverse`: 6,656 ids of a CTR batch in 20 against 97 us for
+    torch's sort, which numpy's is 3-4x slower than); other dtypes through torch."""
+    flat = ids.reshape(-1)
+    if flat.dtype != torch.int64:
+        return torch.unique(flat, return_inverse=True)
+    unique, inverse = jit.unique_inverse(flat.contiguous().numpy())
+    return torch.from_numpy(unique), torch.from_numpy(inverse)
 
 
 def mark(unique: torch.Tensor) -> torch.Tensor:
