@@ -18,6 +18,25 @@ from rpckit.errors import Reason, ServiceError
 from .frames import code_name
 
 
+# pyzmq's own copy_threshold: a smaller part sent with copy=False is copied anyway, after a Frame
+# object was built around it
+COPY_BELOW = 65536
+
+
+def send_parts(sock: zmq.Socket, parts, flags: int = 0) -> None:
+    """`sock.send_multipart(parts, copy=False, flags=flags)`, cheaper: a part under 64 KiB is
+    copied straight into its message (pyzmq copies it too under copy=False, but builds a
+    Frame first: about 10 us less for a Step's five frames), a larger one or a Frame (a
+    tracked export, a received identity) is sent from its own memory as before."""
+    last = len(parts) - 1
+    for i, part in enumerate(parts):
+        if isinstance(part, zmq.Frame):
+            copy = False
+        else:
+            copy = (len(part) if isinstance(part, bytes) else memoryview(part).nbytes) < COPY_BELOW
+        sock.send(part, flags | zmq.SNDMORE if i < last else flags, copy=copy)
+
+
 def dealer(ctx: zmq.Context, endpoint: str, server_key: str = "",
            client_keys: tuple[bytes, bytes] | None = None, sndhwm: int | None = None) -> zmq.Socket:
     """A DEALER socket connected to `endpoint`: CURVE-encrypted when `server_key` (the PS's
@@ -67,7 +86,7 @@ class Connection:
     def send(self, parts: list) -> zmq.Socket:
         if self.socket is None:
             self.socket = dealer(self.ctx, self.current, self.server_key, self.client_keys)
-        self.socket.send_multipart(parts, copy=False)
+        send_parts(self.socket, parts)
         return self.socket
 
     def reset(self) -> None:

@@ -31,6 +31,7 @@ import zmq
 from google.protobuf.message import DecodeError
 
 from protos import ps_pb2
+from pswire.connection import send_parts
 from pswire.frames import error_response
 from rpckit.errors import Reason, ServiceError, invalid
 
@@ -303,7 +304,7 @@ class DataPlane:
 
     @staticmethod
     def _send(sock: zmq.Socket, identity, reply: list) -> None:
-        sock.send_multipart([identity, *reply], copy=False)
+        send_parts(sock, [identity, *reply])
 
     # -- requests -----------------------------------------------------------------------------
 

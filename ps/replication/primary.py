@@ -41,7 +41,7 @@ import torch
 import zmq
 
 from protos import ps_pb2
-from pswire.connection import dealer
+from pswire.connection import dealer, send_parts
 
 from rpckit.errors import Reason, ServiceError, unavailable
 from ..params import ParamStore
@@ -89,7 +89,7 @@ class AttachedBackup:
         if self.failed:
             return
         try:
-            self._push.send_multipart(parts, copy=False, flags=zmq.NOBLOCK)
+            send_parts(self._push, parts, zmq.NOBLOCK)
         except zmq.Again:
             self.fail(f"more than {QUEUE_LIMIT} mutations queued")
 
