@@ -218,7 +218,7 @@ class ParamStore:
             except ServiceError:
                 pass
         for name, g in grads:
-            require_finite(g, f"the gradient of {quote(name)}")
+            require_finite(g, lambda: f"the gradient of {quote(name)}")
 
     def _validate_push(self, metas, versions) -> None:
         self._require_init()
@@ -381,7 +381,7 @@ class ParamStore:
         if grads.dtype != torch.float32 or tuple(grads.shape) != (ids.numel(), t.spec.dim):
             raise invalid(f"table {table!r}: gradients must be float32 [{ids.numel()}, "
                           f"{t.spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}{list(grads.shape)}")
-        require_finite(grads, f"the row gradients of table {quote(table)}")
+        require_finite(grads, lambda: f"the row gradients of table {quote(table)}")
         def apply() -> dict:
             answer = {"code": "OK", "message": "",
                       "rows": t.push(ids, grads, self.limits.max_new_rows)}

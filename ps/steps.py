@@ -93,7 +93,7 @@ class Steps:
                 raise invalid(f"table {table!r}: gradients must be float32 [{ids.numel()}, "
                               f"{spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}"
                               f"{list(grads.shape)}")
-            require_finite(grads, f"the row gradients of table {quote(table)}")
+            require_finite(grads, lambda: f"the row gradients of table {quote(table)}")
             self._check_new_rows(table, ids)
         if parts.pull is not None:
             check_names(parts.pull, self.store.limits, "a Step's pull")

@@ -85,22 +85,28 @@ def check_meta(meta: ps_pb2.TensorMeta, allowed=tuple(DTYPES)) -> tuple[torch.dt
     return dtype, shape, numel * dtype.itemsize
 
 
-def require_finite(t: torch.Tensor, what: str) -> None:
+_all_finite = None  # pswire.jit.all_finite, imported on first use (numba is heavy to import)
+
+
+def require_finite(t: torch.Tensor, what) -> None:
     """Refuse NaN and infinities: one such gradient would poison the tensor (and, through the
     optimizer state, every later update) for good. One compiled pass (pswire.jit) for float32
     and float64, a sum for the other float types; only when that fails is every value
-    checked."""
+    checked. `what` names the values in the refusal: a string, or a callable making it (a
+    request's path then formats no message it does not send)."""
+    global _all_finite
     if t.numel() == 0:
         return
     if t.dtype in (torch.float32, torch.float64):  # a torch call costs more than the pass
-        from .jit import all_finite
-
-        if all_finite(t.detach().numpy().reshape(-1)):
+        if _all_finite is None:
+            from .jit import all_finite as _all_finite
+        if _all_finite(t.detach().numpy().reshape(-1)):
             return
     elif torch.isfinite(t.sum()):
         return
     if not bool(torch.isfinite(t).all()):
-        raise invalid(f"{what} has NaN or infinite values; nothing was applied")
+        raise invalid(f"{what() if callable(what) else what} has NaN or infinite values; "
+                      "nothing was applied")
 
 
 def from_frame(frame, dtype: torch.dtype, shape: tuple, what: str) -> torch.Tensor:

@@ -135,6 +135,63 @@ def touch(slots, keys, counts, steps, step, dirty):
     return True
 
 
+@njit
+def _find_all(entries, keys, shift, mask):
+    """`lookup` of every key, or None as soon as one is absent."""
+    slots = np.empty(keys.size, np.int64)
+    for i in range(keys.size):
+        key = keys[i]
+        pos = np.int64((np.uint64(key) * _FIB) >> shift)
+        while True:
+            found = entries[pos, 0]
+            if found == key:
+                slots[i] = entries[pos, 1]
+                break
+            if found == EMPTY:
+                return None
+            pos = (pos + 1) & mask
+    return slots
+
+
+@njit
+def push_held(entries, keys, shift, mask, counts, steps, step, dirty, weights, accum, grads,
+              lr, eps, is_sgd):
+    """A push whose ids (strictly increasing) all hold rows, in one pass: `lookup`, `touch`
+    (count, step, dirty) and the row update (`sgd`, or `adagrad` with `lr` as clr). Returns
+    how many rows it updated, or -1, having changed nothing, when an id holds no row (the
+    caller then takes the general path)."""
+    slots = _find_all(entries, keys, shift, mask)
+    if slots is None:
+        return -1
+    touch(slots, keys, counts, steps, step, dirty)
+    if is_sgd:
+        sgd(weights, slots, grads, lr)
+    else:
+        adagrad(weights, accum, slots, grads, lr, eps)
+    return slots.size
+
+
+@njit
+def pull_held(entries, keys, shift, mask, counts, steps, step, dirty, weights):
+    """A pull whose ids (strictly increasing) all hold rows, in one pass: `lookup`, `touch`
+    and a copy of the rows [n, dim]; None, having changed nothing, when an id holds no row
+    or the ids are not strictly increasing (`touch` would not count them)."""
+    for i in range(1, keys.size):
+        if keys[i] <= keys[i - 1]:
+            return None
+    slots = _find_all(entries, keys, shift, mask)
+    if slots is None:
+        return None
+    touch(slots, keys, counts, steps, step, dirty)
+    dim = weights.shape[1]
+    out = np.empty((slots.size, dim), weights.dtype)
+    for i in range(slots.size):
+        s = slots[i]
+        for j in range(dim):
+            out[i, j] = weights[s, j]
+    return out
+
+
 def warm_up() -> None:
     """Load (or, the first time after a change, compile) every loop of a request's path, so
     that the first requests do not pay for it."""
@@ -152,3 +209,7 @@ def warm_up() -> None:
     initial_rows(ids, np.uint64(1), 3, True, 0.0, 0.01)
     initial_rows(ids, np.uint64(1), 3, False, 0.0, 0.01)
     touch(ids, ids, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool))
+    for is_sgd in (False, True):
+        push_held(entries, ids, shift, mask, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool),
+                  w, w.copy(), w.copy(), 0.1, 1e-10, is_sgd)
+    pull_held(entries, ids, shift, mask, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool), w)

@@ -127,6 +127,14 @@ class Table:
         with self.lock:
             now = self.clock()
             self._expire(now)
+            if self._plain and keys.size and self.index.size:
+                # the usual pull (sorted distinct ids, every one held): one compiled pass
+                rows = kernels.pull_held(self.index.entries, keys, self.index._shift,
+                                         self.index._mask, self.counts, self.steps, self.pushes,
+                                         self.dirty, self.weights.numpy())
+                if rows is not None:
+                    self.tick += 1
+                    return torch.from_numpy(rows), 0
             slots = self.index.lookup(keys)
             created = 0
             missing_at = (slots < 0).nonzero()[0]
@@ -153,7 +161,8 @@ class Table:
         Rows of ids not admitted are dropped (admit_after > 1) or created (admit_after 1;
         more than `max_new` to create are refused, TOO_LARGE, changing nothing)."""
         keys = ids.numpy()
-        if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):
+        sorted_distinct = keys.size < 2 or bool((keys[1:] > keys[:-1]).all())
+        if sorted_distinct:
             unique, summed = ids, grads  # sorted and distinct already (what the SDK sends)
         else:
             unique, inverse = torch.unique(ids, return_inverse=True)
@@ -163,6 +172,11 @@ class Table:
         with self.lock:
             now = self.clock()
             self._expire(now)
+            if self._plain and sorted_distinct and keys.size and self.index.size:
+                # the usual push (every id held): one compiled pass, the same arithmetic
+                if self._push_held(keys, summed):
+                    self._expire(now)
+                    return int(keys.size)
             slots = self.index.lookup(keys)
             absent = slots < 0
             if absent.any():
@@ -186,6 +200,34 @@ class Table:
                                      self.step)
             self._expire(now)  # this push may have put rows past ttl_steps
             return int(slots.size)
+
+    @property
+    def _plain(self) -> bool:
+        """Whether a request's touch of held rows is only their count, step and dirty mark
+        (no cap's touch order, no TTL clock, no slot move recording them): the compiled
+        one-pass pull and push apply."""
+        return not (self.row_cap or self.spec.ttl_s or self.watch is not None)
+
+    def _push_held(self, keys: np.ndarray, grads: torch.Tensor) -> bool:
+        """Under the lock: the push of sorted distinct `keys` in one compiled pass when each
+        holds a row (then the table's counters move as the general path moves them);
+        False, having changed nothing, when one does not."""
+        opt = self.optimizer
+        is_sgd = opt.name == "sgd"
+        lr = opt.lr if is_sgd else opt.lr / (1 + self.step * opt.lr_decay)  # clr of step + 1
+        self._unshare()
+        weights = self.weights.numpy()
+        g = grads.detach().to(torch.float32).contiguous().numpy()
+        done = kernels.push_held(self.index.entries, keys, self.index._shift, self.index._mask,
+                                 self.counts, self.steps, self.pushes + 1, self.dirty, weights,
+                                 weights if is_sgd else self.accum.numpy(), g, lr, opt.eps,
+                                 is_sgd)
+        if done < 0:
+            return False
+        self.step += 1
+        self.pushes += 1
+        self.tick += 1
+        return True
 
     def missing(self, ids: torch.Tensor) -> int:
         """How many rows a pull of `ids` would create now (at most)."""
