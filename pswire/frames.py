@@ -71,7 +71,8 @@ def check_meta(meta: ps_pb2.TensorMeta, allowed=tuple(DTYPES)) -> tuple[torch.dt
     if name not in allowed:
         raise invalid(f"tensor {meta.name!r}: dtype {name!r} is not one of "
                       f"{', '.join(allowed)}")
-    shape = tuple(meta.shape)
+    # [:] copies the repeated field in C: iterating it would end in a raised IndexError
+    shape = tuple(meta.shape[:])
     if len(shape) > MAX_DIMS or (shape and min(shape) < 0):
         raise invalid(f"tensor {meta.name!r}: shape {list(shape)} is not a valid shape "
                       f"(at most {MAX_DIMS} non-negative dimensions)")
@@ -109,6 +110,12 @@ def require_finite(t: torch.Tensor, what) -> None:
                       "nothing was applied")
 
 
+def _view(t: torch.Tensor, shape) -> torch.Tensor:
+    """`t.view(shape)`; a tuple given whole goes through torch's parser by a TypeError first
+    (it tries the one-int overload), so its dimensions are passed one by one."""
+    return t.view(*shape) if shape else t.view(())
+
+
 def from_frame(frame, dtype: torch.dtype, shape: tuple, what: str) -> torch.Tensor:
     """Wrap a received frame (zmq.Frame, memoryview or bytes) as a tensor, without a copy."""
     buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
@@ -121,7 +128,7 @@ def from_frame(frame, dtype: torch.dtype, shape: tuple, what: str) -> torch.Tens
                       f"{DTYPE_NAMES[dtype]} needs {numel * itemsize}")
     if numel == 0:
         return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(buf, dtype=dtype).view(shape)
+    return _view(torch.frombuffer(buf, dtype=dtype), shape)
 
 
 PACK_BELOW_BYTES = 64 * 1024  # a tensor this large or larger keeps a frame of its own
@@ -177,8 +184,9 @@ def decode(metas, frames: list, packed_count: int = 0, allowed=tuple(DTYPES),
         numels = [c[2] // dtype.itemsize for c in checked]
         flat = from_frame(frames[0], dtype, (sum(numels),), f"the packed {what}s")
         # split_with_sizes: the C method (Tensor.split is a Python wrapper around it)
-        for meta, (_, shape, _), part in zip(metas, checked, flat.split_with_sizes(numels)):
-            out.append((meta.name, part.view(shape)))
+        for meta, (_, shape, _), part in zip(metas[:packed_count], checked,
+                                             flat.split_with_sizes(numels)):
+            out.append((meta.name, _view(part, shape)))
     for meta, frame in zip(metas[packed_count:], frames[1 if packed_count else 0:]):
         dtype, shape, _ = check_meta(meta, allowed)
         out.append((meta.name, from_frame(frame, dtype, shape, f"{what} {meta.name!r}")))

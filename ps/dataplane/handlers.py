@@ -308,10 +308,10 @@ class Handlers:
             parts.grads, parts.packed = decode(push.tensors, frames[:pushed],
                                                push.packed_count, FLOAT_DTYPES, "gradient")
             parts.packed_count = push.packed_count
-            parts.versions = list(push.versions)
+            parts.versions = push.versions[:]  # a list, copied in C (see check_meta)
             parts.checked = push.checked
         at = pushed
-        for entry in step.push_rows:
+        for entry in step.push_rows[:]:
             table = self.store.table(entry.table)
             ids = self._ids(frames[at])
             grads = from_frame(frames[at + 1], torch.float32, (ids.numel(), table.spec.dim),
@@ -319,9 +319,9 @@ class Handlers:
             parts.rows.append((entry.table, ids, grads))
             at += 2
         if step.HasField("pull"):
-            parts.pull = list(step.pull.names)
+            parts.pull = step.pull.names[:]
             parts.pull_packed = step.pull.packed
-        for entry in step.pull_rows:
+        for entry in step.pull_rows[:]:
             parts.pull_rows.append((entry.table, self._ids(frames[at])))
             at += 1
         return parts

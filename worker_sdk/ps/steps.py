@@ -150,7 +150,7 @@ def _step_outcome(client, result, pushed, pulled, sizes) -> StepOutcome:
             push.duplicate |= answer.duplicate
         out.duplicate |= answer.duplicate
         if step.push_rows:
-            out.rows_updated += sum(r.rows for r in step.push_rows)
+            out.rows_updated += sum(r.rows for r in step.push_rows[:])
     for a in result.applied_before:  # refused WRONG_OWNER, its mutations applied there once
         out.duplicate = True
         if push is not None and a.part.push:
@@ -175,7 +175,7 @@ def _step_outcome(client, result, pushed, pulled, sizes) -> StepOutcome:
         if metas:
             pulled_now, _ = decode(metas, frames[:dense_frames], packed)
             out.dense.update(pulled_now)
-            versions = dict(zip([name for name, _ in pulled_now], pull.versions))
+            versions = dict(zip([name for name, _ in pulled_now], pull.versions[:]))
             out.versions.update(versions)
             client.versions.update(versions)
         for nth, rows in enumerate(asked):
