@@ -84,6 +84,7 @@ class Table:
         self.dirty = np.zeros(capacity, dtype=bool)
         self.weights = torch.empty(capacity, spec.dim)
         self.accum = (torch.empty(capacity, spec.dim) if optimizer.has_accumulator else None)
+        self._np = None  # (weights, accum, their numpy views): see _arrays
         self.sketch = AdmissionSketch() if spec.admit_after > 1 else None
         self.step = 0
         self.pushes = 0
@@ -131,7 +132,7 @@ class Table:
                 # the usual pull (sorted distinct ids, every one held): one compiled pass
                 rows = kernels.pull_held(self.index.entries, keys, self.index._shift,
                                          self.index._mask, self.counts, self.steps, self.pushes,
-                                         self.dirty, self.weights.numpy())
+                                         self.dirty, self._arrays()[0])
                 if rows is not None:
                     self.tick += 1
                     return torch.from_numpy(rows), 0
@@ -216,18 +217,28 @@ class Table:
         is_sgd = opt.name == "sgd"
         lr = opt.lr if is_sgd else opt.lr / (1 + self.step * opt.lr_decay)  # clr of step + 1
         self._unshare()
-        weights = self.weights.numpy()
+        weights, accum = self._arrays()
         g = grads.detach().to(torch.float32).contiguous().numpy()
         done = kernels.push_held(self.index.entries, keys, self.index._shift, self.index._mask,
                                  self.counts, self.steps, self.pushes + 1, self.dirty, weights,
-                                 weights if is_sgd else self.accum.numpy(), g, lr, opt.eps,
-                                 is_sgd)
+                                 weights if is_sgd else accum, g, lr, opt.eps, is_sgd)
         if done < 0:
             return False
         self.step += 1
         self.pushes += 1
         self.tick += 1
         return True
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """numpy views of the weights and the accumulator (None without one), made once per
+        pair of tensors (`.numpy()` costs about 5,000 instructions a call). Every change of
+        either tensor is a new object (growth, copy on write, restore), which the identity
+        test sees; those paths also drop the views at once, not to keep old memory alive."""
+        w, a = self.weights, self.accum
+        kept = self._np
+        if kept is None or kept[0] is not w or kept[1] is not a:
+            kept = self._np = (w, a, w.numpy(), None if a is None else a.numpy())
+        return kept[2], kept[3]
 
     def missing(self, ids: torch.Tensor) -> int:
         """How many rows a pull of `ids` would create now (at most)."""
@@ -396,6 +407,7 @@ class Table:
         """Before changing weights in place: copy them when an open snapshot view reads them."""
         if self.snaps:
             if any(not pin.done for pin in self.snaps):
+                self._np = None
                 self.weights = self.weights.clone()
                 if self.accum is not None:
                     self.accum = self.accum.clone()
@@ -411,6 +423,7 @@ class Table:
         self.ids = _grown_np(self.ids, capacity, -1)
         for name in _META + ("dirty",):
             setattr(self, name, _grown_np(getattr(self, name), capacity, 0))
+        self._np = None
         self.weights = _grown(self.weights, capacity)
         if self.accum is not None:
             self.accum = _grown(self.accum, capacity)

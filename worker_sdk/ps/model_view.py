@@ -68,7 +68,9 @@ class ModelView:
     def zero_grad(self) -> None:
         """`model.zero_grad(set_to_none=True)`, without walking the model again."""
         model = self.model
-        if type(model).zero_grad is not _Module.zero_grad or getattr(model, "_is_replica", False):
+        # a DataParallel replica's flag is an instance attribute (getattr's default would cost
+        # nn.Module.__getattr__ building an AttributeError every step)
+        if type(model).zero_grad is not _Module.zero_grad or model.__dict__.get("_is_replica"):
             model.zero_grad(set_to_none=True)  # its own, or nn.Module's warning for a replica
             return
         for _, p in self.params:
