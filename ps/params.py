@@ -33,6 +33,7 @@ import threading
 import time
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 
 from .applied import AppliedTable, Duplicate
@@ -40,6 +41,7 @@ from .ownership import Ownership
 from .dense import Dense, Stats
 from pswire.tables import TableSpec
 
+from .tables.index import keys_of
 from .tables.table import Table
 from .tables.table import row_share
 from rpckit.errors import (Reason, ServiceError, invalid, not_found, precondition, quote,
@@ -344,12 +346,16 @@ class ParamStore:
                             f"{', '.join(sorted(self.tables)) or 'none'})")
         return table
 
-    def _check_ids(self, ids: torch.Tensor, table: str) -> None:
-        if ids.dim() != 1 or ids.dtype != torch.int64:
+    def _check_ids(self, ids, table: str) -> None:
+        """`ids`: a numpy array (the data plane's) or a torch tensor (`tables.index.keys_of`)."""
+        if isinstance(ids, np.ndarray):
+            if ids.ndim != 1 or ids.dtype != np.int64:
+                raise invalid(f"table {table!r}: ids must be a 1-D int64 array")
+        elif ids.dim() != 1 or ids.dtype != torch.int64:
             raise invalid(f"table {table!r}: ids must be a 1-D int64 tensor")
-        if ids.numel() == 0:
+        if len(ids) == 0:
             return
-        low, high = min_max(ids.numpy())  # one compiled pass (pswire.jit)
+        low, high = min_max(keys_of(ids))  # one compiled pass (pswire.jit)
         if low < 0 or high > MAX_ROW_ID:
             raise invalid(f"table {table!r}: ids must be in 0..{MAX_ROW_ID} (2**53 - 1), got "
                           f"{low if low < 0 else high}")
@@ -378,8 +384,8 @@ class ParamStore:
                   grads: torch.Tensor) -> dict:
         t = self.table(table)
         self._check_ids(ids, table)
-        if grads.dtype != torch.float32 or tuple(grads.shape) != (ids.numel(), t.spec.dim):
-            raise invalid(f"table {table!r}: gradients must be float32 [{ids.numel()}, "
+        if grads.dtype != torch.float32 or tuple(grads.shape) != (len(ids), t.spec.dim):
+            raise invalid(f"table {table!r}: gradients must be float32 [{len(ids)}, "
                           f"{t.spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}{list(grads.shape)}")
         require_finite(grads, lambda: f"the row gradients of table {quote(table)}")
         def apply() -> dict:

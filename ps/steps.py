@@ -89,8 +89,8 @@ class Steps:
         for table, ids, grads in parts.rows:
             spec = self.store.table(table).spec
             self.store._check_ids(ids, table)
-            if grads.dtype != torch.float32 or tuple(grads.shape) != (ids.numel(), spec.dim):
-                raise invalid(f"table {table!r}: gradients must be float32 [{ids.numel()}, "
+            if grads.dtype != torch.float32 or tuple(grads.shape) != (len(ids), spec.dim):
+                raise invalid(f"table {table!r}: gradients must be float32 [{len(ids)}, "
                               f"{spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}"
                               f"{list(grads.shape)}")
             require_finite(grads, lambda: f"the row gradients of table {quote(table)}")
@@ -107,7 +107,7 @@ class Steps:
     def _check_new_rows(self, table: str, ids: torch.Tensor) -> None:
         """Refuse now what would be refused half-way (--max-new-rows): after the push."""
         limit = self.store.limits.max_new_rows
-        if ids.numel() > limit:
+        if len(ids) > limit:
             created = self.store.tables[table].missing(ids)
             if created > limit:
                 raise too_large(f"table {table!r}: this step would create {created} rows; at "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import torch
 import zmq
 
@@ -221,11 +222,16 @@ class Handlers:
         return [resp.SerializeToString()]
 
     @staticmethod
-    def _ids(frame) -> torch.Tensor:
-        n = frame.buffer.nbytes if hasattr(frame, "buffer") else memoryview(frame).nbytes
-        if n % 8:
-            raise invalid(f"the ids frame has {n} bytes, not a whole number of int64")
-        return from_frame(frame, torch.int64, (n // 8,), "ids")
+    def _ids(frame) -> np.ndarray:
+        """The frame's int64 ids as a numpy array over its memory: the form the store's loops
+        take (a torch tensor would be made only to be `.numpy()`ed at every step)."""
+        buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+        if buf.nbytes % 8:
+            raise invalid(f"the ids frame has {buf.nbytes} bytes, not a whole number of int64")
+        ids = np.frombuffer(buf, dtype=np.int64)
+        # a read-only buffer (bytes) is copied: numba compiles a read-only array as another
+        # type, which the warm-up did not load (received ZeroMQ frames are writable)
+        return ids if ids.flags.writeable else ids.copy()
 
     def _pull_rows(self, req, frames) -> list:
         if len(frames) != 1:
@@ -246,7 +252,7 @@ class Handlers:
                           f"gradients), got {len(frames)}")
         ids = self._ids(frames[0])
         table = self.store.table(req.push_rows.table)
-        grads = from_frame(frames[1], torch.float32, (ids.numel(), table.spec.dim),
+        grads = from_frame(frames[1], torch.float32, (len(ids), table.spec.dim),
                            f"gradients of table {req.push_rows.table!r}")
         self._owns(req, rows_w=[(req.push_rows.table, ids)])
         answer = self.store.push_rows(req.client_id, req.seq, req.push_rows.table, ids, grads)
@@ -314,7 +320,7 @@ class Handlers:
         for entry in step.push_rows[:]:
             table = self.store.table(entry.table)
             ids = self._ids(frames[at])
-            grads = from_frame(frames[at + 1], torch.float32, (ids.numel(), table.spec.dim),
+            grads = from_frame(frames[at + 1], torch.float32, (len(ids), table.spec.dim),
                                f"gradients of table {entry.table!r}")
             parts.rows.append((entry.table, ids, grads))
             at += 2

@@ -48,7 +48,7 @@ from ..optim import RowOptimizer, gather_rows
 from . import files, kernels
 from .admission import AdmissionSketch
 from .eviction import Cause, expired, next_expiry, victims
-from .index import RowIndex, distinct_in_order
+from .index import RowIndex, distinct_in_order, keys_of
 
 EVICT_BATCH = 1 / 64     # at the cap, evict at least this share of it at once
 TIME_SWEEP_S = 0.5       # time-based expiry runs at most this often
@@ -120,11 +120,11 @@ class Table:
 
     # -- reading and writing rows -------------------------------------------------------------
 
-    def pull(self, ids: torch.Tensor, max_new: int | None = None) -> tuple[torch.Tensor, int]:
+    def pull(self, ids, max_new: int | None = None) -> tuple[torch.Tensor, int]:
         """Rows of `ids` (a copy, [n, dim]) and how many rows this call created; more than
         `max_new` new rows are refused (TOO_LARGE) before anything changes. Ids not admitted
-        (yet) answer their initial value."""
-        keys = ids.numpy()
+        (yet) answer their initial value. `ids`: int64, numpy or torch (`keys_of`)."""
+        keys = keys_of(ids)
         with self.lock:
             now = self.clock()
             self._expire(now)
@@ -157,19 +157,20 @@ class Table:
             rows[torch.from_numpy(missing_at)] = initial_rows(self.spec, keys[missing_at])
             return rows, created
 
-    def push(self, ids: torch.Tensor, grads: torch.Tensor, max_new: int | None = None) -> int:
-        """Apply summed gradients of `ids`; returns the number of distinct rows updated.
-        Rows of ids not admitted are dropped (admit_after > 1) or created (admit_after 1;
-        more than `max_new` to create are refused, TOO_LARGE, changing nothing)."""
-        keys = ids.numpy()
+    def push(self, ids, grads: torch.Tensor, max_new: int | None = None) -> int:
+        """Apply summed gradients of `ids` (int64, numpy or torch: `keys_of`); returns the
+        number of distinct rows updated. Rows of ids not admitted are dropped (admit_after >
+        1) or created (admit_after 1; more than `max_new` to create are refused, TOO_LARGE,
+        changing nothing)."""
+        keys = keys_of(ids)
         sorted_distinct = keys.size < 2 or bool((keys[1:] > keys[:-1]).all())
         if sorted_distinct:
-            unique, summed = ids, grads  # sorted and distinct already (what the SDK sends)
+            summed = grads  # sorted and distinct already (what the SDK sends)
         else:
-            unique, inverse = torch.unique(ids, return_inverse=True)
+            unique, inverse = torch.unique(torch.from_numpy(keys), return_inverse=True)
             summed = torch.zeros(unique.numel(), self.spec.dim, dtype=grads.dtype)
             summed.index_add_(0, inverse, grads)
-        keys = unique.numpy()
+            keys = unique.numpy()
         with self.lock:
             now = self.clock()
             self._expire(now)
@@ -240,9 +241,9 @@ class Table:
             kept = self._np = (w, a, w.numpy(), None if a is None else a.numpy())
         return kept[2], kept[3]
 
-    def missing(self, ids: torch.Tensor) -> int:
+    def missing(self, ids) -> int:
         """How many rows a pull of `ids` would create now (at most)."""
-        keys = ids.numpy()
+        keys = keys_of(ids)
         with self.lock:
             absent = distinct_in_order(keys[self.index.lookup(keys) < 0])
             if self.sketch is None:
