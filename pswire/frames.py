@@ -55,7 +55,8 @@ def meta_of(name: str, t: torch.Tensor) -> ps_pb2.TensorMeta:
 
 def as_buffer(t: torch.Tensor):
     """A zero-copy byte view of a tensor for a zmq frame (made contiguous first if needed)."""
-    t = t.detach()
+    if t.requires_grad:  # detach() only where numpy() needs it: it makes a tensor object
+        t = t.detach()
     if not t.is_contiguous():
         t = t.contiguous()
     if t.numel() == 0:
@@ -152,7 +153,7 @@ def packing(tensors: list[torch.Tensor]) -> tuple[list[int], list[int]]:
 
 def pack(tensors: list[torch.Tensor]) -> torch.Tensor:
     """The packed frame's tensor: the tensors' values one after the other (one copy)."""
-    return torch.cat([t.detach().reshape(-1) for t in tensors])
+    return torch.cat([(t.detach() if t.requires_grad else t).reshape(-1) for t in tensors])
 
 
 def frames_of(metas_count: int, packed_count: int) -> int:
