@@ -19,22 +19,25 @@ EMPTY = -1
 
 
 @njit
-def lookup(entries, ids, shift, mask):
-    """The slot of each id (-1 where absent): linear probing from the id's home until its key
+def _probe(entries, key, shift, mask):
+    """The slot of one id (-1 where absent): linear probing from the id's home until its key
     or an empty position (tombstones are passed over)."""
+    pos = np.int64((np.uint64(key) * _FIB) >> shift)
+    while True:
+        found = entries[pos, 0]
+        if found == key:
+            return entries[pos, 1]
+        if found == EMPTY:
+            return -1
+        pos = (pos + 1) & mask
+
+
+@njit
+def lookup(entries, ids, shift, mask):
+    """The slot of each id (-1 where absent)."""
     out = np.empty(ids.size, np.int64)
     for i in range(ids.size):
-        key = ids[i]
-        pos = np.int64((np.uint64(key) * _FIB) >> shift)
-        while True:
-            found = entries[pos, 0]
-            if found == key:
-                out[i] = entries[pos, 1]
-                break
-            if found == EMPTY:
-                out[i] = -1
-                break
-            pos = (pos + 1) & mask
+        out[i] = _probe(entries, ids[i], shift, mask)
     return out
 
 
@@ -140,16 +143,10 @@ def _find_all(entries, keys, shift, mask):
     """`lookup` of every key, or None as soon as one is absent."""
     slots = np.empty(keys.size, np.int64)
     for i in range(keys.size):
-        key = keys[i]
-        pos = np.int64((np.uint64(key) * _FIB) >> shift)
-        while True:
-            found = entries[pos, 0]
-            if found == key:
-                slots[i] = entries[pos, 1]
-                break
-            if found == EMPTY:
-                return None
-            pos = (pos + 1) & mask
+        slot = _probe(entries, keys[i], shift, mask)
+        if slot < 0:
+            return None
+        slots[i] = slot
     return slots
 
 
