@@ -62,7 +62,7 @@ def restore(table, state: dict) -> None:
     if state["weights"].shape != (n, table.spec.dim):
         raise ValueError(f"table {table.spec.name!r}: checkpoint rows have shape "
                          f"{tuple(state['weights'].shape)}, expected ({n}, {table.spec.dim})")
-    table._np = None  # the numpy views of the old tensors (Table._arrays)
+    table._np = None  # the numpy views of the old tensors (ps/tables/one_pass.py arrays)
     table.weights = state["weights"].contiguous()
     if table.accum is not None:
         accum = state.get("accum")

@@ -45,7 +45,7 @@ from pswire.tables import TableSpec
 from ..embedding import initial_rows
 from ..limits import too_large
 from ..optim import RowOptimizer, gather_rows
-from . import files, kernels
+from . import files, kernels, one_pass
 from .admission import AdmissionSketch
 from .eviction import Cause, expired, next_expiry, victims
 from .index import RowIndex, distinct_in_order, keys_of
@@ -84,7 +84,7 @@ class Table:
         self.dirty = np.zeros(capacity, dtype=bool)
         self.weights = torch.empty(capacity, spec.dim)
         self.accum = (torch.empty(capacity, spec.dim) if optimizer.has_accumulator else None)
-        self._np = None  # (weights, accum, their numpy views): see _arrays
+        self._np = None  # (weights, accum, their numpy views): ps/tables/one_pass.py
         self.sketch = AdmissionSketch() if spec.admit_after > 1 else None
         self.step = 0
         self.pushes = 0
@@ -128,14 +128,9 @@ class Table:
         with self.lock:
             now = self.clock()
             self._expire(now)
-            if self._plain and keys.size and self.index.size:
-                # the usual pull (sorted distinct ids, every one held): one compiled pass
-                rows = kernels.pull_held(self.index.entries, keys, self.index._shift,
-                                         self.index._mask, self.counts, self.steps, self.pushes,
-                                         self.dirty, self._arrays()[0])
-                if rows is not None:
-                    self.tick += 1
-                    return torch.from_numpy(rows), 0
+            rows = one_pass.pull(self, keys)  # the usual pull (ps/tables/one_pass.py)
+            if rows is not None:
+                return rows, 0
             slots = self.index.lookup(keys)
             created = 0
             missing_at = (slots < 0).nonzero()[0]
@@ -174,11 +169,9 @@ class Table:
         with self.lock:
             now = self.clock()
             self._expire(now)
-            if self._plain and sorted_distinct and keys.size and self.index.size:
-                # the usual push (every id held): one compiled pass, the same arithmetic
-                if self._push_held(keys, summed):
-                    self._expire(now)
-                    return int(keys.size)
+            if sorted_distinct and one_pass.push(self, keys, summed):  # the usual push
+                self._expire(now)
+                return int(keys.size)
             slots = self.index.lookup(keys)
             absent = slots < 0
             if absent.any():
@@ -202,44 +195,6 @@ class Table:
                                      self.step)
             self._expire(now)  # this push may have put rows past ttl_steps
             return int(slots.size)
-
-    @property
-    def _plain(self) -> bool:
-        """Whether a request's touch of held rows is only their count, step and dirty mark
-        (no cap's touch order, no TTL clock, no slot move recording them): the compiled
-        one-pass pull and push apply."""
-        return not (self.row_cap or self.spec.ttl_s or self.watch is not None)
-
-    def _push_held(self, keys: np.ndarray, grads: torch.Tensor) -> bool:
-        """Under the lock: the push of sorted distinct `keys` in one compiled pass when each
-        holds a row (then the table's counters move as the general path moves them);
-        False, having changed nothing, when one does not."""
-        opt = self.optimizer
-        is_sgd = opt.name == "sgd"
-        lr = opt.lr if is_sgd else opt.lr / (1 + self.step * opt.lr_decay)  # clr of step + 1
-        self._unshare()
-        weights, accum = self._arrays()
-        g = grads.detach().to(torch.float32).contiguous().numpy()
-        done = kernels.push_held(self.index.entries, keys, self.index._shift, self.index._mask,
-                                 self.counts, self.steps, self.pushes + 1, self.dirty, weights,
-                                 weights if is_sgd else accum, g, lr, opt.eps, is_sgd)
-        if done < 0:
-            return False
-        self.step += 1
-        self.pushes += 1
-        self.tick += 1
-        return True
-
-    def _arrays(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """numpy views of the weights and the accumulator (None without one), made once per
-        pair of tensors (`.numpy()` costs about 5,000 instructions a call). Every change of
-        either tensor is a new object (growth, copy on write, restore), which the identity
-        test sees; those paths also drop the views at once, not to keep old memory alive."""
-        w, a = self.weights, self.accum
-        kept = self._np
-        if kept is None or kept[0] is not w or kept[1] is not a:
-            kept = self._np = (w, a, w.numpy(), None if a is None else a.numpy())
-        return kept[2], kept[3]
 
     def missing(self, ids) -> int:
         """How many rows a pull of `ids` would create now (at most)."""
