@@ -117,9 +117,14 @@ def _view(t: torch.Tensor, shape) -> torch.Tensor:
     return t.view(*shape) if shape else t.view(())
 
 
+def buffer_of(frame) -> memoryview:
+    """A received frame's bytes (zmq.Frame, memoryview or bytes) as a memoryview, no copy."""
+    return frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+
+
 def from_frame(frame, dtype: torch.dtype, shape: tuple, what: str) -> torch.Tensor:
     """Wrap a received frame (zmq.Frame, memoryview or bytes) as a tensor, without a copy."""
-    buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+    buf = buffer_of(frame)
     itemsize = dtype.itemsize
     numel = 1
     for d in shape:

@@ -15,8 +15,8 @@ import torch
 import zmq
 
 from protos import ps_pb2
-from pswire.frames import (DTYPES, FLOAT_DTYPES, as_buffer, check_meta, code_number, decode,
-                           dtype_name, frames_of, from_frame)
+from pswire.frames import (DTYPES, FLOAT_DTYPES, as_buffer, buffer_of, check_meta, code_number,
+                           decode, dtype_name, frames_of, from_frame)
 from pswire.optimizers import config_from_pb
 from pswire.tables import TableSpec
 from rpckit.errors import invalid
@@ -126,7 +126,7 @@ class Handlers:
 
         if len(frames) != 1:
             raise invalid("a slot_import carries one frame (the export)")
-        raw = frames[0].buffer if hasattr(frames[0], "buffer") else memoryview(frames[0])
+        raw = buffer_of(frames[0])
         state = torch.load(io.BytesIO(bytes(raw)), weights_only=False)
         done = moves.install(self.store, state)
         resp = ps_pb2.DataResponse(code=0, seq=req.seq)
@@ -225,7 +225,7 @@ class Handlers:
     def _ids(frame) -> np.ndarray:
         """The frame's int64 ids as a numpy array over its memory: the form the store's loops
         take (a torch tensor would be made only to be `.numpy()`ed at every step)."""
-        buf = frame.buffer if hasattr(frame, "buffer") else memoryview(frame)
+        buf = buffer_of(frame)
         if buf.nbytes % 8:
             raise invalid(f"the ids frame has {buf.nbytes} bytes, not a whole number of int64")
         ids = np.frombuffer(buf, dtype=np.int64)
