@@ -17,7 +17,7 @@ from . import kernels
 EMPTY = -1
 TOMBSTONE = -2
 MAX_LOAD = 0.5
-_MULT = np.uint64(0x9E3779B97F4A7C15)
+_MULT = kernels._FIB  # Fibonacci hashing's multiplier: the numpy probe and the compiled one agree
 
 
 def keys_of(ids) -> np.ndarray:

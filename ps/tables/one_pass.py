@@ -21,10 +21,14 @@ def plain(table) -> bool:
     return not (table.row_cap or table.spec.ttl_s or table.watch is not None)
 
 
+def _may_apply(table, keys: np.ndarray) -> bool:
+    return bool(keys.size and table.index.size and plain(table))
+
+
 def pull(table, keys: np.ndarray) -> torch.Tensor | None:
     """The rows of `keys` [n, dim], touched as a pull touches them; None when the one pass
     does not apply."""
-    if not (keys.size and table.index.size and plain(table)):
+    if not _may_apply(table, keys):
         return None
     index = table.index
     rows = kernels.pull_held(index.entries, keys, index._shift, index._mask, table.counts,
@@ -39,7 +43,7 @@ def push(table, keys: np.ndarray, grads: torch.Tensor) -> bool:
     """Apply `grads` to the rows of sorted distinct `keys` with the table's row optimizer
     (its arithmetic: `RowOptimizer.apply`) and move the counters as the general path does;
     False, having changed nothing, when the one pass does not apply."""
-    if not (keys.size and table.index.size and plain(table)):
+    if not _may_apply(table, keys):
         return False
     opt = table.optimizer
     is_sgd = opt.name == "sgd"
