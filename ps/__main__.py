@@ -272,12 +272,14 @@ def _warm_up_optimizers() -> None:
     (docs/benchmarks.md, "Live PS resize")."""
     import torch
 
+    from . import flat_dense
     from .tables import kernels
 
     p = torch.zeros(1, requires_grad=True)
     p.grad = torch.zeros(1)
     torch.optim.Adagrad([p]).step()
     kernels.warm_up()  # the compiled loops of the request path, loaded from numba's cache
+    flat_dense.warm_up()
 
 
 # A PS a shrink removed answers WRONG_OWNER this long before it exits: a client whose request

@@ -7,7 +7,8 @@ Each dense tensor gets its own real `torch.optim` optimizer (one param group, on
 push sets `.grad` and calls `step()`, so the PS's arithmetic is torch.optim's by construction.
 A push of several Adagrad tensors runs as one foreach update over all of them (`step_dense_all`):
 the same per-tensor operations torch.optim's single-tensor Adagrad runs, in the same order, on
-the optimizers' own state, so the result is the same to the bit.
+the optimizers' own state, so the result is the same to the bit; a worker's packed push runs
+over flat buffers instead (ps/flat_dense.py), the same arithmetic again.
 Embedding rows are updated the way `torch.optim.SGD` / `torch.optim.Adagrad` update a sparse
 `nn.Embedding(sparse=True)` weight: only the pushed rows change, duplicates are summed first.
 """
@@ -67,14 +68,25 @@ def step_dense_all(optimizers: list, params: list[torch.Tensor],
     (those of one store) are updated together: a call per operation over all the tensors
     instead of a torch.optim step per tensor (about 30 us each, most of a small tensor's
     push; cheaper even for one tensor), with the single-tensor path's arithmetic exactly."""
-    if optimizers and all(type(o) is torch.optim.Adagrad for o in optimizers):
-        groups = [o.param_groups[0] for o in optimizers]
-        hyper = _hyper(groups[0])
-        if all(_hyper(g) == hyper for g in groups) and not groups[0]["differentiable"]:
-            _adagrad_all(optimizers, params, grads, *hyper)
-            return
+    hyper = same_adagrad(optimizers)
+    if hyper is not None:
+        _adagrad_all(optimizers, params, grads, *hyper)
+        return
     for optimizer, param, grad in zip(optimizers, params, grads):
         step_dense(optimizer, param, grad)
+
+
+def same_adagrad(optimizers: list) -> tuple | None:
+    """The hyperparameters (lr, lr_decay, weight_decay, eps, maximize) when `optimizers` are
+    all torch.optim.Adagrad with the same ones (those of one store) and not differentiable:
+    those updated together. None otherwise."""
+    if not optimizers or not all(type(o) is torch.optim.Adagrad for o in optimizers):
+        return None
+    groups = [o.param_groups[0] for o in optimizers]
+    hyper = _hyper(groups[0])
+    if groups[0]["differentiable"] or not all(_hyper(g) == hyper for g in groups):
+        return None
+    return hyper
 
 
 def _adagrad_all(optimizers, params, grads, lr, lr_decay, weight_decay, eps, maximize) -> None:

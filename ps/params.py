@@ -8,8 +8,9 @@ messages into these calls. What it promises:
   model or optimizer is refused (FAILED_PRECONDITION, MODEL_MISMATCH, naming the first
   difference), so a worker never trains a model the PS does not hold.
 - A dense tensor has a version (pushes applied to it). A push applies the gradient with the
-  tensor's own `torch.optim` optimizer (Adagrad: the push's tensors in one foreach update, the
-  same arithmetic: ps/optim.py) under the tensor's lock and bumps the version. The push
+  tensor's own `torch.optim` optimizer (Adagrad: the push's tensors in one foreach update, or
+  the packed ones over flat buffers, the same arithmetic: ps/optim.py, ps/flat_dense.py) under
+  the tensor's lock and bumps the version. The push
   carries the versions the worker pulled; staleness (current - pulled) is recorded, and with
   `max_staleness >= 0` a push staler than that is refused whole (FAILED_PRECONDITION).
 - A pull never sees a half-applied push. A pull takes the tensor's lock only to "export" it:
@@ -39,6 +40,7 @@ import torch
 from .applied import AppliedTable, Duplicate
 from .ownership import Ownership
 from .dense import Dense, Stats
+from .flat_dense import FlatAdagrad
 from pswire.tables import TableSpec
 
 from .tables.index import keys_of
@@ -52,7 +54,7 @@ from .steps import StepParts, Steps
 from .reads import Export, Reads, _copy_export
 from .limits import Limits, check_names
 from .model_match import first_difference, shape_of
-from .optim import RowOptimizer, make_dense, step_dense_all
+from .optim import RowOptimizer, make_dense
 from pswire.optimizers import row_config, validate_dense
 from pswire.partition import MAX_ROW_ID
 from pswire.jit import min_max
@@ -82,6 +84,7 @@ class ParamStore:
         self.stopping = False
         # parts of the store, each handed the store: snapshots and restores, Step requests
         self.snapshots = Snapshots(self)
+        self.flat = FlatAdagrad()  # the packed tensors' flat buffers (ps/flat_dense.py)
         self.steps = Steps(self)
         self.reads = Reads(self)
         self.restores = 0  # snapshots restored over the state (a checkpoint, a primary's copy)
@@ -191,7 +194,7 @@ class ParamStore:
         names = [n for n, _ in grads]
         self._require_finite_grads(grads, packed, packed_count)
         return self._at_most_once(
-            client_id, seq, lambda: self._apply(grads, versions, checked),
+            client_id, seq, lambda: self._apply(grads, versions, checked, packed, packed_count),
             lambda: {"versions": self.versions(names), "max_staleness": 0})
 
     def check_push(self, metas: Sequence[tuple[str, tuple, torch.dtype]],
@@ -254,7 +257,10 @@ class ParamStore:
             self.applied.finish(entry, answer)
             return dict(answer, duplicate=False)
 
-    def _apply(self, grads, versions, checked: bool = False) -> dict:
+    def _apply(self, grads, versions, checked: bool = False,
+               packed: torch.Tensor | None = None, packed_count: int = 0) -> dict:
+        """Apply a validated push under its tensors' locks. `packed`: the flat tensor the first
+        `packed_count` grads are views of (their update may run over it: ps/flat_dense.py)."""
         ordered = sorted(zip(grads, versions), key=lambda x: x[0][0])
         held = [self.dense[name] for (name, _), _ in ordered]
         for d in held:  # sorted by name: no deadlock between concurrent pushes
@@ -264,7 +270,9 @@ class ParamStore:
                         default=0)
             if 0 <= self.max_staleness < worst and not checked:
                 return self._stale(worst, [d.name for d in held])
-            self._step_all(held, [g for (_, g), _ in ordered])
+            self._step_all(held, [g for (_, g), _ in ordered],
+                           [n for n, _ in grads[:packed_count]] if packed is not None else (),
+                           packed)
         finally:
             for d in held:
                 d.lock.release()
@@ -321,9 +329,12 @@ class ParamStore:
             with self._stats_lock:
                 self.stats.waited_for_send += 1
 
-    def _step_all(self, held: list[Dense], grads: list[torch.Tensor]) -> None:
+    def _step_all(self, held: list[Dense], grads: list[torch.Tensor],
+                  packed_names: Sequence[str] = (), packed: torch.Tensor | None = None) -> None:
         """Under every d.lock: apply one gradient to each tensor (after any pull still sending
-        it, and on a copy when a snapshot view still reads it), in one optimizer call."""
+        it, and on a copy when a snapshot view still reads it), in one optimizer call; the
+        tensors `packed_names` (of `held`), whose gradients are the flat `packed`, in flat
+        buffers when they fit (ps/flat_dense.py)."""
         for d in held:
             if d.snaps:
                 if any(not pin.done for pin in d.snaps):
@@ -331,7 +342,7 @@ class ParamStore:
                 d.snaps = []
             if d.pins:
                 self._unpin(d)
-        step_dense_all([d.optimizer for d in held], [d.value for d in held], grads)
+        self.flat.update(self.dense, held, grads, packed_names, packed)
         for d in held:
             d.version += 1
             d.pushes += 1

@@ -54,7 +54,9 @@ class Reads:
             for d in sorted(held, key=lambda d: d.name):  # the order pushes lock in
                 d.lock.acquire()
             try:
-                flat = pack([d.value for d in held])
+                flat = self.store.flat.values_of(held)  # the flat buffer's copy, when laid out
+                if flat is None:
+                    flat = pack([d.value for d in held])
                 out = [(d.name, None, d.version, d.value) for d in held]
             finally:
                 for d in held:

@@ -117,7 +117,8 @@ class Steps:
     def _apply_step(self, parts: StepParts) -> dict:
         answer = {"code": "OK", "message": ""}
         if parts.grads is not None:
-            pushed = self.store._apply(parts.grads, parts.versions, parts.checked)
+            pushed = self.store._apply(parts.grads, parts.versions, parts.checked,
+                                       parts.packed, parts.packed_count)
             if pushed["code"] != "OK":  # refused as stale: nothing of the step is applied
                 return {**pushed, "push": pushed, "rows": [0] * len(parts.rows)}
             answer["push"] = pushed

@@ -1,0 +1,173 @@
+"""The usual dense push as a handful of torch calls: a PS's packed tensors living in flat buffers.
+
+A worker sends a step's small gradients packed into one frame (pswire.frames). `FlatAdagrad`
+keeps the tensors of such a push (or a push of one tensor), their Adagrad sums and their step
+counters as views of three flat buffers laid out in the packed order, so the push is two
+compiled passes and one torch call over the flat buffers, the packed frame being the gradient,
+instead of six foreach calls over N tensors: torch's CPU foreach runs the per-tensor op on
+each tensor, a few thousand instructions and a few KB of code apiece; with the code's cache
+misses that was a fifth of a PS's Step (issue 27).
+
+The arithmetic is `ps.optim._adagrad_all`'s, hence torch.optim's, to the bit: the same
+elementwise operations in the same order and rounding (torch's `addcmul_` is a fused
+multiply-add, its `add_` and `addcdiv_` round each step), and the square root is torch's own
+call over the flat sums: torch's CPU kernels give an element the same bits wherever it lies in
+a tensor (vectorized body or scalar tail, MKL's square root included), while a correctly
+rounded square root differs from MKL's in the last bit for about a fifth of all floats.
+tests/ps/test_flat_dense.py checks both claims.
+
+The tensors stay what the rest of the store knows: the same `Dense.value` and optimizer state
+tensor objects, re-pointed (`Tensor.set_`) into the flat buffers. Whatever later moves one of
+them to memory of its own (a copy on write for a pull or a snapshot view, a restore, a slot
+move) leaves a data pointer the layout does not expect; the next push then lays them out
+anew. A push the layout does not fit (other tensors, another order, another optimizer) takes
+the foreach path, unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pswire.jit import njit
+
+from .optim import same_adagrad, step_dense_all
+
+MAX_LAYOUTS = 4  # sets of tensors pushed together that keep a layout (more: the oldest goes)
+
+
+@njit(fastmath={"contract"})
+def accumulate(sums, grads, steps):
+    """Adagrad's `step += 1` and `sum += g * g`: torch's `addcmul_`, one rounding (fused)."""
+    for i in range(steps.size):
+        steps[i] += np.float32(1)
+    for i in range(sums.size):
+        sums[i] = grads[i] * grads[i] + sums[i]
+
+
+@njit(error_model="numpy")
+def descend(values, grads, std, neg_lr, eps):
+    """`std += eps; value += (-lr * g) / std`: torch's `add_` and `addcdiv_`, each operation
+    rounded (nothing here is fused). The numpy error model: a division is not checked for a
+    zero divisor (the sums are never negative and eps keeps std positive), so it vectorizes."""
+    for i in range(values.size):
+        values[i] = values[i] + (neg_lr * grads[i]) / (std[i] + eps)
+
+
+def warm_up() -> None:
+    """Load (or compile) the two passes before the first push needs them."""
+    a = np.ones(2, dtype=np.float32)
+    accumulate(a.copy(), a, a.copy())
+    descend(a.copy(), a, a, np.float32(-0.1), np.float32(1e-10))
+
+
+@dataclass
+class _Layout:
+    values: torch.Tensor
+    sums: torch.Tensor
+    std: torch.Tensor  # scratch for the square roots
+    arrays: tuple  # numpy views of values, sums, steps, std
+    pointers: list[int]  # each tensor's value, sum and step data_ptr, in that order
+
+
+class FlatAdagrad:
+    """The flat layouts of one store's tensors pushed together (each built on first use)."""
+
+    def __init__(self) -> None:
+        self._layouts: dict[tuple[str, ...], _Layout] = {}
+        self.layouts = 0  # layouts built: a test's window on re-layouts
+
+    def update(self, dense: dict, held: list, grads: list, packed_names=(), packed=None) -> None:
+        """Apply `grads` to `held` (Dense of the store's `dense`, under their locks): those
+        named `packed_names`, whose gradients are the flat `packed`, or a tensor pushed alone
+        over flat buffers when they fit; the rest by `ps.optim.step_dense_all`."""
+        if packed_names:
+            flat = self.step([dense[n] for n in packed_names], packed)
+        else:  # a tensor alone is a flat buffer of its own
+            flat = len(held) == 1 and self.step(held, grads[0].reshape(-1))
+        if not flat:
+            step_dense_all([d.optimizer for d in held], [d.value for d in held], grads)
+        elif packed_names and len(packed_names) < len(held):  # those in frames of their own
+            packed_set = set(packed_names)
+            rest = [(d, g) for d, g in zip(held, grads) if d.name not in packed_set]
+            step_dense_all([d.optimizer for d, _ in rest], [d.value for d, _ in rest],
+                           [g for _, g in rest])
+
+    def step(self, held: list, grad: torch.Tensor) -> bool:
+        """Apply the flat float32 gradient `grad` (the packed frame) to `held` (Dense, in the
+        packed order), under every held tensor's lock, after their pins and snapshot views
+        were dealt with. False: nothing done, the caller takes the per-tensor path (another
+        optimizer, lr_decay, weight_decay or maximize, or tensors that are not float32)."""
+        hyper = same_adagrad([d.optimizer for d in held])
+        # lr_decay reads each tensor's own step count; weight_decay and maximize are rare
+        # enough to stay torch's (its weight decay is a fused multiply-add of its own)
+        if hyper is None or hyper[1:3] != (0, 0) or hyper[4] or grad.dtype != torch.float32:
+            return False
+        layout = self._current(held)
+        if layout is None or grad.numel() != layout.values.numel():
+            return False
+        values, sums, steps, std = layout.arrays
+        g = grad.numpy()
+        accumulate(sums, g, steps)
+        torch.sqrt(layout.sums, out=layout.std)
+        descend(values, g, std, np.float32(-hyper[0]), np.float32(hyper[3]))
+        return True
+
+    def values_of(self, held: list) -> torch.Tensor | None:
+        """A copy of the values of `held` (Dense, under their locks) one after the other, when
+        they are a layout's, in its order (a packed pull of the tensors the worker pushes);
+        else None. One copy where `pswire.frames.pack` makes one per tensor."""
+        layout = self._layouts.get(tuple(d.name for d in held))
+        if layout is None or [d.value.data_ptr() for d in held] != layout.pointers[::3]:
+            return None
+        return layout.values.clone()
+
+    def _current(self, held: list) -> _Layout | None:
+        names = tuple(d.name for d in held)
+        states = [d.optimizer.state[d.value] for d in held]
+        layout = self._layouts.get(names)
+        if layout is not None:
+            pointers = []
+            for d, s in zip(held, states):
+                pointers += (d.value.data_ptr(), s["sum"].data_ptr(), s["step"].data_ptr())
+            if pointers == layout.pointers:
+                return layout
+        layout = _lay_out(held, states)
+        self._layouts.pop(names, None)
+        if layout is not None:
+            while len(self._layouts) >= MAX_LAYOUTS:
+                del self._layouts[next(iter(self._layouts))]
+            self._layouts[names] = layout
+            self.layouts += 1
+        return layout
+
+
+def _lay_out(held: list, states: list) -> _Layout | None:
+    """Copy the tensors and their state into fresh flat buffers and re-point them there
+    (the same tensor objects); None when they do not fit (not float32 and contiguous)."""
+    values = [d.value for d in held]
+    sums = [s.get("sum") for s in states]
+    steps = [s.get("step") for s in states]
+    if not all(isinstance(s, torch.Tensor) and isinstance(c, torch.Tensor)
+               and v.dtype == s.dtype == c.dtype == torch.float32 and v.shape == s.shape
+               and c.dim() == 0 and v.is_contiguous() and s.is_contiguous()
+               for v, s, c in zip(values, sums, steps)):
+        return None
+    with torch.no_grad():
+        flat_values = torch.cat([v.reshape(-1) for v in values])
+        flat_sums = torch.cat([s.reshape(-1) for s in sums])
+        flat_steps = torch.stack(steps)
+        offset = 0
+        for i, (v, s, c) in enumerate(zip(values, sums, steps)):
+            v.set_(flat_values.untyped_storage(), offset, v.shape, v.stride())
+            s.set_(flat_sums.untyped_storage(), offset, s.shape, s.stride())
+            c.set_(flat_steps.untyped_storage(), i, (), ())
+            offset += v.numel()
+    pointers = []
+    for v, s, c in zip(values, sums, steps):
+        pointers += (v.data_ptr(), s.data_ptr(), c.data_ptr())
+    std = torch.empty_like(flat_sums)
+    return _Layout(flat_values, flat_sums, std,
+                   (flat_values.numpy(), flat_sums.numpy(), flat_steps.numpy(), std.numpy()),
+                   pointers)
