@@ -64,11 +64,24 @@ def warm_up() -> None:
 
 @dataclass
 class _Layout:
+    optimizers: list  # the tensors' optimizers, each checked to be the same object
+    states: list  # their state dicts (a copy for a snapshot view replaces tensors in them)
+    hyper: tuple  # (lr, lr_decay, weight_decay, eps, maximize), `ps.optim.same_adagrad`'s
     values: torch.Tensor
     sums: torch.Tensor
     std: torch.Tensor  # scratch for the square roots
     arrays: tuple  # numpy views of values, sums, steps, std
     pointers: list[int]  # each tensor's value, sum and step data_ptr, in that order
+
+    def holds(self, held: list) -> bool:
+        """Whether `held`'s tensors and state are still this layout's buffers (nothing moved
+        one to memory of its own since)."""
+        if [d.optimizer for d in held] != self.optimizers:  # identity: no __eq__
+            return False
+        pointers = []
+        for d, s in zip(held, self.states):
+            pointers += (d.value.data_ptr(), s["sum"].data_ptr(), s["step"].data_ptr())
+        return pointers == self.pointers
 
 
 class FlatAdagrad:
@@ -99,19 +112,21 @@ class FlatAdagrad:
         packed order), under every held tensor's lock, after their pins and snapshot views
         were dealt with. False: nothing done, the caller takes the per-tensor path (another
         optimizer, lr_decay, weight_decay or maximize, or tensors that are not float32)."""
-        hyper = same_adagrad([d.optimizer for d in held])
-        # lr_decay reads each tensor's own step count; weight_decay and maximize are rare
-        # enough to stay torch's (its weight decay is a fused multiply-add of its own)
-        if hyper is None or hyper[1:3] != (0, 0) or hyper[4] or grad.dtype != torch.float32:
+        if grad.dtype != torch.float32:
             return False
-        layout = self._current(held)
-        if layout is None or grad.numel() != layout.values.numel():
+        names = tuple(d.name for d in held)
+        layout = self._layouts.get(names)
+        if layout is None or not layout.holds(held):
+            layout = self._lay_out(names, held)
+            if layout is None:
+                return False
+        if grad.numel() != layout.values.numel():
             return False
         values, sums, steps, std = layout.arrays
         g = grad.numpy()
         accumulate(sums, g, steps)
         torch.sqrt(layout.sums, out=layout.std)
-        descend(values, g, std, np.float32(-hyper[0]), np.float32(hyper[3]))
+        descend(values, g, std, np.float32(-layout.hyper[0]), np.float32(layout.hyper[3]))
         return True
 
     def values_of(self, held: list) -> torch.Tensor | None:
@@ -123,51 +138,44 @@ class FlatAdagrad:
             return None
         return layout.values.clone()
 
-    def _current(self, held: list) -> _Layout | None:
-        names = tuple(d.name for d in held)
-        states = [d.optimizer.state[d.value] for d in held]
-        layout = self._layouts.get(names)
-        if layout is not None:
-            pointers = []
-            for d, s in zip(held, states):
-                pointers += (d.value.data_ptr(), s["sum"].data_ptr(), s["step"].data_ptr())
-            if pointers == layout.pointers:
-                return layout
-        layout = _lay_out(held, states)
+    def _lay_out(self, names: tuple, held: list) -> _Layout | None:
+        """Copy the tensors and their state into fresh flat buffers and re-point them there
+        (the same tensor objects); None, changing nothing, when they do not fit."""
         self._layouts.pop(names, None)
-        if layout is not None:
-            while len(self._layouts) >= MAX_LAYOUTS:
-                del self._layouts[next(iter(self._layouts))]
-            self._layouts[names] = layout
-            self.layouts += 1
+        optimizers = [d.optimizer for d in held]
+        hyper = same_adagrad(optimizers)
+        # lr_decay reads each tensor's own step count; weight_decay and maximize are rare
+        # enough to stay torch's (its weight decay is a fused multiply-add of its own)
+        if hyper is None or hyper[1:3] != (0, 0) or hyper[4]:
+            return None
+        states = [o.state[d.value] for o, d in zip(optimizers, held)]
+        values = [d.value for d in held]
+        sums = [s.get("sum") for s in states]
+        steps = [s.get("step") for s in states]
+        if not all(isinstance(s, torch.Tensor) and isinstance(c, torch.Tensor)
+                   and v.dtype == s.dtype == c.dtype == torch.float32 and v.shape == s.shape
+                   and c.dim() == 0 and v.is_contiguous() and s.is_contiguous()
+                   for v, s, c in zip(values, sums, steps)):
+            return None
+        with torch.no_grad():
+            flat_values = torch.cat([v.reshape(-1) for v in values])
+            flat_sums = torch.cat([s.reshape(-1) for s in sums])
+            flat_steps = torch.stack(steps)
+            offset = 0
+            for i, (v, s, c) in enumerate(zip(values, sums, steps)):
+                v.set_(flat_values.untyped_storage(), offset, v.shape, v.stride())
+                s.set_(flat_sums.untyped_storage(), offset, s.shape, s.stride())
+                c.set_(flat_steps.untyped_storage(), i, (), ())
+                offset += v.numel()
+        pointers = []
+        for v, s, c in zip(values, sums, steps):
+            pointers += (v.data_ptr(), s.data_ptr(), c.data_ptr())
+        std = torch.empty_like(flat_sums)
+        layout = _Layout(optimizers, states, hyper, flat_values, flat_sums, std,
+                         (flat_values.numpy(), flat_sums.numpy(), flat_steps.numpy(),
+                          std.numpy()), pointers)
+        while len(self._layouts) >= MAX_LAYOUTS:  # pop: pushes of other tensors run beside
+            self._layouts.pop(next(iter(self._layouts), None), None)
+        self._layouts[names] = layout
+        self.layouts += 1
         return layout
-
-
-def _lay_out(held: list, states: list) -> _Layout | None:
-    """Copy the tensors and their state into fresh flat buffers and re-point them there
-    (the same tensor objects); None when they do not fit (not float32 and contiguous)."""
-    values = [d.value for d in held]
-    sums = [s.get("sum") for s in states]
-    steps = [s.get("step") for s in states]
-    if not all(isinstance(s, torch.Tensor) and isinstance(c, torch.Tensor)
-               and v.dtype == s.dtype == c.dtype == torch.float32 and v.shape == s.shape
-               and c.dim() == 0 and v.is_contiguous() and s.is_contiguous()
-               for v, s, c in zip(values, sums, steps)):
-        return None
-    with torch.no_grad():
-        flat_values = torch.cat([v.reshape(-1) for v in values])
-        flat_sums = torch.cat([s.reshape(-1) for s in sums])
-        flat_steps = torch.stack(steps)
-        offset = 0
-        for i, (v, s, c) in enumerate(zip(values, sums, steps)):
-            v.set_(flat_values.untyped_storage(), offset, v.shape, v.stride())
-            s.set_(flat_sums.untyped_storage(), offset, s.shape, s.stride())
-            c.set_(flat_steps.untyped_storage(), i, (), ())
-            offset += v.numel()
-    pointers = []
-    for v, s, c in zip(values, sums, steps):
-        pointers += (v.data_ptr(), s.data_ptr(), c.data_ptr())
-    std = torch.empty_like(flat_sums)
-    return _Layout(flat_values, flat_sums, std,
-                   (flat_values.numpy(), flat_sums.numpy(), flat_steps.numpy(), std.numpy()),
-                   pointers)
