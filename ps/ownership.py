@@ -67,6 +67,9 @@ class Ownership:
         # per slot, the newest slot-move attempt the master rolled back (ps/moves.py)
         self.aborted = np.zeros(self.num_slots, dtype=np.int64)
         self._tensor_slots: dict[str, int] = {}  # name -> slot, cached (blake2b per name)
+        # tensors found owned and not frozen since the last freeze, thaw or assign: a step
+        # names the same ones every time, checked then as one set test
+        self._clear: set[str] = set()
 
     @classmethod
     def initial(cls, index: int, num_ps: int, num_slots: int = DEFAULT_SLOTS) -> "Ownership":
@@ -97,13 +100,17 @@ class Ownership:
         if self.all_owned and not self.frozen_any:
             return ""
         moving = ""
-        for names, write in ((tensors_w, True), (tensors_r, False)):
-            for name in names:
-                slot = self.tensor_slot(name)
-                if not self.owned[slot]:
-                    raise self._wrong(f"tensor {name!r} (slot {slot})")
-                if write and not moving and self.frozen[slot]:
-                    moving = f"tensor {name!r}"
+        clear = self._clear
+        if not (clear.issuperset(tensors_w) and clear.issuperset(tensors_r)):
+            for names, write in ((tensors_w, True), (tensors_r, False)):
+                for name in names:
+                    slot = self.tensor_slot(name)
+                    if not self.owned[slot]:
+                        raise self._wrong(f"tensor {name!r} (slot {slot})")
+                    if not self.frozen[slot]:
+                        clear.add(name)
+                    elif write and not moving:
+                        moving = f"tensor {name!r}"
         for rows, write in ((rows_w, True), (rows_r, False)):
             for table, ids in rows:
                 if not len(ids):
@@ -130,10 +137,12 @@ class Ownership:
     # -- changes (under the store's gate, exclusive) -------------------------------------------
 
     def freeze(self, slots: np.ndarray) -> None:
+        self._clear = set()
         self.frozen[slots] = True
         self.frozen_any = True
 
     def thaw(self, slots: np.ndarray) -> None:
+        self._clear = set()
         self.frozen[slots] = False
         self.frozen_any = bool(self.frozen.any())
 
@@ -141,6 +150,7 @@ class Ownership:
         """Own exactly `owned` from layout `version` on (frozen slots no longer owned thaw)."""
         if owned.size != self.num_slots:
             raise ValueError(f"a layout of {owned.size} slots, this PS has {self.num_slots}")
+        self._clear = set()
         self.owned = owned.astype(bool, copy=True)
         self.version = int(version)
         self.all_owned = bool(self.owned.all())

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from rpckit.errors import invalid, quote
 from .limits import check_names, too_large
-from pswire.frames import DTYPE_NAMES, require_finite
+from pswire.frames import DTYPE_NAMES, is_float32_rows, require_finite
 
 
 @dataclass
@@ -35,7 +36,8 @@ class StepParts:
     checked: bool = False
     packed: torch.Tensor | None = None  # the frame the first packed_count grads are views of
     packed_count: int = 0
-    rows: list[tuple[str, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    # (table, ids, float32 gradients [len(ids), dim]: numpy from the data plane, or a tensor)
+    rows: list[tuple[str, np.ndarray, np.ndarray]] = field(default_factory=list)
     pull: list[str] | None = None  # [] pulls every tensor
     pull_packed: bool = False  # the reads may pack small tensors into one frame
     pull_rows: list[tuple[str, torch.Tensor]] = field(default_factory=list)
@@ -89,7 +91,7 @@ class Steps:
         for table, ids, grads in parts.rows:
             spec = self.store.table(table).spec
             self.store._check_ids(ids, table)
-            if grads.dtype != torch.float32 or tuple(grads.shape) != (len(ids), spec.dim):
+            if not is_float32_rows(grads, len(ids), spec.dim):
                 raise invalid(f"table {table!r}: gradients must be float32 [{len(ids)}, "
                               f"{spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}"
                               f"{list(grads.shape)}")

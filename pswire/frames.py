@@ -90,25 +90,52 @@ def check_meta(meta: ps_pb2.TensorMeta, allowed=tuple(DTYPES)) -> tuple[torch.dt
 _all_finite = None  # pswire.jit.all_finite, imported on first use (numba is heavy to import)
 
 
-def require_finite(t: torch.Tensor, what) -> None:
+def require_finite(t, what) -> None:
     """Refuse NaN and infinities: one such gradient would poison the tensor (and, through the
     optimizer state, every later update) for good. One compiled pass (pswire.jit) for float32
     and float64, a sum for the other float types; only when that fails is every value
-    checked. `what` names the values in the refusal: a string, or a callable making it (a
-    request's path then formats no message it does not send)."""
-    global _all_finite
-    if t.numel() == 0:
+    checked. `t`: a tensor, or a float32 numpy array (`rows_of`'s). `what` names the values in
+    the refusal: a string, or a callable making it (a request's path then formats no message
+    it does not send)."""
+    if isinstance(t, np.ndarray):
+        if not t.size or _finite_array(t):
+            return
+        t = torch.from_numpy(t)  # to say so below
+    elif t.numel() == 0:
         return
-    if t.dtype in (torch.float32, torch.float64):  # a torch call costs more than the pass
-        if _all_finite is None:
-            from .jit import all_finite as _all_finite
-        if _all_finite(t.detach().numpy().reshape(-1)):
+    elif t.dtype in (torch.float32, torch.float64):  # a torch call costs more than the pass
+        if _finite_array(t.detach().numpy()):
             return
     elif torch.isfinite(t.sum()):
         return
     if not bool(torch.isfinite(t).all()):
         raise invalid(f"{what() if callable(what) else what} has NaN or infinite values; "
                       "nothing was applied")
+
+
+def _finite_array(a: np.ndarray) -> bool:
+    global _all_finite
+    if _all_finite is None:
+        from .jit import all_finite as _all_finite
+    return bool(_all_finite(a.reshape(-1)))
+
+
+def rows_of(frame, count: int, dim: int, what: str) -> np.ndarray:
+    """A received frame of `count` float32 rows of `dim` as a numpy array [count, dim] over its
+    memory (copied when read-only: numba compiles a read-only array as another type): the form
+    a PS's row updates take, without a torch tensor made only to be `.numpy()`ed again."""
+    buf = buffer_of(frame)
+    if buf.nbytes != count * dim * 4:
+        raise invalid(f"{what}: the frame has {buf.nbytes} bytes but shape [{count}, {dim}] of "
+                      f"float32 needs {count * dim * 4}")
+    rows = np.frombuffer(buf, dtype=np.float32).reshape(count, dim)
+    return rows if rows.flags.writeable else rows.copy()
+
+
+def is_float32_rows(grads, count: int, dim: int) -> bool:
+    """Whether `grads` (a tensor or a numpy array) is float32 [count, dim]."""
+    dtype = np.float32 if isinstance(grads, np.ndarray) else torch.float32
+    return grads.dtype == dtype and tuple(grads.shape) == (count, dim)
 
 
 def _view(t: torch.Tensor, shape) -> torch.Tensor:

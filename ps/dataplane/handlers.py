@@ -16,7 +16,7 @@ import zmq
 
 from protos import ps_pb2
 from pswire.frames import (DTYPES, FLOAT_DTYPES, as_buffer, buffer_of, check_meta, code_number,
-                           decode, dtype_name, frames_of, from_frame)
+                           decode, dtype_name, frames_of, rows_of)
 from pswire.optimizers import config_from_pb
 from pswire.tables import TableSpec
 from rpckit.errors import invalid
@@ -252,8 +252,8 @@ class Handlers:
                           f"gradients), got {len(frames)}")
         ids = self._ids(frames[0])
         table = self.store.table(req.push_rows.table)
-        grads = from_frame(frames[1], torch.float32, (len(ids), table.spec.dim),
-                           f"gradients of table {req.push_rows.table!r}")
+        grads = rows_of(frames[1], len(ids), table.spec.dim,
+                        f"gradients of table {req.push_rows.table!r}")
         self._owns(req, rows_w=[(req.push_rows.table, ids)])
         answer = self.store.push_rows(req.client_id, req.seq, req.push_rows.table, ids, grads)
         resp = ps_pb2.DataResponse(code=code_number(answer["code"]), message=answer["message"],
@@ -320,8 +320,8 @@ class Handlers:
         for entry in step.push_rows[:]:
             table = self.store.table(entry.table)
             ids = self._ids(frames[at])
-            grads = from_frame(frames[at + 1], torch.float32, (len(ids), table.spec.dim),
-                               f"gradients of table {entry.table!r}")
+            grads = rows_of(frames[at + 1], len(ids), table.spec.dim,
+                            f"gradients of table {entry.table!r}")
             parts.rows.append((entry.table, ids, grads))
             at += 2
         if step.HasField("pull"):

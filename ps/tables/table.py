@@ -152,8 +152,9 @@ class Table:
             rows[torch.from_numpy(missing_at)] = initial_rows(self.spec, keys[missing_at])
             return rows, created
 
-    def push(self, ids, grads: torch.Tensor, max_new: int | None = None) -> int:
-        """Apply summed gradients of `ids` (int64, numpy or torch: `keys_of`); returns the
+    def push(self, ids, grads, max_new: int | None = None) -> int:
+        """Apply summed gradients of `ids` (int64, numpy or torch: `keys_of`; the gradients
+        float32 [len(ids), dim], numpy or torch); returns the
         number of distinct rows updated. Rows of ids not admitted are dropped (admit_after >
         1) or created (admit_after 1; more than `max_new` to create are refused, TOO_LARGE,
         changing nothing)."""
@@ -162,6 +163,7 @@ class Table:
         if sorted_distinct:
             summed = grads  # sorted and distinct already (what the SDK sends)
         else:
+            grads = torch.as_tensor(grads)
             unique, inverse = torch.unique(torch.from_numpy(keys), return_inverse=True)
             summed = torch.zeros(unique.numel(), self.spec.dim, dtype=grads.dtype)
             summed.index_add_(0, inverse, grads)
@@ -172,6 +174,7 @@ class Table:
             if sorted_distinct and one_pass.push(self, keys, summed):  # the usual push
                 self._expire(now)
                 return int(keys.size)
+            summed = torch.as_tensor(summed)  # numpy from the data plane: no copy
             slots = self.index.lookup(keys)
             absent = slots < 0
             if absent.any():

@@ -2,6 +2,7 @@
 the data plane's frame checks, and DataClient.step against two in-process PS."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -92,6 +93,11 @@ BAD_PARTS = {
                                      torch.tensor([[float("nan"), 0.0]]))]), "INVALID_ARGUMENT"),
     "wrong row gradient shape": (dict(rows=[("t", torch.tensor([0]), torch.ones(1, 3))]),
                                  "INVALID_ARGUMENT"),
+    # numpy, as the data plane decodes ids and row gradients (pswire.frames.rows_of)
+    "NaN numpy row gradient": (dict(rows=[("t", np.array([0]), np.array(
+        [[0.0, float("nan")]], dtype=np.float32))]), "INVALID_ARGUMENT"),
+    "float64 numpy row gradient": (dict(rows=[("t", np.array([0]), np.ones((1, DIM)))]),
+                                   "INVALID_ARGUMENT"),
     "negative id": (dict(rows=[("t", torch.tensor([-2]), torch.ones(1, DIM))]),
                     "INVALID_ARGUMENT"),
 }
