@@ -245,3 +245,23 @@ def test_a_move_into_a_table_that_must_grow_marks_its_rows_changed():
     moves.install(dst, _shipped(moves.export(src, slots, 2, 3, handover=False)))
     table = dst.tables["e"]
     assert len(table) == 5000 and table.dirty[: table.high].sum() == 5000
+
+
+def test_the_ownership_check_forgets_what_it_cleared_when_slots_freeze_thaw_or_move():
+    """Tensors once found owned and not frozen are checked as a set later: a freeze, a thaw
+    or a new layout must make the next check look at their slots again."""
+    name = NAMES[0]
+    slot = tensor_slot(name, SLOTS)
+    owned = np.zeros(SLOTS, dtype=bool)
+    owned[slot] = True
+    own = Ownership(0, owned, 1)
+    assert own.check(tensors_w=[name], tensors_r=[name]) == ""  # now remembered as clear
+    own.freeze(np.array([slot]))
+    assert own.check(tensors_w=[name]) == f"tensor {name!r}"  # a write of a moving slot
+    assert own.check(tensors_r=[name]) == ""  # reads are served
+    own.thaw(np.array([slot]))
+    assert own.check(tensors_w=[name]) == ""
+    own.assign(np.zeros(SLOTS, dtype=bool), 2)
+    with pytest.raises(ServiceError) as err:
+        own.check(tensors_r=[name])
+    assert err.value.reason == Reason.WRONG_OWNER
