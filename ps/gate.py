@@ -19,7 +19,10 @@ from contextlib import contextmanager
 
 class Gate:
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # held directly by the shared path (a C context manager; the Condition's own
+        # __enter__ is Python code), as the condition's lock
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._shared = 0
         self._exclusive = False
         self._waiting_exclusive = 0
@@ -63,7 +66,7 @@ class _Shared:
         if depth:  # nested: never waits (a waiting writer waits for the outer hold)
             gate._held.depth = depth + 1
             return
-        with gate._cond:
+        with gate._lock:
             while gate._exclusive or gate._waiting_exclusive:
                 gate._cond.wait()
             gate._shared += 1
@@ -75,7 +78,9 @@ class _Shared:
         gate._held.depth = depth
         if depth:
             return
-        with gate._cond:
+        with gate._lock:
             gate._shared -= 1
-            if gate._shared == 0:
+            # only a writer waits for the shared holds to end (it counts itself waiting
+            # under this lock first); shared waiters wait for a writer's end instead
+            if gate._shared == 0 and gate._waiting_exclusive:
                 gate._cond.notify_all()
