@@ -30,11 +30,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from pswire.frames import PACK_BELOW_BYTES
 from pswire.jit import njit
 
 from .optim import same_adagrad, step_dense_all
 
 MAX_LAYOUTS = 4  # sets of tensors pushed together that keep a layout (more: the oldest goes)
+# A tensor pushed alone takes the flat path below this size (what a worker packs, and what a
+# pull copies rather than sends from the tensor's memory: a larger one may be pinned by a send
+# in flight, and its copy on write would move it out of its layout at every such push, where
+# the per-call cost the flat path saves is small next to its arithmetic anyway).
+ALONE_BELOW = PACK_BELOW_BYTES
 
 
 @njit(fastmath={"contract"})
@@ -97,8 +103,9 @@ class FlatAdagrad:
         over flat buffers when they fit; the rest by `ps.optim.step_dense_all`."""
         if packed_names:
             flat = self.step([dense[n] for n in packed_names], packed)
-        else:  # a tensor alone is a flat buffer of its own
-            flat = len(held) == 1 and self.step(held, grads[0].reshape(-1))
+        else:  # a small tensor alone is a flat buffer of its own
+            flat = (len(held) == 1 and grads[0].numel() * grads[0].element_size() < ALONE_BELOW
+                    and self.step(held, grads[0].reshape(-1)))
         if not flat:
             step_dense_all([d.optimizer for d in held], [d.value for d in held], grads)
         elif packed_names and len(packed_names) < len(held):  # those in frames of their own

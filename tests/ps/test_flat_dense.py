@@ -172,3 +172,15 @@ def test_a_packed_pull_reads_the_flat_buffer_only_while_it_holds_the_values():
     assert torch.equal(flat, pack([store.dense[n].value for n in names]))
     assert torch.equal(flat.split_with_sizes([held[0].value.numel(), held[1].value.numel()] + [
         d.value.numel() for d in held[2:]])[1], local[names[1]].detach().reshape(-1) + 1.0)
+
+
+def test_a_large_tensor_pushed_alone_keeps_its_own_memory():
+    """Above what a pull copies (a send may pin it: ps/params.py), a tensor pushed alone is
+    updated in place by torch, not moved into a layout."""
+    shapes = {"big": (flat_dense.ALONE_BELOW // 4 + 1,)}
+    store, local, reference = _store(dict(lr=0.1), shapes)
+    before = store.dense["big"].value.data_ptr()
+    for seq in (1, 2):
+        _push(store, local, reference, seq, ["big"], packed=False, seed=seq)
+    assert store.flat.layouts == 0 and store.dense["big"].value.data_ptr() == before
+    _assert_same(store, local, reference)
