@@ -397,7 +397,8 @@ class ParamStore:
         self._check_ids(ids, table)
         if not is_float32_rows(grads, len(ids), t.spec.dim):
             raise invalid(f"table {table!r}: gradients must be float32 [{len(ids)}, "
-                          f"{t.spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}{list(grads.shape)}")
+                          f"{t.spec.dim}], got {DTYPE_NAMES.get(grads.dtype, grads.dtype)}"
+                          f"{list(grads.shape)}")
         require_finite(grads, lambda: f"the row gradients of table {quote(table)}")
         def apply() -> dict:
             answer = {"code": "OK", "message": "",

@@ -93,7 +93,7 @@ class Steps:
             self.store._check_ids(ids, table)
             if not is_float32_rows(grads, len(ids), spec.dim):
                 raise invalid(f"table {table!r}: gradients must be float32 [{len(ids)}, "
-                              f"{spec.dim}], got {DTYPE_NAMES.get(grads.dtype)}"
+                              f"{spec.dim}], got {DTYPE_NAMES.get(grads.dtype, grads.dtype)}"
                               f"{list(grads.shape)}")
             require_finite(grads, lambda: f"the row gradients of table {quote(table)}")
             self._check_new_rows(table, ids)
