@@ -1,4 +1,4 @@
-"""The usual dense push as a handful of torch calls: a PS's packed tensors living in flat buffers.
+"""The usual dense push in three calls: a PS's packed tensors living in flat buffers.
 
 A worker sends a step's small gradients packed into one frame (pswire.frames). `FlatAdagrad`
 keeps the tensors of such a push (or a push of one tensor), their Adagrad sums and their step
@@ -55,8 +55,9 @@ def accumulate(sums, grads, steps):
 @njit(error_model="numpy")
 def descend(values, grads, std, neg_lr, eps):
     """`std += eps; value += (-lr * g) / std`: torch's `add_` and `addcdiv_`, each operation
-    rounded (nothing here is fused). The numpy error model: a division is not checked for a
-    zero divisor (the sums are never negative and eps keeps std positive), so it vectorizes."""
+    rounded (nothing here is fused). The numpy error model: a division by zero (eps 0 and a
+    zero sum) gives what torch's gives (inf or NaN) instead of raising, and the loop
+    vectorizes."""
     for i in range(values.size):
         values[i] = values[i] + (neg_lr * grads[i]) / (std[i] + eps)
 
