@@ -85,10 +85,16 @@ class _Layout:
         one to memory of its own since)."""
         if [d.optimizer for d in held] != self.optimizers:  # identity: no __eq__
             return False
-        pointers = []
-        for d, s in zip(held, self.states):
-            pointers += (d.value.data_ptr(), s["sum"].data_ptr(), s["step"].data_ptr())
-        return pointers == self.pointers
+        return _pointers((d.value, s["sum"], s["step"]) for d, s in zip(held, self.states)) \
+            == self.pointers
+
+
+def _pointers(triples) -> list[int]:
+    """The data pointers of each (value, sum, step), in that order: what a layout expects."""
+    pointers = []
+    for v, s, c in triples:
+        pointers += (v.data_ptr(), s.data_ptr(), c.data_ptr())
+    return pointers
 
 
 class FlatAdagrad:
@@ -175,9 +181,7 @@ class FlatAdagrad:
                 s.set_(flat_sums.untyped_storage(), offset, s.shape, s.stride())
                 c.set_(flat_steps.untyped_storage(), i, (), ())
                 offset += v.numel()
-        pointers = []
-        for v, s, c in zip(values, sums, steps):
-            pointers += (v.data_ptr(), s.data_ptr(), c.data_ptr())
+        pointers = _pointers(zip(values, sums, steps))
         std = torch.empty_like(flat_sums)
         layout = _Layout(optimizers, states, hyper, flat_values, flat_sums, std,
                          (flat_values.numpy(), flat_sums.numpy(), flat_steps.numpy(),

@@ -161,7 +161,7 @@ class RowOptimizer:
         counts the updates of this table, 1 for the first (Adagrad's lr_decay uses it). One
         compiled pass over the rows (ps/tables/kernels.py; `apply_reference` is the same
         arithmetic as torch calls)."""
-        w, g = weights.numpy(), grads.detach().to(torch.float32).contiguous().numpy()
+        w, g = weights.numpy(), float32_rows(grads)
         at = np.ascontiguousarray(slots, np.int64)
         if self.name == "sgd":
             kernels.sgd(w, at, g, self.lr)
@@ -186,6 +186,14 @@ class RowOptimizer:
         rows = gather_rows(weights, slots)
         rows.add_(grads / std, alpha=-clr)
         weights.index_copy_(0, at, rows)
+
+
+def float32_rows(grads) -> np.ndarray:
+    """Row gradients as the float32 C-contiguous numpy array the compiled loops take: numpy
+    from the data plane as it is (`pswire.frames.rows_of`), a tensor converted."""
+    if isinstance(grads, np.ndarray):
+        return grads
+    return grads.detach().to(torch.float32).contiguous().numpy()
 
 
 def gather_rows(t: torch.Tensor, slots: np.ndarray) -> torch.Tensor:

@@ -58,7 +58,7 @@ from .optim import RowOptimizer, make_dense
 from pswire.optimizers import row_config, validate_dense
 from pswire.partition import MAX_ROW_ID
 from pswire.jit import min_max
-from pswire.frames import DTYPE_NAMES, FLOAT_DTYPES, is_float32_rows, require_finite
+from pswire.frames import DTYPE_NAMES, FLOAT_DTYPES, require_finite, require_row_grads
 
 STALENESS_BUCKET_CAP = 64
 # Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still
@@ -395,11 +395,7 @@ class ParamStore:
                   grads: torch.Tensor) -> dict:
         t = self.table(table)
         self._check_ids(ids, table)
-        if not is_float32_rows(grads, len(ids), t.spec.dim):
-            raise invalid(f"table {table!r}: gradients must be float32 [{len(ids)}, "
-                          f"{t.spec.dim}], got {DTYPE_NAMES.get(grads.dtype, grads.dtype)}"
-                          f"{list(grads.shape)}")
-        require_finite(grads, lambda: f"the row gradients of table {quote(table)}")
+        require_row_grads(grads, len(ids), t.spec.dim, table)
         def apply() -> dict:
             answer = {"code": "OK", "message": "",
                       "rows": t.push(ids, grads, self.limits.max_new_rows)}

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from rpckit.errors import invalid, quote
 from .limits import check_names, too_large
-from pswire.frames import DTYPE_NAMES, is_float32_rows, require_finite
+from pswire.frames import require_row_grads
 
 
 @dataclass
@@ -91,11 +90,7 @@ class Steps:
         for table, ids, grads in parts.rows:
             spec = self.store.table(table).spec
             self.store._check_ids(ids, table)
-            if not is_float32_rows(grads, len(ids), spec.dim):
-                raise invalid(f"table {table!r}: gradients must be float32 [{len(ids)}, "
-                              f"{spec.dim}], got {DTYPE_NAMES.get(grads.dtype, grads.dtype)}"
-                              f"{list(grads.shape)}")
-            require_finite(grads, lambda: f"the row gradients of table {quote(table)}")
+            require_row_grads(grads, len(ids), spec.dim, table)
             self._check_new_rows(table, ids)
         if parts.pull is not None:
             check_names(parts.pull, self.store.limits, "a Step's pull")

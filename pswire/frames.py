@@ -120,22 +120,41 @@ def _finite_array(a: np.ndarray) -> bool:
     return bool(_all_finite(a.reshape(-1)))
 
 
+def _array_of(buf: memoryview, dtype) -> np.ndarray:
+    """A received frame's bytes as a 1-D numpy array over its memory, copied when read-only
+    (bytes): numba compiles a read-only array as another type, which the warm-up did not load
+    (received ZeroMQ frames are writable)."""
+    a = np.frombuffer(buf, dtype=dtype)
+    return a if a.flags.writeable else a.copy()
+
+
+def ids_of(frame) -> np.ndarray:
+    """A received frame of int64 ids as a numpy array: the form a PS's loops take (a torch
+    tensor would be made only to be `.numpy()`ed at every step)."""
+    buf = buffer_of(frame)
+    if buf.nbytes % 8:
+        raise invalid(f"the ids frame has {buf.nbytes} bytes, not a whole number of int64")
+    return _array_of(buf, np.int64)
+
+
 def rows_of(frame, count: int, dim: int, what: str) -> np.ndarray:
-    """A received frame of `count` float32 rows of `dim` as a numpy array [count, dim] over its
-    memory (copied when read-only: numba compiles a read-only array as another type): the form
-    a PS's row updates take, without a torch tensor made only to be `.numpy()`ed again."""
+    """A received frame of `count` float32 rows of `dim` as a numpy array [count, dim]: the
+    form a PS's row updates take, as `ids_of` for ids."""
     buf = buffer_of(frame)
     if buf.nbytes != count * dim * 4:
         raise invalid(f"{what}: the frame has {buf.nbytes} bytes but shape [{count}, {dim}] of "
                       f"float32 needs {count * dim * 4}")
-    rows = np.frombuffer(buf, dtype=np.float32).reshape(count, dim)
-    return rows if rows.flags.writeable else rows.copy()
+    return _array_of(buf, np.float32).reshape(count, dim)
 
 
-def is_float32_rows(grads, count: int, dim: int) -> bool:
-    """Whether `grads` (a tensor or a numpy array) is float32 [count, dim]."""
+def require_row_grads(grads, count: int, dim: int, table: str) -> None:
+    """Refuse row gradients of table `table` that are not float32 [count, dim] (a tensor, or
+    numpy as `rows_of` gives them) or not finite."""
     dtype = np.float32 if isinstance(grads, np.ndarray) else torch.float32
-    return grads.dtype == dtype and tuple(grads.shape) == (count, dim)
+    if grads.dtype != dtype or tuple(grads.shape) != (count, dim):
+        raise invalid(f"table {table!r}: gradients must be float32 [{count}, {dim}], got "
+                      f"{DTYPE_NAMES.get(grads.dtype, grads.dtype)}{list(grads.shape)}")
+    require_finite(grads, lambda: f"the row gradients of table {quote(table)}")
 
 
 def _view(t: torch.Tensor, shape) -> torch.Tensor:

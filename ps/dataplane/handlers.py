@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
 import torch
 import zmq
 
 from protos import ps_pb2
 from pswire.frames import (DTYPES, FLOAT_DTYPES, as_buffer, buffer_of, check_meta, code_number,
-                           decode, dtype_name, frames_of, rows_of)
+                           decode, dtype_name, frames_of, ids_of, rows_of)
 from pswire.optimizers import config_from_pb
 from pswire.tables import TableSpec
 from rpckit.errors import invalid
@@ -235,22 +234,10 @@ class Handlers:
         resp.push.duplicate = answer.get("duplicate", False)
         return [resp.SerializeToString()]
 
-    @staticmethod
-    def _ids(frame) -> np.ndarray:
-        """The frame's int64 ids as a numpy array over its memory: the form the store's loops
-        take (a torch tensor would be made only to be `.numpy()`ed at every step)."""
-        buf = buffer_of(frame)
-        if buf.nbytes % 8:
-            raise invalid(f"the ids frame has {buf.nbytes} bytes, not a whole number of int64")
-        ids = np.frombuffer(buf, dtype=np.int64)
-        # a read-only buffer (bytes) is copied: numba compiles a read-only array as another
-        # type, which the warm-up did not load (received ZeroMQ frames are writable)
-        return ids if ids.flags.writeable else ids.copy()
-
     def _pull_rows(self, req, frames) -> list:
         if len(frames) != 1:
             raise invalid(f"a PullRows carries exactly one frame (the int64 ids), got {len(frames)}")
-        ids, table = self._ids(frames[0]), req.pull_rows.table
+        ids, table = ids_of(frames[0]), req.pull_rows.table
         stateful = self.store.table(table).spec.stateful_reads
         self._owns(req, rows_w=[(table, ids)] if stateful else (),
                    rows_r=() if stateful else [(table, ids)], mutation=stateful)
@@ -264,7 +251,7 @@ class Handlers:
         if len(frames) != 2:
             raise invalid("a PushRows carries exactly two frames (int64 ids, float32 "
                           f"gradients), got {len(frames)}")
-        ids = self._ids(frames[0])
+        ids = ids_of(frames[0])
         table = self.store.table(req.push_rows.table)
         grads = rows_of(frames[1], len(ids), table.spec.dim,
                         f"gradients of table {req.push_rows.table!r}")
@@ -333,7 +320,7 @@ class Handlers:
         at = pushed
         for entry in step.push_rows[:]:
             table = self.store.table(entry.table)
-            ids = self._ids(frames[at])
+            ids = ids_of(frames[at])
             grads = rows_of(frames[at + 1], len(ids), table.spec.dim,
                             f"gradients of table {entry.table!r}")
             parts.rows.append((entry.table, ids, grads))
@@ -342,6 +329,6 @@ class Handlers:
             parts.pull = step.pull.names[:]
             parts.pull_packed = step.pull.packed
         for entry in step.pull_rows[:]:
-            parts.pull_rows.append((entry.table, self._ids(frames[at])))
+            parts.pull_rows.append((entry.table, ids_of(frames[at])))
             at += 1
         return parts

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..optim import float32_rows
 from . import kernels
 
 
@@ -50,8 +51,7 @@ def push(table, keys: np.ndarray, grads: torch.Tensor) -> bool:
     lr = opt.lr if is_sgd else opt.lr / (1 + table.step * opt.lr_decay)  # clr of step + 1
     table._unshare()
     weights, accum = arrays(table)
-    g = grads if isinstance(grads, np.ndarray) else \
-        grads.detach().to(torch.float32).contiguous().numpy()
+    g = float32_rows(grads)
     index = table.index
     done = kernels.push_held(index.entries, keys, index._shift, index._mask, table.counts,
                              table.steps, table.pushes + 1, table.dirty, weights,
