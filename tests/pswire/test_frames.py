@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pswire.frames import (PACK_BELOW_BYTES, as_buffer, decode, frames_of, meta_of, pack,
-                           packing)
+from pswire.frames import (PACK_BELOW_BYTES, Decoder, as_buffer, decode, frames_of, meta_of,
+                           pack, packing)
+from protos import ps_pb2
 from rpckit.errors import ServiceError
 
 BIG = PACK_BELOW_BYTES // 4  # float32 elements of a tensor that is sent alone
@@ -65,4 +66,44 @@ def test_decode_refuses_frames_that_do_not_fit(case):
         allowed = ("float64",)
     with pytest.raises(ServiceError) as err:
         decode(metas, frames, k, allowed)
+    assert err.value.code == "INVALID_ARGUMENT"
+
+
+def _answer(tensors: dict):
+    """Metas as a received message holds them (a parsed PullResult), and the frames."""
+    metas, frames, k = _wire(tensors)
+    msg = ps_pb2.PullResult(tensors=metas, packed_count=k)
+    return ps_pb2.PullResult.FromString(msg.SerializeToString()).tensors, frames, k
+
+
+def test_the_decoder_reuses_its_checks_only_while_the_metas_repeat():
+    g = torch.Generator().manual_seed(1)
+    dec = Decoder()
+    steps = [  # the same metas twice, then each thing the checks depend on changed
+        {"w": torch.randn(3, 4, generator=g), "b": torch.randn(4, generator=g)},
+        {"w": torch.randn(3, 4, generator=g), "b": torch.randn(4, generator=g)},
+        {"w": torch.randn(4, 3, generator=g), "b": torch.randn(4, generator=g)},  # a shape
+        {"w": torch.randn(4, 3, generator=g), "c": torch.randn(4, generator=g)},  # a name
+        {"w": torch.randn(4, 3, generator=g).double(), "c": torch.randn(4, generator=g)},
+        {"w": torch.randn(BIG, generator=g), "c": torch.randn(4, generator=g)},  # no pack
+    ]
+    for tensors in steps:
+        for peer in (0, 1):
+            metas, frames, k = _answer(tensors)
+            got = dec.decode(peer, metas, frames, k)
+            assert [n for n, _ in got] == [n for n, _ in decode(metas, frames, k)[0]]
+            assert sorted(n for n, _ in got) == sorted(tensors)
+            for name, t in got:
+                assert t.dtype == tensors[name].dtype and torch.equal(t, tensors[name])
+
+
+@pytest.mark.parametrize("case", ["frames", "size"])
+def test_the_decoder_refuses_frames_that_do_not_fit_metas_it_knows(case):
+    dec = Decoder()
+    tensors = {"a": torch.ones(3), "b": torch.ones(2)}
+    metas, frames, k = _answer(tensors)
+    dec.decode(0, metas, frames, k)
+    frames = frames + [b""] if case == "frames" else [frames[0][:-4]]
+    with pytest.raises(ServiceError) as err:
+        dec.decode(0, metas, frames, k)
     assert err.value.code == "INVALID_ARGUMENT"

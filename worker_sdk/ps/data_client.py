@@ -61,7 +61,7 @@ import torch
 
 from protos import ps_pb2
 from pswire import partition
-from pswire.frames import as_buffer, decode, frames_of, from_frame, meta_of
+from pswire.frames import Decoder, as_buffer, decode, frames_of, from_frame, meta_of
 from pswire.optimizers import config_to_pb, make_config
 from pswire.tables import TableSpec
 from rpckit.errors import Reason
@@ -94,6 +94,7 @@ class DataClient:
         # PS index -> whether it refuses stale pushes (learnt from init and pull answers);
         # a PS not heard from yet is assumed to (a push then checks first: see `push`)
         self.staleness_checked: dict[int, bool] = {}
+        self.decoder = Decoder()  # the pulled metas of each PS, checked once while they repeat
 
     @property
     def client_id(self) -> str:

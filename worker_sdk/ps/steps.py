@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from protos import ps_pb2
-from pswire.frames import as_buffer, decode, dtype_name, frames_of, from_frame, pack, packing
+from pswire.frames import as_buffer, dtype_name, frames_of, from_frame, pack, packing
 from rpckit.errors import Reason
 
 from . import reroute
@@ -86,42 +86,37 @@ class _Step(reroute.Op):
         self.checked = False
 
     def build(self, index, part):
+        names = part.push
+        grads = [self.grads[n] for n in names]
+        # what the header says of this PS's part, besides versions, is the same step after
+        # step: its bytes are made once (`_header`) and merged into a new request
+        key = (self.checked, tuple(names), tuple([(g.dtype, g.shape) for g in grads]),
+               tuple([self.rows[r.key][0] for r in part.rows]), tuple(part.pull),
+               tuple([r.key for r in part.pull_rows]))
+        header = _HEADERS.get(key)
+        if header is None:
+            header = _header(key, grads)
+        body, packed, alone, order = header
         req = ps_pb2.DataRequest()
         step = req.step
         step.SetInParent()
-        frames, row_frames = [], []
-        names = part.push
+        step.MergeFromString(body)
+        frames = []
         if names:
-            push = step.push
-            push.SetInParent()
-            push.checked = self.checked
-            grads = [self.grads[n] for n in names]
-            packed, alone = packing(grads)
             if packed:  # the small gradients as one frame (pswire.frames)
-                push.packed_count = len(packed)
                 frames.append(as_buffer(pack([grads[i] for i in packed])))
-            order = packed + alone
-            metas, get = push.tensors, self.versions.get
-            for i in order:  # add() builds each in place (append would copy a built one)
-                g = grads[i]
-                metas.add(name=names[i], dtype=dtype_name(g), shape=g.shape)
-            push.versions.extend([int(get(names[i], 0)) for i in order])
+            get = self.versions.get
+            step.push.versions.extend([int(get(names[i], 0)) for i in order])
             for i in alone:
                 frames.append(as_buffer(grads[i]))
         for r in part.rows:
-            table, grad = self.rows[r.key]
-            step.push_rows.add(table=table)
+            grad = self.rows[r.key][1]
             g = grad if r.positions is None else grad.index_select(0, torch.from_numpy(r.positions))
             frames.append(r.ids.view(np.uint8))
             frames.append(as_buffer(g))
-        if part.pull:
-            pull = step.pull
-            pull.names.extend(part.pull)
-            pull.packed = True
         for r in part.pull_rows:
-            step.pull_rows.add(table=r.key)
-            row_frames.append(r.ids.view(np.uint8))
-        return req, frames + row_frames
+            frames.append(r.ids.view(np.uint8))
+        return req, frames
 
     def prepare(self, parts):
         # a push that went to one PS unchecked and now spans several is checked first
@@ -130,6 +125,37 @@ class _Step(reroute.Op):
                 names, rows=any(p.rows for p in parts.values())):
             self.client.check_push(self.grads, self.versions, names)
             self.checked = True
+
+
+MAX_HEADERS = 64  # header templates kept (a loop sends a few kinds of Step, to a few PS)
+_HEADERS: dict[tuple, tuple] = {}
+
+
+def _header(key, grads):
+    """A Step header's fixed part for `key` (`_Step.build`), serialized: (bytes, indexes
+    packed, indexes alone, their order in the push's metas)."""
+    checked, names, _, row_tables, pull, pull_tables = key
+    step = ps_pb2.Step()
+    packed, alone = packing(grads) if names else ([], [])
+    order = packed + alone
+    if names:
+        push = step.push
+        push.checked = checked
+        push.packed_count = len(packed)
+        for i in order:  # add() builds each in place (append would copy a built one)
+            g = grads[i]
+            push.tensors.add(name=names[i], dtype=dtype_name(g), shape=g.shape)
+    for table in row_tables:
+        step.push_rows.add(table=table)
+    if pull:
+        step.pull.names.extend(pull)
+        step.pull.packed = True
+    for table in pull_tables:
+        step.pull_rows.add(table=table)
+    if len(_HEADERS) >= MAX_HEADERS:
+        _HEADERS.clear()
+    header = _HEADERS[key] = (step.SerializeToString(), packed, alone, order)
+    return header
 
 
 def _step_outcome(client, result, pushed, pulled, sizes) -> StepOutcome:
@@ -173,7 +199,7 @@ def _step_outcome(client, result, pushed, pulled, sizes) -> StepOutcome:
                           f"({packed} packed) and "
                           f"{len(pull_rows)} row pulls ({len(asked)} asked)")
         if metas:
-            pulled_now, _ = decode(metas, frames[:dense_frames], packed)
+            pulled_now = client.decoder.decode(a.index, metas, frames[:dense_frames], packed)
             out.dense.update(pulled_now)
             versions = dict(zip([name for name, _ in pulled_now], pull.versions[:]))
             out.versions.update(versions)
