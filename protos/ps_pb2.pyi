@@ -132,11 +132,12 @@ class Step(_message.Message):
     def __init__(self, push: _Optional[_Union[Push, _Mapping]] = ..., push_rows: _Optional[_Iterable[_Union[PushRows, _Mapping]]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., pull_rows: _Optional[_Iterable[_Union[PullRows, _Mapping]]] = ...) -> None: ...
 
 class DataRequest(_message.Message):
-    __slots__ = ("client_id", "seq", "token", "generation", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step", "slot_export", "slot_import")
+    __slots__ = ("client_id", "seq", "token", "generation", "frame_sizes", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step", "slot_export", "slot_import")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    FRAME_SIZES_FIELD_NUMBER: _ClassVar[int]
     INIT_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     PULL_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +152,7 @@ class DataRequest(_message.Message):
     seq: int
     token: str
     generation: int
+    frame_sizes: _containers.RepeatedScalarFieldContainer[int]
     init_parameters: InitParameters
     pull: Pull
     push: Push
@@ -161,7 +163,7 @@ class DataRequest(_message.Message):
     step: Step
     slot_export: SlotMove
     slot_import: SlotMove
-    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., generation: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ..., follow: _Optional[_Union[Follow, _Mapping]] = ..., replicate: _Optional[_Union[Replicate, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ..., slot_export: _Optional[_Union[SlotMove, _Mapping]] = ..., slot_import: _Optional[_Union[SlotMove, _Mapping]] = ...) -> None: ...
+    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., token: _Optional[str] = ..., generation: _Optional[int] = ..., frame_sizes: _Optional[_Iterable[int]] = ..., init_parameters: _Optional[_Union[InitParameters, _Mapping]] = ..., pull: _Optional[_Union[Pull, _Mapping]] = ..., push: _Optional[_Union[Push, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRows, _Mapping]] = ..., push_rows: _Optional[_Union[PushRows, _Mapping]] = ..., follow: _Optional[_Union[Follow, _Mapping]] = ..., replicate: _Optional[_Union[Replicate, _Mapping]] = ..., step: _Optional[_Union[Step, _Mapping]] = ..., slot_export: _Optional[_Union[SlotMove, _Mapping]] = ..., slot_import: _Optional[_Union[SlotMove, _Mapping]] = ...) -> None: ...
 
 class SlotMove(_message.Message):
     __slots__ = ("slots", "layout_version", "attempt", "handover")
@@ -306,7 +308,7 @@ class StepResult(_message.Message):
     def __init__(self, push: _Optional[_Union[PushResult, _Mapping]] = ..., push_rows: _Optional[_Iterable[_Union[PushRowsResult, _Mapping]]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., pull_rows: _Optional[_Iterable[_Union[PullRowsResult, _Mapping]]] = ...) -> None: ...
 
 class DataResponse(_message.Message):
-    __slots__ = ("code", "message", "seq", "local_endpoint", "reason", "layout_version", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step", "slot_export", "slot_import")
+    __slots__ = ("code", "message", "seq", "local_endpoint", "reason", "layout_version", "frame_sizes", "init_parameters", "pull", "push", "pull_rows", "push_rows", "follow", "replicate", "step", "slot_export", "slot_import")
     class Code(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         OK: _ClassVar[DataResponse.Code]
@@ -349,6 +351,7 @@ class DataResponse(_message.Message):
     LOCAL_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FRAME_SIZES_FIELD_NUMBER: _ClassVar[int]
     INIT_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     PULL_FIELD_NUMBER: _ClassVar[int]
     PUSH_FIELD_NUMBER: _ClassVar[int]
@@ -365,6 +368,7 @@ class DataResponse(_message.Message):
     local_endpoint: str
     reason: str
     layout_version: int
+    frame_sizes: _containers.RepeatedScalarFieldContainer[int]
     init_parameters: InitParametersResult
     pull: PullResult
     push: PushResult
@@ -375,7 +379,7 @@ class DataResponse(_message.Message):
     step: StepResult
     slot_export: SlotMoveResult
     slot_import: SlotMoveResult
-    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., reason: _Optional[str] = ..., layout_version: _Optional[int] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ..., follow: _Optional[_Union[FollowResult, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateResult, _Mapping]] = ..., step: _Optional[_Union[StepResult, _Mapping]] = ..., slot_export: _Optional[_Union[SlotMoveResult, _Mapping]] = ..., slot_import: _Optional[_Union[SlotMoveResult, _Mapping]] = ...) -> None: ...
+    def __init__(self, code: _Optional[_Union[DataResponse.Code, str]] = ..., message: _Optional[str] = ..., seq: _Optional[int] = ..., local_endpoint: _Optional[str] = ..., reason: _Optional[str] = ..., layout_version: _Optional[int] = ..., frame_sizes: _Optional[_Iterable[int]] = ..., init_parameters: _Optional[_Union[InitParametersResult, _Mapping]] = ..., pull: _Optional[_Union[PullResult, _Mapping]] = ..., push: _Optional[_Union[PushResult, _Mapping]] = ..., pull_rows: _Optional[_Union[PullRowsResult, _Mapping]] = ..., push_rows: _Optional[_Union[PushRowsResult, _Mapping]] = ..., follow: _Optional[_Union[FollowResult, _Mapping]] = ..., replicate: _Optional[_Union[ReplicateResult, _Mapping]] = ..., step: _Optional[_Union[StepResult, _Mapping]] = ..., slot_export: _Optional[_Union[SlotMoveResult, _Mapping]] = ..., slot_import: _Optional[_Union[SlotMoveResult, _Mapping]] = ...) -> None: ...
 
 class CheckpointRequest(_message.Message):
     __slots__ = ()

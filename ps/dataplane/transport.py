@@ -31,7 +31,7 @@ import zmq
 from google.protobuf.message import DecodeError
 
 from protos import ps_pb2
-from pswire.connection import send_parts
+from pswire.connection import joined, send_parts, split_joined
 from pswire.frames import error_response
 from rpckit.errors import Reason, ServiceError, invalid
 
@@ -318,7 +318,16 @@ class DataPlane:
                                         f"(a DataRequest protobuf): {exc}",
                                         Reason.UNDECODABLE), 0)]
         kind = req.WhichOneof("body")
+        sizes = req.frame_sizes
+        joined_in = bool(sizes)
         try:
+            if joined_in:  # the buffers came joined: split them, and go on as if they had not
+                if len(parts) != 2:
+                    raise invalid(f"frame_sizes is set but {len(parts) - 1} frames followed "
+                                  "the header (the joined buffers travel as one)")
+                parts = [parts[0], *split_joined(parts[1], sizes, self.max_frames)]
+                req.ClearField("frame_sizes")
+                header = req.SerializeToString()  # what replication forwards, with the parts
             reply = self.next.handle(kind, req, parts[1:], header)
         except ServiceError as exc:
             return [self._error(exc, req.seq)]
@@ -331,6 +340,11 @@ class DataPlane:
                                              f"internal error handling {kind}"), req.seq)]
         if self._suffix:
             reply[0] = bytes(reply[0]) + self._suffix
+        if joined_in and len(reply) > 2:  # answered as asked: small buffers joined into one frame
+            got = joined(reply[1:])
+            if got is not None:
+                reply = [bytes(reply[0]) + ps_pb2.DataResponse(
+                    frame_sizes=got[0]).SerializeToString(), got[1]]
         return reply
 
     def _out_of_memory(self, seq: int) -> bytes:

@@ -10,6 +10,7 @@ import torch
 import zmq
 
 from protos import ps_pb2
+from pswire.connection import split_joined
 from pswire.slots import Layout
 from rpckit.errors import Reason
 from worker_sdk import metrics
@@ -46,6 +47,9 @@ class StandIn:
             if self.sock.poll(5):
                 ident, header, *frames = self.sock.recv_multipart()
                 req = ps_pb2.DataRequest.FromString(header)
+                if req.frame_sizes:  # the client joined its buffers: read them as the PS does
+                    frames = [bytes(b) for b in split_joined(frames[0], req.frame_sizes, 1000)]
+                    req.ClearField("frame_sizes")
                 self.got.append((time.monotonic(), req, frames))
                 resp, out, delay = self.answer(len(self.got), req, frames)
                 resp.seq = req.seq

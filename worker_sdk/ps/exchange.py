@@ -16,11 +16,11 @@ from typing import Iterable, Sequence
 import zmq
 
 from protos import ps_pb2
-from pswire.connection import Connection
+from pswire.connection import Connection, joined, split_joined
 from pswire.frames import code_name
 from pswire.slots import DEFAULT_SLOTS, Layout
 from rpckit import auth
-from rpckit.errors import Reason
+from rpckit.errors import Reason, ServiceError, invalid
 from rpckit.retry import NEVER_RETRIED_NAMES, RETRYABLE, Backoff, RetryPolicy
 
 from .. import metrics, notice
@@ -39,6 +39,8 @@ IDLE_REFRESH_TIMEOUT_S = 2.0  # how long one call keeps retrying a PS that does 
 # A slot's hand-over pauses its writes for well under a second: SLOT_MOVING is retried soon
 # and often, apart from the tries and backoff kept for a PS that does not answer
 MOVING_BACKOFF_S, MOVING_MAX_BACKOFF_S = 0.015, 0.1
+# the most buffers an answer's joined frame may hold (a Step's answer holds a few)
+MAX_ANSWER_PARTS = 100_000
 
 
 class PendingCall:
@@ -275,7 +277,10 @@ class Exchange:
                 req, frames = requests[index]
                 if req.generation != self._conns[index].generation or index not in wire:
                     req.generation = self._conns[index].generation
-                    wire[index] = [req.SerializeToString(), *frames]
+                    got = joined(frames)
+                    wire[index] = [req.SerializeToString(), *frames] if got is None else [
+                        req.SerializeToString() + ps_pb2.DataRequest(
+                            frame_sizes=got[0]).SerializeToString(), got[1]]
                 waiting[self._conns[index].send(wire[index])] = index
             if attempt == 1:
                 yield  # sent: the caller may compute until it needs the answers
@@ -305,12 +310,21 @@ class Exchange:
                         continue
                     if resp.seq != seq:
                         continue  # a late answer to an earlier request
+                    body = frames[1:]
+                    if resp.frame_sizes:  # its buffers joined into one frame
+                        try:
+                            if len(body) != 1:
+                                raise invalid("frame_sizes set on an answer of "
+                                              f"{len(body)} frames")
+                            body = split_joined(body[0], resp.frame_sizes, MAX_ANSWER_PARTS)
+                        except ServiceError:
+                            continue  # not an answer we can use: as one that does not parse
                     index = waiting.pop(sock)
                     poller.unregister(sock)
                     if resp.code == 0:  # the usual answer: none of the refusals below
                         pending.discard(index)
                         offers[index] = resp.local_endpoint
-                        results[index] = (resp, frames[1:])
+                        results[index] = (resp, body)
                         continue
                     code = code_name(resp.code)
                     if code in _RETRY_CODES:  # e.g. the PS is stopping: try again
@@ -327,7 +341,7 @@ class Exchange:
                     if resp.reason not in allow:
                         raise PSError(code, resp.reason or Reason.INTERNAL,
                                       f"{where}: {resp.message}")
-                    results[index] = (resp, frames[1:])
+                    results[index] = (resp, body)
             if not pending:
                 for index, local in offers.items():
                     self._conns[index].offer(local)
