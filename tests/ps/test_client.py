@@ -214,3 +214,31 @@ def test_a_stale_step_pushes_no_rows_and_acknowledges_nothing(launcher, inproc_p
         acks.unregister(ledger)
         other.close()
         client.close()
+
+
+def test_a_forward_of_ids_outside_the_table_raises_before_pulling_them(launcher, inproc_ps):
+    from protos import master_pb2, master_pb2_grpc
+    from worker_sdk.ps.client import ElasticEmbedding, PSClient
+
+    master = launcher.master()
+    ps = inproc_ps(ParamStore(index=0, num_ps=1))
+    with grpc.insecure_channel(master.address) as ch:
+        master_pb2_grpc.MasterStub(ch).RegisterPS(master_pb2.RegisterPSRequest(
+            address="127.0.0.1:1000", data_address=ps.endpoint, index=0, num_ps=1), timeout=10)
+    emb = ElasticEmbedding(10, dim=2, table="e", initializer="zeros")
+    client = PSClient(master.address, timeout_s=10)
+    try:
+        client.init_parameters(emb, optimizer="sgd", lr=0.1)
+        table = ps.store.tables["e"]
+        for prefetched in (False, True):
+            for bad, why in (([3, 10], "outside table 'e'"), ([-1, 3], ">= 0")):
+                if prefetched:
+                    client.prefetch(torch.tensor(bad))
+                with pytest.raises(ValueError, match=why):
+                    emb(torch.tensor(bad))
+                assert len(table) == 0  # no row of the batch was pulled (or created)
+        client.prefetch(torch.tensor([[3, 9], [9, 3]]))
+        assert emb(torch.tensor([[3, 9], [9, 3]])).shape == (2, 2, 2) and len(table) == 2
+        assert emb(torch.tensor([0])).shape == (1, 2) and len(table) == 3  # not prefetched
+    finally:
+        client.close()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -34,7 +34,6 @@ from torch import nn
 from .data_client import RETRY_BUDGET_S, DataClient, PushOutcome, StaleGradient
 from pswire import jit
 from pswire.tables import TableSpec
-from pswire.partition import check_row_ids
 
 from ..data import ack
 from .ids import mark, unique_inverse
@@ -81,13 +80,7 @@ class ElasticEmbedding(nn.Module):
             raise RuntimeError(f"ElasticEmbedding {self.table!r} has no PS client: call "
                                "PSClient.init_parameters(model) first")
         ids = torch.as_tensor(ids, dtype=torch.int64)
-        bounds = check_row_ids(ids.reshape(-1))
-        if self.num_embeddings is not None and bounds is not None:
-            high = bounds[1]
-            if high >= self.num_embeddings:
-                raise ValueError(f"id {high} is outside table {self.table!r} "
-                                 f"(num_embeddings={self.num_embeddings})")
-        unique, inverse, rows = self.client._rows(self.table, ids)
+        unique, inverse, rows = self.client._rows(self.table, ids, self._check_bounds)
         if rows.numel() == 0:
             rows = torch.zeros(unique.numel(), self.dim)
         if self.training and torch.is_grad_enabled():
@@ -96,6 +89,14 @@ class ElasticEmbedding(nn.Module):
         # index_select, not rows[inverse]: the same values and gradient (both backward passes
         # add in the order of `inverse`), a quarter of the forward's cost
         return rows.index_select(0, inverse).view(*ids.shape, self.dim)
+
+    def _check_bounds(self, unique: torch.Tensor) -> None:
+        """ValueError for distinct ids (sorted, checked by `ids.mark`) outside the table."""
+        if self.num_embeddings is not None and unique.numel():
+            high = int(unique[-1])
+            if high >= self.num_embeddings:
+                raise ValueError(f"id {high} is outside table {self.table!r} "
+                                 f"(num_embeddings={self.num_embeddings})")
 
     def _take_grads(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         pulled, self._pulled = self._pulled, []
@@ -225,14 +226,18 @@ class PSClient:
             return view
         return view.current()
 
-    def _rows(self, table: str, ids: torch.Tensor):
+    def _rows(self, table: str, ids: torch.Tensor, check: Callable[[torch.Tensor], None]):
         """(unique ids, inverse, their rows) for a forward of `ids`: prefetched when
-        `prefetch` was given these ids, else pulled now."""
+        `prefetch` was given these ids, else pulled now. `check(unique ids)` raises for ids the
+        caller refuses (ValueError), after `ids.mark` checked their bounds: before they are
+        pulled here (a prefetch's were checked by the PS as well)."""
         got = self.pipeline.take_rows(table, ids)
         if got is not None:
+            check(got[0])
             return got
         unique, inverse = unique_inverse(ids)
         mark(unique)  # the push of their gradients reuses the check and the cut
+        check(unique)
         started = time.perf_counter()
         rows = self.data.pull_rows(table, unique).clone()
         self.pipeline.wait_pull_s += time.perf_counter() - started
