@@ -246,38 +246,43 @@ def decode(metas, frames: list, packed_count: int = 0, allowed=tuple(DTYPES),
 
 
 class Decoder:
-    """`decode` for a peer whose metas repeat (a PS answering a worker's pulls): the checks
-    of the last metas seen from each peer are kept, and reused while a message's metas equal
-    them (one comparison in C, where the checks are Python per tensor)."""
+    """`decode` for peers whose metas repeat (a PS answering a worker's pulls, a worker's
+    pushes to a PS): the checks of the last metas seen from each peer are kept, and reused
+    while a message's metas equal them (one comparison in C, where the checks are Python per
+    tensor). At most `max_peers` are kept (then the oldest half are forgotten)."""
 
-    def __init__(self):
+    def __init__(self, allowed=tuple(DTYPES), max_peers: int = 256):
+        self.allowed, self.max_peers = allowed, max_peers
         self._last: dict = {}  # peer -> (metas, packed_count, names, packed, alone)
 
-    def decode(self, peer, metas, frames: list, packed_count: int = 0,
-               what: str = "tensor") -> list[tuple[str, torch.Tensor]]:
-        """`decode(metas, frames, packed_count, what=what)[0]`."""
+    def decode(self, peer, metas, frames: list, packed_count: int = 0, what: str = "tensor"
+               ) -> tuple[list[tuple[str, torch.Tensor]], torch.Tensor | None]:
+        """`decode(metas, frames, packed_count, self.allowed, what)`."""
         last = self._last.get(peer)
         if last is None or last[1] != packed_count or last[0] != metas:
-            out, _ = decode(metas, frames, packed_count, what=what)  # checks, or raises
-            checked = [check_meta(m) for m in metas]
+            got = decode(metas, frames, packed_count, self.allowed, what)  # checks, or raises
+            checked = [check_meta(m, self.allowed) for m in metas]
             packed = checked[:packed_count]
+            if len(self._last) >= self.max_peers:
+                for old in list(self._last)[:self.max_peers // 2]:
+                    self._last.pop(old, None)  # another thread may have forgotten it
             self._last[peer] = (metas, packed_count, [m.name for m in metas],
                                 (packed[0][0] if packed else None, [c[1] for c in packed],
                                  [c[2] // c[0].itemsize for c in packed]),
                                 [(m.name, c[0], c[1]) for m, c in
                                  zip(metas[packed_count:], checked[packed_count:])])
-            return out
+            return got
         _, _, names, (dtype, shapes, numels), alone = last
         if len(frames) != frames_of(len(names), packed_count):
             raise invalid(f"the header describes {len(names)} tensors but {len(frames)} "
                           "buffer frames followed")
-        out = []
+        out, flat = [], None
         if packed_count:
             flat = from_frame(frames[0], dtype, (sum(numels),), f"the packed {what}s")
             out += zip(names, map(_view, flat.split_with_sizes(numels), shapes))
         for (name, dtype, shape), frame in zip(alone, frames[1 if packed_count else 0:]):
             out.append((name, from_frame(frame, dtype, shape, f"{what} {name!r}")))
-        return out
+        return out, flat
 
 
 _CODE_NUMBERS = dict(ps_pb2.DataResponse.Code.items())

@@ -14,8 +14,8 @@ import torch
 import zmq
 
 from protos import ps_pb2
-from pswire.frames import (DTYPES, FLOAT_DTYPES, as_buffer, buffer_of, check_meta, code_number,
-                           decode, dtype_name, frames_of, ids_of, rows_of)
+from pswire.frames import (DTYPES, FLOAT_DTYPES, Decoder, as_buffer, buffer_of, check_meta,
+                           code_number, decode, dtype_name, frames_of, ids_of, rows_of)
 from pswire.optimizers import config_from_pb
 from pswire.tables import TableSpec
 from rpckit.errors import invalid
@@ -58,6 +58,7 @@ class Handlers:
     def __init__(self, store: ParamStore):
         self.store = store
         self._local = threading.local()  # per handler thread: whether to check ownership
+        self._grads = Decoder(FLOAT_DTYPES)  # a client's Step metas, checked once while they repeat
 
     def handle(self, kind: str, req, frames: list, header=None, replicated: bool = False) -> list:
         """Serve one decoded client request (no replication here: see ps/replication).
@@ -265,7 +266,7 @@ class Handlers:
         return [resp.SerializeToString()]
 
     def _step(self, req, frames) -> list:
-        parts = self._step_parts(req.step, frames)
+        parts = self._step_parts(req.client_id, req.step, frames)
         if parts.pull == [] and not self.store.ownership.all_owned:  # every tensor of its slots
             parts.pull = self._owned_tensors()
         stateful, plain = [], []  # row pulls that change their table count as writes
@@ -299,7 +300,7 @@ class Handlers:
         out[0] = resp.SerializeToString()
         return out
 
-    def _step_parts(self, step, frames) -> StepParts:
+    def _step_parts(self, client_id: str, step, frames) -> StepParts:
         """The Step's parts over its frames (see protos/ps.proto), checked for shape only."""
         push = step.push if step.HasField("push") else None
         pushed = frames_of(len(push.tensors), push.packed_count) if push is not None else 0
@@ -312,8 +313,9 @@ class Handlers:
         if push is not None:
             if push.check_only:
                 raise invalid("a Step's push cannot be check_only; send the check as a Push")
-            parts.grads, parts.packed = decode(push.tensors, frames[:pushed],
-                                               push.packed_count, FLOAT_DTYPES, "gradient")
+            parts.grads, parts.packed = self._grads.decode(client_id, push.tensors,
+                                                           frames[:pushed], push.packed_count,
+                                                           "gradient")
             parts.packed_count = push.packed_count
             parts.versions = push.versions[:]  # a list, copied in C (see check_meta)
             parts.checked = push.checked

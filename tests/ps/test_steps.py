@@ -258,3 +258,29 @@ def test_a_nan_in_a_packed_gradient_is_refused_by_name_and_nothing_is_applied():
     assert ps_pb2.DataResponse.Code.Name(resp.code) == "INVALID_ARGUMENT"
     assert "'b'" in resp.message and "NaN" in resp.message
     assert _same(_state(s), before)
+
+
+def test_a_clients_repeated_metas_are_checked_again_when_they_change():
+    s = _store()
+    plane = data_plane(s)
+
+    def push(seq, tensors, frame=None, client="c"):
+        step = ps_pb2.Step()
+        step.push.packed_count = 2
+        for name, t in tensors:
+            step.push.tensors.append(meta_of(name, t))
+            step.push.versions.append(0)
+        frames = [frame if frame is not None else as_buffer(pack([t for _, t in tensors]))]
+        req = ps_pb2.DataRequest(client_id=client, seq=seq, step=step).SerializeToString()
+        resp = ps_pb2.DataResponse.FromString(plane.handle([req, *frames])[0])
+        return ps_pb2.DataResponse.Code.Name(resp.code)
+
+    good = [("w", torch.ones(3)), ("b", torch.ones(2))]
+    assert push(1, good) == "OK" and push(2, good) == "OK"  # the second from the kept checks
+    assert push(3, [("w", torch.ones(4)), ("b", torch.ones(2))]) == "INVALID_ARGUMENT"
+    assert push(3, good, frame=as_buffer(torch.ones(4))) == "INVALID_ARGUMENT"  # one short
+    assert push(3, [("w", torch.ones(3)), ("b", torch.ones(2, dtype=torch.int64))]) \
+        == "INVALID_ARGUMENT"
+    assert s.versions() == {"w": 2, "b": 2}
+    assert push(3, good) == "OK" and push(1, good, client="d") == "OK"
+    assert s.versions() == {"w": 4, "b": 4}

@@ -90,7 +90,7 @@ def test_the_decoder_reuses_its_checks_only_while_the_metas_repeat():
     for tensors in steps:
         for peer in (0, 1):
             metas, frames, k = _answer(tensors)
-            got = dec.decode(peer, metas, frames, k)
+            got, _ = dec.decode(peer, metas, frames, k)
             assert [n for n, _ in got] == [n for n, _ in decode(metas, frames, k)[0]]
             assert sorted(n for n, _ in got) == sorted(tensors)
             for name, t in got:

@@ -199,7 +199,7 @@ def _step_outcome(client, result, pushed, pulled, sizes) -> StepOutcome:
                           f"({packed} packed) and "
                           f"{len(pull_rows)} row pulls ({len(asked)} asked)")
         if metas:
-            pulled_now = client.decoder.decode(a.index, metas, frames[:dense_frames], packed)
+            pulled_now, _ = client.decoder.decode(a.index, metas, frames[:dense_frames], packed)
             out.dense.update(pulled_now)
             versions = dict(zip([name for name, _ in pulled_now], pull.versions[:]))
             out.versions.update(versions)
