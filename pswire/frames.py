@@ -217,7 +217,11 @@ def decode(metas, frames: list, packed_count: int = 0, allowed=tuple(DTYPES),
     """The tensors of `metas` over `frames` (as many as `frames_of` says): [(name, tensor)] in
     the order of `metas`, each wrapping the frames' memory (no copy), and the packed frame's
     flat tensor (None without one). Raises INVALID_ARGUMENT for frames that do not fit."""
-    count = len(metas)
+    _check_counts(len(metas), packed_count, frames)
+    return _apply(_plan(metas, packed_count, allowed), frames, packed_count, what)
+
+
+def _check_counts(count: int, packed_count: int, frames: list) -> None:
     if not 0 <= packed_count <= count or packed_count == 1:
         raise invalid(f"packed_count {packed_count} does not fit {count} tensors (0, or 2 to "
                       f"{count})")
@@ -225,64 +229,59 @@ def decode(metas, frames: list, packed_count: int = 0, allowed=tuple(DTYPES),
         packed = f" ({packed_count} packed)" if packed_count else ""
         raise invalid(f"the header describes {count} tensors{packed} but {len(frames)} buffer "
                       "frames followed")
-    out = []
-    flat = None
+
+
+def _plan(metas, packed_count: int, allowed) -> tuple:
+    """What `metas` say, checked (raises INVALID_ARGUMENT): (names, the packed tensors'
+    dtype, their shapes, their element counts, (name, dtype, shape) of each other one)."""
+    checked = [check_meta(m, allowed) for m in metas]
+    packed = checked[:packed_count]
+    dtype = packed[0][0] if packed else None
+    if any(c[0] != dtype for c in packed):
+        raise invalid("packed tensors must share one dtype, got "
+                      f"{sorted({m.dtype for m in metas[:packed_count]})}")
+    return ([m.name for m in metas], dtype, [c[1] for c in packed],
+            [c[2] // dtype.itemsize for c in packed],
+            [(m.name, c[0], c[1]) for m, c in zip(metas[packed_count:], checked[packed_count:])])
+
+
+def _apply(plan: tuple, frames: list, packed_count: int, what: str):
+    """`decode`'s answer from a checked `_plan` over frames of the right count."""
+    names, dtype, shapes, numels, alone = plan
+    out, flat = [], None
     if packed_count:
-        checked = [check_meta(m, allowed) for m in metas[:packed_count]]
-        dtype = checked[0][0]
-        if any(c[0] != dtype for c in checked):
-            raise invalid("packed tensors must share one dtype, got "
-                          f"{sorted({m.dtype for m in metas[:packed_count]})}")
-        numels = [c[2] // dtype.itemsize for c in checked]
         flat = from_frame(frames[0], dtype, (sum(numels),), f"the packed {what}s")
         # split_with_sizes: the C method (Tensor.split is a Python wrapper around it)
-        for meta, (_, shape, _), part in zip(metas[:packed_count], checked,
-                                             flat.split_with_sizes(numels)):
-            out.append((meta.name, _view(part, shape)))
-    for meta, frame in zip(metas[packed_count:], frames[1 if packed_count else 0:]):
-        dtype, shape, _ = check_meta(meta, allowed)
-        out.append((meta.name, from_frame(frame, dtype, shape, f"{what} {meta.name!r}")))
+        out += zip(names, map(_view, flat.split_with_sizes(numels), shapes))
+    for (name, dtype, shape), frame in zip(alone, frames[1 if packed_count else 0:]):
+        out.append((name, from_frame(frame, dtype, shape, f"{what} {name!r}")))
     return out, flat
 
 
 class Decoder:
     """`decode` for peers whose metas repeat (a PS answering a worker's pulls, a worker's
-    pushes to a PS): the checks of the last metas seen from each peer are kept, and reused
-    while a message's metas equal them (one comparison in C, where the checks are Python per
-    tensor). At most `max_peers` are kept (then the oldest half are forgotten)."""
+    pushes to a PS): the checked plan of the last metas seen from each peer is kept, and
+    reused while a message's metas equal them (one comparison in C, where the checks are
+    Python per tensor). At most `max_peers` are kept (then the oldest half are forgotten)."""
 
     def __init__(self, allowed=tuple(DTYPES), max_peers: int = 256):
         self.allowed, self.max_peers = allowed, max_peers
-        self._last: dict = {}  # peer -> (metas, packed_count, names, packed, alone)
+        self._last: dict = {}  # peer -> (metas, packed_count, their _plan)
 
     def decode(self, peer, metas, frames: list, packed_count: int = 0, what: str = "tensor"
                ) -> tuple[list[tuple[str, torch.Tensor]], torch.Tensor | None]:
         """`decode(metas, frames, packed_count, self.allowed, what)`."""
+        _check_counts(len(metas), packed_count, frames)
         last = self._last.get(peer)
         if last is None or last[1] != packed_count or last[0] != metas:
-            got = decode(metas, frames, packed_count, self.allowed, what)  # checks, or raises
-            checked = [check_meta(m, self.allowed) for m in metas]
-            packed = checked[:packed_count]
+            plan = _plan(metas, packed_count, self.allowed)
             if len(self._last) >= self.max_peers:
                 for old in list(self._last)[:self.max_peers // 2]:
                     self._last.pop(old, None)  # another thread may have forgotten it
-            self._last[peer] = (metas, packed_count, [m.name for m in metas],
-                                (packed[0][0] if packed else None, [c[1] for c in packed],
-                                 [c[2] // c[0].itemsize for c in packed]),
-                                [(m.name, c[0], c[1]) for m, c in
-                                 zip(metas[packed_count:], checked[packed_count:])])
-            return got
-        _, _, names, (dtype, shapes, numels), alone = last
-        if len(frames) != frames_of(len(names), packed_count):
-            raise invalid(f"the header describes {len(names)} tensors but {len(frames)} "
-                          "buffer frames followed")
-        out, flat = [], None
-        if packed_count:
-            flat = from_frame(frames[0], dtype, (sum(numels),), f"the packed {what}s")
-            out += zip(names, map(_view, flat.split_with_sizes(numels), shapes))
-        for (name, dtype, shape), frame in zip(alone, frames[1 if packed_count else 0:]):
-            out.append((name, from_frame(frame, dtype, shape, f"{what} {name!r}")))
-        return out, flat
+            self._last[peer] = (metas, packed_count, plan)
+        else:
+            plan = last[2]
+        return _apply(plan, frames, packed_count, what)
 
 
 _CODE_NUMBERS = dict(ps_pb2.DataResponse.Code.items())

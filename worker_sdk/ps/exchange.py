@@ -277,10 +277,10 @@ class Exchange:
                 req, frames = requests[index]
                 if req.generation != self._conns[index].generation or index not in wire:
                     req.generation = self._conns[index].generation
-                    got = joined(frames)
-                    wire[index] = [req.SerializeToString(), *frames] if got is None else [
-                        req.SerializeToString() + ps_pb2.DataRequest(
-                            frame_sizes=got[0]).SerializeToString(), got[1]]
+                    head, got = req.SerializeToString(), joined(frames)
+                    wire[index] = [head, *frames] if got is None else [
+                        head + ps_pb2.DataRequest(frame_sizes=got[0]).SerializeToString(),
+                        got[1]]
                 waiting[self._conns[index].send(wire[index])] = index
             if attempt == 1:
                 yield  # sent: the caller may compute until it needs the answers
