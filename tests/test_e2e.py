@@ -15,7 +15,7 @@ from tests.master.harness import assert_exactly_once, audit
 
 pytestmark = pytest.mark.slow
 
-RECORDS, EPOCHS = 6000, 2
+RECORDS, EPOCHS = 6000, 3
 WORKER = "examples.ctr.train"
 TRAIN_ARGS = ("--epochs", str(EPOCHS), "--batch-size", "128", "--shard-size", "250",
               "--log-every", "30")
@@ -34,6 +34,11 @@ def wait_until(predicate, timeout: float, what: str) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
+
+
+def job_finished(cluster: LocalCluster) -> bool:
+    ds = cluster.dataset_status()
+    return bool(ds) and ds.finished
 
 
 def finish(cluster: LocalCluster, timeout: float = 180) -> None:
@@ -82,11 +87,16 @@ def test_churn_loses_nothing_and_reaches_the_same_auc(data, tmp_path, baseline):
         wait_until(lambda: cluster.training(first), 60, f"{first} to hold a lease")
         cluster.signal_worker(first, signal.SIGKILL)
         cluster.restart_master()  # and the master dies too: workers ride it out
+        # preempt a worker that is training, not one still importing torch on a busy machine;
+        # as soon as it is: a worker trains an epoch in seconds, and on a slow machine `third`
+        # alone can finish the job while `second` still backs off from the master's restart
+        seen = []
+        wait_until(lambda: (cluster.training(second) and not seen.append(second))
+                   or job_finished(cluster), 120, f"{second} to hold a lease")
+        assert seen, f"the job finished before {second} held a lease"
+        cluster.signal_worker(second, signal.SIGTERM)
         wait_until(lambda: records_done(cluster.dataset_status()) >= RECORDS, 120,
                    "the first epoch")
-        # kill a worker that is training, not one still importing torch on a busy machine
-        wait_until(lambda: cluster.training(second), 120, f"{second} to hold a lease")
-        cluster.signal_worker(second, signal.SIGTERM)
         cluster.add_worker()
         finish(cluster)
         assert cluster.workers[first].returncode == -signal.SIGKILL

@@ -2,6 +2,7 @@
 mid-drain without losing or double-counting a record, and a deposed leader cannot commit."""
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 
@@ -155,6 +156,30 @@ def test_postgres_failover_mid_drain(master_factory, pg_url):
     _failover_mid_drain(master_factory, pg_url)
 
 
+def _freeze_outside_a_commit(proc, db: str) -> None:
+    """SIGSTOP `proc`. On SQLite a master frozen inside a commit (a lease renewal, say) holds
+    the file's write lock until it continues, and no standby can take over (documented in
+    docs/operations.md); this test is about a leader frozen between commits, so freeze it
+    again until the write lock is free."""
+    if not db.startswith("sqlite:///"):
+        proc.pause()
+        return
+    for _ in range(50):
+        proc.pause()
+        conn = sqlite3.connect(db.removeprefix("sqlite:///"), timeout=0.2,
+                               isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")  # the write lock, as a takeover needs it
+            conn.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            proc.resume()  # frozen mid-commit: let it finish and try again
+            time.sleep(0.05)
+        finally:
+            conn.close()
+    raise AssertionError("the leader held the database's write lock at every try")
+
+
 def _deposed_leader_cannot_commit(master_factory, db):
     a, b = _pair(master_factory, db)
     a_stub = a.stub()
@@ -163,7 +188,7 @@ def _deposed_leader_cannot_commit(master_factory, db):
                                         num_epochs=1), timeout=5)
     lease = a_stub.GetShard(pb.GetShardRequest(worker_id=worker, dataset="d"),
                             timeout=5).leases[0]
-    a.pause()  # frozen past its lease: the standby takes over
+    _freeze_outside_a_commit(a, db)  # frozen past its lease: the standby takes over
     try:
         _wait(lambda: _serving(b), 30, "the standby to take over")
         reply = b.stub().GetShard(pb.GetShardRequest(
