@@ -58,7 +58,9 @@ class Handlers:
     def __init__(self, store: ParamStore):
         self.store = store
         self._local = threading.local()  # per handler thread: whether to check ownership
-        self._grads = Decoder(FLOAT_DTYPES)  # a client's Step metas, checked once while they repeat
+        # a client's Step metas, checked once while they repeat; its packed gradients copied
+        # into views kept per handler thread (nothing keeps a push's gradients past its answer)
+        self._grads = Decoder(FLOAT_DTYPES, reuse=True)
 
     def handle(self, kind: str, req, frames: list, header=None, replicated: bool = False) -> list:
         """Serve one decoded client request (no replication here: see ps/replication).

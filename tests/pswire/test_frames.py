@@ -1,6 +1,8 @@
 """The frame encodings both sides share: one frame per tensor, and small tensors packed into one."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -76,9 +78,10 @@ def _answer(tensors: dict):
     return ps_pb2.PullResult.FromString(msg.SerializeToString()).tensors, frames, k
 
 
-def test_the_decoder_reuses_its_checks_only_while_the_metas_repeat():
+@pytest.mark.parametrize("reuse", [False, True])
+def test_the_decoder_reuses_its_checks_only_while_the_metas_repeat(reuse):
     g = torch.Generator().manual_seed(1)
-    dec = Decoder()
+    dec = Decoder(reuse=reuse)
     steps = [  # the same metas twice, then each thing the checks depend on changed
         {"w": torch.randn(3, 4, generator=g), "b": torch.randn(4, generator=g)},
         {"w": torch.randn(3, 4, generator=g), "b": torch.randn(4, generator=g)},
@@ -97,9 +100,10 @@ def test_the_decoder_reuses_its_checks_only_while_the_metas_repeat():
                 assert t.dtype == tensors[name].dtype and torch.equal(t, tensors[name])
 
 
+@pytest.mark.parametrize("reuse", [False, True])
 @pytest.mark.parametrize("case", ["frames", "size"])
-def test_the_decoder_refuses_frames_that_do_not_fit_metas_it_knows(case):
-    dec = Decoder()
+def test_the_decoder_refuses_frames_that_do_not_fit_metas_it_knows(case, reuse):
+    dec = Decoder(reuse=reuse)
     tensors = {"a": torch.ones(3), "b": torch.ones(2)}
     metas, frames, k = _answer(tensors)
     dec.decode(0, metas, frames, k)
@@ -107,3 +111,27 @@ def test_the_decoder_refuses_frames_that_do_not_fit_metas_it_knows(case):
     with pytest.raises(ServiceError) as err:
         dec.decode(0, metas, frames, k)
     assert err.value.code == "INVALID_ARGUMENT"
+
+
+def test_a_reusing_decoder_copies_each_message_into_views_kept_per_thread_and_peer():
+    dec = Decoder(reuse=True)
+    first = {"w": torch.arange(6.0).view(2, 3), "b": torch.ones(3)}
+    second = {"w": torch.full((2, 3), 7.0), "b": torch.zeros(3)}
+    got1, flat1 = dec.decode("a", *_answer(first))
+    views1 = [t for _, t in got1]
+    got2, flat2 = dec.decode("a", *_answer(second))
+    # the same views, now holding the second message (the first's caller is done with them)
+    assert flat2 is flat1 and all(x is y for x, (_, y) in zip(views1, got2))
+    assert all(torch.equal(t, second[n]) for n, t in got2)
+    # not the frame's memory: a frame is released when its message is answered
+    metas, frames, k = _answer(first)
+    got3, _ = dec.decode("b", metas, frames, k)
+    assert got3[0][1].data_ptr() != torch.frombuffer(frames[0], dtype=torch.float32).data_ptr()
+    assert all(x is not y for x, (_, y) in zip(views1, got3))  # another peer's own views
+    others = []
+    thread = threading.Thread(target=lambda: others.append(dec.decode("a", *_answer(first))))
+    thread.start()
+    thread.join()
+    (got4, flat4), = others
+    assert flat4 is not flat2 and all(torch.equal(t, first[n]) for n, t in got4)
+    assert all(torch.equal(t, second[n]) for n, t in got2)  # untouched by the other thread
