@@ -259,6 +259,9 @@ def _apply(plan: tuple, frames: list, packed_count: int, what: str):
     return out, flat
 
 
+KEEP_MAX_BYTES = 16 << 20  # a reusing Decoder's kept buffers, per thread
+
+
 class Decoder:
     """`decode` for peers whose metas repeat (a PS answering a worker's pulls, a worker's
     pushes to a PS): the checked plan of the last metas seen from each peer is kept, and
@@ -295,19 +298,30 @@ class Decoder:
         return self._apply_kept(peer, plan, frames, packed_count, what)
 
     def _apply_kept(self, peer, plan: tuple, frames: list, packed_count: int, what: str):
-        """`_apply`, the packed tensors being the thread's kept views for `peer` and `plan`."""
-        kept = getattr(self._reuse, "kept", None)
+        """`_apply`, the packed tensors being the thread's kept views for `peer` and `plan`
+        (a packed frame over KEEP_MAX_BYTES / 16 is not kept: `_apply`'s views of the frame)."""
+        state = self._reuse
+        kept = getattr(state, "kept", None)
         if kept is None:
-            kept = self._reuse.kept = {}
+            kept = state.kept = {}
+            state.kept_bytes = 0
         entry = kept.get(peer)
         names, dtype, shapes, numels, alone = plan
         if entry is None or entry[0] is not plan:
-            if len(kept) >= self.max_peers:
-                for old in list(kept)[:self.max_peers // 2]:
-                    del kept[old]
+            size = sum(numels) * dtype.itemsize
+            if size > KEEP_MAX_BYTES // 16:
+                return _apply(plan, frames, packed_count, what)
+            if entry is not None:
+                state.kept_bytes -= entry[1].nbytes
+                del kept[peer]
+            # bounded in count and bytes per thread: the oldest peers' buffers go first
+            while kept and (len(kept) >= self.max_peers
+                            or state.kept_bytes + size > KEEP_MAX_BYTES):
+                state.kept_bytes -= kept.pop(next(iter(kept)))[1].nbytes
             flat = torch.empty(sum(numels), dtype=dtype)
             entry = kept[peer] = (plan, flat, list(zip(
                 names, map(_view, flat.split_with_sizes(numels), shapes))))
+            state.kept_bytes += flat.nbytes
         flat = entry[1]
         got = from_frame(frames[0], dtype, (flat.numel(),), f"the packed {what}s")
         if flat.numel():

@@ -6,6 +6,7 @@ import threading
 import pytest
 import torch
 
+from pswire import frames as frames_module
 from pswire.frames import (PACK_BELOW_BYTES, Decoder, as_buffer, decode, frames_of, meta_of,
                            pack, packing)
 from protos import ps_pb2
@@ -135,3 +136,18 @@ def test_a_reusing_decoder_copies_each_message_into_views_kept_per_thread_and_pe
     (got4, flat4), = others
     assert flat4 is not flat2 and all(torch.equal(t, first[n]) for n, t in got4)
     assert all(torch.equal(t, second[n]) for n, t in got2)  # untouched by the other thread
+
+
+def test_a_reusing_decoder_keeps_a_bounded_number_of_bytes_per_thread(monkeypatch):
+    monkeypatch.setattr(frames_module, "KEEP_MAX_BYTES", 16 * 4 * 64)  # 4 KiB: 16 buffers
+    dec = Decoder(reuse=True)
+    small = {"w": torch.ones(8, 4), "b": torch.ones(32)}  # 256 bytes packed
+    for peer in range(40):
+        got, flat = dec.decode(peer, *_answer(small))
+        assert all(torch.equal(t, small[n]) for n, t in got)
+    kept = dec._reuse.kept
+    assert 0 < len(kept) <= 16 and dec._reuse.kept_bytes == sum(e[1].nbytes for e in kept.values())
+    assert dec._reuse.kept_bytes <= 16 * 4 * 64 and 39 in kept and 0 not in kept
+    large = {"w": torch.ones(64, 2), "b": torch.ones(1)}  # 516 bytes: over KEEP_MAX_BYTES / 16
+    got, flat = dec.decode("big", *_answer(large))
+    assert "big" not in kept and all(torch.equal(t, large[n]) for n, t in got)
