@@ -1,6 +1,9 @@
 """LeaseTable and the ack ledger: pure bookkeeping, no master."""
 from __future__ import annotations
 
+import gc
+import weakref
+
 from worker_sdk import ack
 from worker_sdk.data.leases import LeaseTable, Report, Result
 
@@ -55,6 +58,20 @@ def test_acks_fan_out_to_every_registered_table_in_delivery_order():
     t1.close()
     t2.close()
     assert ack.trained() == 0  # closed tables are no longer acknowledged
+
+
+def test_a_table_collected_without_being_closed_is_no_longer_acknowledged():
+    t1, (a,) = _table(5)
+    t2, leases2 = _table(5)
+    _read_deliver(t1, 2)
+    _read_deliver(t2, 1)
+    gone = weakref.ref(t2)
+    del t2, leases2
+    gc.collect()
+    assert gone() is None
+    assert ack.trained() == 2 and a.trained == 2  # the others still are
+    t1.close()
+    assert ack.trained() == 0
 
 
 def test_a_ledger_of_its_own_and_an_abandoned_push_hands_leases_back_released():
