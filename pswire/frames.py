@@ -246,14 +246,20 @@ def _plan(metas, packed_count: int, allowed) -> tuple:
             [(m.name, c[0], c[1]) for m, c in zip(metas[packed_count:], checked[packed_count:])])
 
 
-def _apply(plan: tuple, frames: list, packed_count: int, what: str):
-    """`decode`'s answer from a checked `_plan` over frames of the right count."""
+def _apply(plan: tuple, frames: list, packed_count: int, what: str, kept: tuple | None = None):
+    """`decode`'s answer from a checked `_plan` over frames of the right count. `kept`: (flat
+    buffer, its [(name, view)]) the packed frame is copied into, instead of views of it."""
     names, dtype, shapes, numels, alone = plan
     out, flat = [], None
     if packed_count:
         flat = from_frame(frames[0], dtype, (sum(numels),), f"the packed {what}s")
-        # split_with_sizes: the C method (Tensor.split is a Python wrapper around it)
-        out += zip(names, map(_view, flat.split_with_sizes(numels), shapes))
+        if kept is not None:
+            if flat.numel():
+                kept[0].copy_(flat)
+            flat, out = kept[0], kept[1][:]
+        else:
+            # split_with_sizes: the C method (Tensor.split is a Python wrapper around it)
+            out += zip(names, map(_view, flat.split_with_sizes(numels), shapes))
     for (name, dtype, shape), frame in zip(alone, frames[1 if packed_count else 0:]):
         out.append((name, from_frame(frame, dtype, shape, f"{what} {name!r}")))
     return out, flat
@@ -293,24 +299,24 @@ class Decoder:
             self._last[peer] = (metas, packed_count, plan)
         else:
             plan = last[2]
-        if self._reuse is None or not packed_count:
-            return _apply(plan, frames, packed_count, what)
-        return self._apply_kept(peer, plan, frames, packed_count, what)
+        kept = self._kept(peer, plan) if self._reuse is not None and packed_count else None
+        return _apply(plan, frames, packed_count, what, kept)
 
-    def _apply_kept(self, peer, plan: tuple, frames: list, packed_count: int, what: str):
-        """`_apply`, the packed tensors being the thread's kept views for `peer` and `plan`
-        (a packed frame over KEEP_MAX_BYTES / 16 is not kept: `_apply`'s views of the frame)."""
+    def _kept(self, peer, plan: tuple) -> tuple | None:
+        """(flat buffer, its [(name, view)]) of this thread for `peer`'s packed tensors under
+        `plan`, made on first need; None for a packed frame over KEEP_MAX_BYTES / 16 (then
+        the views are of the frame itself)."""
         state = self._reuse
         kept = getattr(state, "kept", None)
         if kept is None:
             kept = state.kept = {}
             state.kept_bytes = 0
         entry = kept.get(peer)
-        names, dtype, shapes, numels, alone = plan
         if entry is None or entry[0] is not plan:
+            names, dtype, shapes, numels, _ = plan
             size = sum(numels) * dtype.itemsize
             if size > KEEP_MAX_BYTES // 16:
-                return _apply(plan, frames, packed_count, what)
+                return None
             if entry is not None:
                 state.kept_bytes -= entry[1].nbytes
                 del kept[peer]
@@ -321,15 +327,8 @@ class Decoder:
             flat = torch.empty(sum(numels), dtype=dtype)
             entry = kept[peer] = (plan, flat, list(zip(
                 names, map(_view, flat.split_with_sizes(numels), shapes))))
-            state.kept_bytes += flat.nbytes
-        flat = entry[1]
-        got = from_frame(frames[0], dtype, (flat.numel(),), f"the packed {what}s")
-        if flat.numel():
-            flat.copy_(got)
-        out = entry[2][:]
-        for (name, dtype, shape), frame in zip(alone, frames[1:]):
-            out.append((name, from_frame(frame, dtype, shape, f"{what} {name!r}")))
-        return out, flat
+            state.kept_bytes += size
+        return entry[1], entry[2]
 
 
 _CODE_NUMBERS = dict(ps_pb2.DataResponse.Code.items())

@@ -42,8 +42,8 @@ def job_finished(cluster: LocalCluster) -> bool:
 
 
 def finish(cluster: LocalCluster, timeout: float = 180) -> None:
-    wait_until(lambda: (cluster.dataset_status() or False) and cluster.dataset_status().finished
-               or not cluster.alive(), timeout, "the job to finish")
+    wait_until(lambda: job_finished(cluster) or not cluster.alive(), timeout,
+               "the job to finish")
     codes = cluster.wait_workers(60)
     assert all(code is not None for code in codes.values())
 
