@@ -15,6 +15,7 @@ import zmq
 from protos import ps_pb2
 from rpckit.errors import Reason, ServiceError, invalid
 
+from . import unix
 from .frames import buffer_of, code_name
 
 
@@ -120,7 +121,19 @@ class Connection:
     def current(self) -> str:
         return self.local or self.endpoint
 
-    def send(self, parts: list) -> zmq.Socket:
+    def send(self, parts: list):
+        """Send a request; returns what its answer comes on (a zmq.Socket, or a
+        `pswire.unix.UnixPeer` on a PS's plain same-host socket). A same-host socket that
+        cannot take it (the PS gone, or stopped with its socket full) is given up for TCP,
+        as one that does not answer is."""
+        if self.local.startswith(unix.SCHEME):
+            try:
+                if self.socket is None:
+                    self.socket = unix.UnixPeer(self.local[len(unix.SCHEME):])
+                self.socket.send(parts)
+                return self.socket
+            except OSError:
+                self.failed()
         if self.socket is None:
             self.socket = dealer(self.ctx, self.current, self.server_key, self.client_keys)
         send_parts(self.socket, parts)
@@ -145,12 +158,14 @@ class Connection:
         self.local = ""
 
     def offer(self, local: str) -> None:
-        """The PS said it also listens on `local` (ipc://PATH): use it if it is on this host."""
+        """The PS said it also listens on `local` (unix://PATH, or ipc://PATH under CURVE):
+        use it if it is on this host."""
+        scheme = next((s for s in ("ipc://", unix.SCHEME) if local.startswith(s)), None)
         if (not self.prefer_local or not local or local == self.local
-                or local in self._refused or not local.startswith("ipc://")):
+                or local in self._refused or scheme is None):
             return
         try:
-            if not stat.S_ISSOCK(os.stat(local[len("ipc://"):]).st_mode):
+            if not stat.S_ISSOCK(os.stat(local[len(scheme):]).st_mode):
                 return
         except OSError:
             return  # another machine (or a PS that is gone): stay on TCP

@@ -32,10 +32,12 @@ from google.protobuf.message import DecodeError
 
 from protos import ps_pb2
 from pswire.connection import joined, send_parts, split_joined
+from pswire import unix
 from pswire.frames import error_response
 from rpckit.errors import Reason, ServiceError, invalid
 
 from ..limits import Limits, too_large
+from .unix import UnixServer
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,7 @@ class DataPlane:
         self._grow_lock = threading.Lock()
         self._switch = False  # asked to grow while one thread serves the socket directly
         self.frontend: zmq.Socket | None = None
+        self.unix: UnixServer | None = None  # the same-host socket without ZeroMQ
         self.bound_port = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -128,24 +131,38 @@ class DataPlane:
         self.bound_port = int(endpoint.rsplit(":", 1)[1])
         if self.ipc_path:
             try:
-                sock.bind(f"ipc://{self.ipc_path}")
-                self.local_endpoint = f"ipc://{self.ipc_path}"
+                self.local_endpoint = self._bind_local(sock)
                 # protobuf merges concatenated messages: these bytes after any answer's header
                 # set its local_endpoint without decoding it again
                 self._suffix = ps_pb2.DataResponse(
                     local_endpoint=self.local_endpoint).SerializeToString()
-            except zmq.ZMQError as exc:
+            except (zmq.ZMQError, OSError) as exc:
                 if not self.ipc_optional:
                     sock.close(0)
-                    raise BindError(f"cannot listen on ipc://{self.ipc_path}: {exc}") from exc
-                log.warning("no same-machine endpoint (cannot listen on ipc://%s: %s); workers "
+                    raise BindError(f"cannot listen on {self.ipc_path}: {exc}") from exc
+                log.warning("no same-machine endpoint (cannot listen on %s: %s); workers "
                             "here use TCP", self.ipc_path, exc)
                 self.ipc_path = ""
         self.frontend = sock
         return self.bound_port
 
+    def _bind_local(self, sock: zmq.Socket) -> str:
+        """Listen on the same-host path: a plain Unix socket of our own (pswire.unix: no
+        ZeroMQ I/O threads), or under CURVE the ROUTER socket's ipc:// (encrypted like TCP).
+        Returns the endpoint answers announce."""
+        if self.curve_keypair is None:
+            server = UnixServer(self.ipc_path, self.handle, self._too_many_frames,
+                                self.max_frames, self.max_frame_bytes, self._stop, self._ended)
+            server.bind()
+            self.unix = server
+            return f"{unix.SCHEME}{self.ipc_path}"
+        sock.bind(f"ipc://{self.ipc_path}")
+        return f"ipc://{self.ipc_path}"
+
     def start(self) -> None:
         assert self.frontend is not None, "bind() first"
+        if self.unix is not None:
+            self.unix.start()
         if self.threads == 0 or (self.auto and self.threads == 1):
             # one thread serves the ROUTER socket itself: no proxy thread, no hand-over over
             # an in-process socket (two thread wake-ups less per request). With AUTO that
@@ -226,6 +243,8 @@ class DataPlane:
         term.start()
         for t in [*self._threads, term]:
             t.join(timeout)
+        if self.unix is not None:
+            self.unix.join(timeout)
         if self.ipc_path:
             try:
                 os.unlink(self.ipc_path)
@@ -285,9 +304,7 @@ class DataPlane:
         while frames[-1].more and len(frames) <= limit:
             frames.append(sock.recv(copy=False))
         if frames[-1].more:
-            self._send(sock, frames[0], [self._error(too_large(
-                f"the message has more than {limit - 1} frames (--max-request-frames); send "
-                "at most that many, or split the request"), 0)])
+            self._send(sock, frames[0], [self._too_many_frames(limit - 1)])
             del frames[1:]
             while sock.rcvmore:  # drop the rest in place, one frame at a time
                 sock.recv_into(scratch)
@@ -346,6 +363,11 @@ class DataPlane:
                 reply = [bytes(reply[0]) + ps_pb2.DataResponse(
                     frame_sizes=got[0]).SerializeToString(), got[1]]
         return reply
+
+    def _too_many_frames(self, limit: int) -> bytes:
+        return self._error(too_large(
+            f"the message has more than {limit} frames (--max-request-frames); send at most "
+            "that many, or split the request"), 0)
 
     def _out_of_memory(self, seq: int) -> bytes:
         return self._error(ServiceError(

@@ -312,7 +312,7 @@ def test_a_ps_with_a_local_socket_is_reached_through_it(tmp_path):
     try:
         with DataClient([f"tcp://127.0.0.1:{port}"], timeout_s=5) as c:
             c.init_parameters({"w": torch.zeros(100_000)}, "sgd", lr=1.0)
-            assert c.transports == [f"ipc://{tmp_path / 'd.sock'}"]
+            assert c.transports == [f"unix://{tmp_path / 'd.sock'}"]
             c.pull()
             c.push({"w": torch.ones(100_000)})
             assert torch.all(c.pull()["w"] == -1.0)

@@ -17,7 +17,7 @@ import zmq
 
 from protos import ps_pb2
 from pswire.connection import Connection, joined, split_joined
-from pswire.frames import code_name
+from pswire.frames import buffer_of, code_name
 from pswire.slots import DEFAULT_SLOTS, Layout
 from rpckit import auth
 from rpckit.errors import Reason, ServiceError, invalid
@@ -285,8 +285,11 @@ class Exchange:
             if attempt == 1:
                 yield  # sent: the caller may compute until it needs the answers
             poller = zmq.Poller()
+            peers = {}  # fd -> a same-host socket's peer (a poller answers those by fd)
             for sock in waiting:
                 poller.register(sock, zmq.POLLIN)
+                if not isinstance(sock, zmq.Socket):
+                    peers[sock.fileno()] = sock
             started = time.monotonic()
             # one try waits timeout_s, but never past the call's retry budget
             left = self.retry.total_s - backoff.elapsed
@@ -302,10 +305,15 @@ class Exchange:
                         break
                     left_ms = min(left_ms, int(REROUTE_AFTER_S * 1000))
                 for sock, _ in poller.poll(left_ms):
-                    frames = sock.recv_multipart(copy=False)
+                    sock = peers.get(sock, sock) if peers else sock
+                    try:
+                        frames = sock.recv_multipart(copy=False)
+                    except (OSError, ValueError):  # a same-host socket broken (pswire.unix):
+                        poller.unregister(sock)    # as a PS that does not answer
+                        continue
                     resp = ps_pb2.DataResponse()
                     try:
-                        resp.ParseFromString(frames[0].bytes)
+                        resp.ParseFromString(buffer_of(frames[0]))
                     except Exception:  # noqa: BLE001 - not an answer we can use
                         continue
                     if resp.seq != seq:

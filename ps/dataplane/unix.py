@@ -1,0 +1,185 @@
+"""The PS's same-host endpoint without ZeroMQ: a Unix stream socket served by one thread.
+
+The message format is pswire.unix's. One thread (`ps-data-unix`) accepts connections, reads
+requests without blocking (a client that sends half a message holds up no one), hands each
+whole request to the data plane's `handle` (the same chain as the ZeroMQ socket's) and writes
+the answer itself: no I/O thread, no hand-over. An answer the socket does not take at once is
+kept (the buffers themselves, no copy) and written as the client reads; that connection's next
+request is read only after it. Zero-copy frames of pulled tensors (`zmq.Frame`, tracked) stay
+referenced until written, so their trackers pin the tensors as long as ZeroMQ would.
+
+Bad input: a message of more frames than `max_frames` is answered TOO_LARGE and the
+connection closed; a frame larger than `max_frame_bytes`, or bytes that are not this format,
+close the connection (as ZeroMQ drops such a peer). More than MAX_CONNECTIONS connections: the
+newest is closed (its client goes back to TCP).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import socket
+import threading
+from typing import Callable
+
+from pswire import unix
+
+log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS = 1024
+POLL_S = 0.1
+
+
+class _Conn:
+    """One client connection: the request being read, the answer being written."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.need = 4  # bytes of the current piece (count, sizes, payload)
+        self.piece = 0  # 0: frame count, 1: sizes, 2: payload
+        self.buf = bytearray(4)
+        self.got = 0
+        self.sizes: list[int] = []
+        self.out: list[memoryview] = []  # the rest of an answer the socket did not take
+        self.refs: list = []  # what `out` is a view of (tracked frames among them)
+
+
+class UnixServer:
+    def __init__(self, path: str, handle: Callable[[list], list], refuse: Callable[[int], bytes],
+                 max_frames: int, max_frame_bytes: int, stop: threading.Event,
+                 ended: Callable[[str], None]):
+        """handle(frames) -> answer parts (DataPlane.handle); refuse(limit): the answer to a
+        message of too many frames; ended(what): called if the serving thread fails."""
+        self.path = path
+        self.handle = handle
+        self.refuse = refuse
+        self.max_frames = max_frames
+        self.max_frame_bytes = max_frame_bytes
+        self._stop = stop
+        self._ended = ended
+        self.listener: socket.socket | None = None
+        self.thread: threading.Thread | None = None
+        self._conns: dict[int, _Conn] = {}
+
+    def bind(self) -> None:
+        """Listen on `path` (OSError when it cannot)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(self.path)
+            sock.listen(socket.SOMAXCONN)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self.listener = sock
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="ps-data-unix", daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def _run(self) -> None:
+        sel = selectors.DefaultSelector()
+        try:
+            sel.register(self.listener, selectors.EVENT_READ, None)
+            while not self._stop.is_set():
+                for key, events in sel.select(POLL_S):
+                    if key.data is None:
+                        self._accept(sel)
+                        continue
+                    conn = key.data
+                    try:
+                        if events & selectors.EVENT_WRITE:
+                            self._flush(sel, conn)
+                        elif events & selectors.EVENT_READ:
+                            self._read(sel, conn)
+                    except (OSError, unix.BadMessage, MemoryError) as exc:
+                        log.debug("closing a same-host data connection: %s", exc)
+                        self._close(sel, conn)
+                    except Exception:  # noqa: BLE001 - a bug: that client goes, the rest stay
+                        log.exception("internal error on a same-host data connection")
+                        self._close(sel, conn)
+        except BaseException:  # noqa: BLE001 - reported below: the PS is no longer healthy
+            log.exception("same-host data plane handler failed")
+            self._ended("the same-host data plane handler")
+        finally:
+            for conn in list(self._conns.values()):
+                self._close(sel, conn)
+            sel.close()
+            self.listener.close()
+
+    def _accept(self, sel) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return
+        if len(self._conns) >= MAX_CONNECTIONS:
+            sock.close()
+            return
+        sock.setblocking(False)
+        conn = self._conns[sock.fileno()] = _Conn(sock)
+        sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _close(self, sel, conn: _Conn) -> None:
+        self._conns.pop(conn.sock.fileno(), None)
+        try:
+            sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+        conn.out = conn.refs = []
+
+    def _read(self, sel, conn: _Conn) -> None:
+        """Read what has arrived; answer the request once it is whole."""
+        while True:
+            view = memoryview(conn.buf)[conn.got:conn.need]
+            try:
+                k = conn.sock.recv_into(view) if view.nbytes else 0
+            except (BlockingIOError, InterruptedError):
+                return
+            if view.nbytes and not k:
+                raise ConnectionResetError("the client closed the connection")
+            conn.got += k
+            if conn.got < conn.need:
+                continue
+            if conn.piece == 0:
+                n = unix.count_of(conn.buf)
+                if n > self.max_frames:
+                    self._answer(sel, conn, [self.refuse(self.max_frames)])
+                    raise unix.BadMessage(f"a message of {n} frames")
+                conn.piece, conn.need = 1, 8 * n
+            elif conn.piece == 1:
+                conn.sizes = unix.sizes_of(conn.buf, self.max_frame_bytes)
+                conn.piece, conn.need = 2, sum(conn.sizes)
+            else:
+                frames = unix.split(conn.buf, conn.sizes)
+                conn.piece, conn.need, conn.sizes = 0, 4, []
+                conn.buf, conn.got = bytearray(4), 0
+                try:
+                    reply = self.handle(frames)
+                finally:
+                    del frames
+                self._answer(sel, conn, reply)
+                return  # one request per wake-up: the others' turn
+            conn.buf, conn.got = bytearray(conn.need), 0
+
+    def _answer(self, sel, conn: _Conn, reply: list) -> None:
+        left = unix.send_all(conn.sock, unix.framed(reply))
+        if left:  # the client reads slower: write the rest as it does, read nothing meanwhile
+            conn.out, conn.refs = left, reply
+            sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
+
+    def _flush(self, sel, conn: _Conn) -> None:
+        conn.out = unix.send_all(conn.sock, conn.out)
+        if not conn.out:
+            conn.refs = []
+            sel.modify(conn.sock, selectors.EVENT_READ, conn)

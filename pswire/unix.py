@@ -1,0 +1,138 @@
+"""The same-host data plane without ZeroMQ: messages over a plain Unix stream socket.
+
+ZeroMQ moves every message through an I/O thread of its own on each side: a request wakes
+the worker's I/O thread to write it and the PS's to read it, then the PS's handler thread; the
+answer wakes two more. On the two cores a worker and its PS share, those wake-ups were 11 % of
+the worker's CPU and 15 % of each PS's (docs/benchmarks.md). Over this socket the caller's
+thread writes its message itself and the kernel wakes the one thread that reads it.
+
+Used when a PS runs without CURVE (under TLS the data plane stays on ZeroMQ, encrypted): the
+PS announces `unix://PATH` as its same-host endpoint (`local_endpoint`), and a client on the
+same machine sends there (pswire.connection.Connection).
+
+A message is its frame count, each frame's size and the frames' bytes, back to back:
+
+    uint32 n | uint64 size[0] ... size[n-1] | frame[0] | ... | frame[n-1]     (little-endian)
+
+as [header, buffer, ...] of the ZeroMQ data plane (frame 0 the DataRequest / DataResponse).
+One request is answered at a time per connection, in order. Sizes are checked before anything
+is allocated: at most `MAX_FRAMES` frames, each at most the receiver's frame bound.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+
+import zmq
+
+SCHEME = "unix://"
+MAX_FRAMES = 1 << 20  # a Step's answer has a few; the PS bounds a request's by --max-request-frames
+IO_TIMEOUT_S = 5.0  # a client's blocking write or read of one message: a peer stopped mid-way
+MAX_IOV = 512  # buffers per sendmsg (Linux allows 1024)
+
+_COUNT = struct.Struct("<I")
+
+
+class BadMessage(ValueError):
+    """The bytes on the socket are not a message of this format, or one over the bounds."""
+
+
+def prefix(sizes: list[int]) -> bytes:
+    return _COUNT.pack(len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
+
+
+def buffers(parts) -> list[memoryview]:
+    """Byte views of a message's parts (bytes, buffers, numpy arrays, zmq.Frame), no copy."""
+    out = []
+    for part in parts:
+        view = part.buffer if isinstance(part, zmq.Frame) else memoryview(part)
+        out.append(view if view.format == "B" and view.ndim == 1 else view.cast("B"))
+    return out
+
+
+def framed(parts) -> list[memoryview]:
+    """The buffers to write for a message of `parts`: its prefix, then the parts."""
+    views = buffers(parts)
+    return [memoryview(prefix([v.nbytes for v in views])), *views]
+
+
+def count_of(head) -> int:
+    n = _COUNT.unpack(head)[0]
+    if not 1 <= n <= MAX_FRAMES:
+        raise BadMessage(f"a message of {n} frames (1 to {MAX_FRAMES})")
+    return n
+
+
+def sizes_of(raw, max_frame_bytes: int) -> list[int]:
+    sizes = list(struct.unpack(f"<{len(raw) // 8}Q", raw))
+    if any(s > max_frame_bytes for s in sizes):
+        raise BadMessage(f"a frame of {max(sizes)} bytes; at most {max_frame_bytes}")
+    return sizes
+
+
+def split(buf, sizes: list[int]) -> list[memoryview]:
+    view, out, at = memoryview(buf), [], 0
+    for n in sizes:
+        out.append(view[at:at + n])
+        at += n
+    return out
+
+
+def send_all(sock: socket.socket, views: list[memoryview]) -> list[memoryview]:
+    """Write as much of `views` as the socket takes (blocking or not); returns what is left
+    (empty once all is written)."""
+    views = [v for v in views if v.nbytes]
+    while views:
+        try:
+            sent = sock.sendmsg(views[:MAX_IOV])
+        except (BlockingIOError, InterruptedError):
+            return views
+        while sent:
+            if sent >= views[0].nbytes:
+                sent -= views.pop(0).nbytes
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+    return views
+
+
+class UnixPeer:
+    """A client's connection to one PS's Unix socket, with the calls the exchange makes on a
+    ZeroMQ DEALER (`fileno` for its poller, `recv_multipart`, `close`). Its thread writes and
+    reads itself, blocking at most IO_TIMEOUT_S; an OSError (the PS gone, a stop mid-message,
+    bad bytes) means the connection is no longer usable."""
+
+    def __init__(self, path: str, max_frame_bytes: int = 1 << 40):
+        self.max_frame_bytes = max_frame_bytes
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.settimeout(IO_TIMEOUT_S)
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, parts) -> None:
+        if send_all(self.sock, framed(parts)):  # only a non-blocking socket leaves some
+            raise OSError("the PS's socket took only part of the message")
+
+    def recv_multipart(self, copy: bool = False) -> list[memoryview]:
+        n = count_of(self._exactly(_COUNT.size))
+        sizes = sizes_of(self._exactly(8 * n), self.max_frame_bytes)
+        return split(self._exactly(sum(sizes)), sizes)
+
+    def _exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = self.sock.recv_into(view[got:])
+            if not k:
+                raise ConnectionResetError("the PS closed the connection")
+            got += k
+        return buf
+
+    def close(self, linger=None) -> None:
+        self.sock.close()
