@@ -296,7 +296,7 @@ class Exchange:
             deadline = started + max(0.05, min(self.timeout_s, left))
             while waiting:
                 left_ms = int((deadline - time.monotonic()) * 1000)
-                if left_ms <= 0:
+                if left_ms <= 0 or not poller.sockets:
                     break
                 if self.master is not None:
                     if (time.monotonic() - started >= REROUTE_AFTER_S
@@ -309,8 +309,10 @@ class Exchange:
                     try:
                         frames = sock.recv_multipart(copy=False)
                     except (OSError, ValueError):  # a same-host socket broken (pswire.unix):
-                        poller.unregister(sock)    # as a PS that does not answer
-                        continue
+                        poller.unregister(sock)    # as a PS that does not answer, but
+                        why = f"PS {waiting[sock]}'s same-host socket broke"
+                        continue                   # known at once: no waiting for it
+
                     resp = ps_pb2.DataResponse()
                     try:
                         resp.ParseFromString(buffer_of(frames[0]))
@@ -358,9 +360,10 @@ class Exchange:
                                 "failed with: %s", attempt, backoff.elapsed, why)
                 self.answered_at = time.monotonic()
                 return results
-            for index in waiting.values():
-                why = (f"no answer from PS {index} at {self._conns[index].current} within "
-                       f"{self.timeout_s:.1f}s")
+            for sock, index in waiting.items():
+                if (sock, zmq.POLLIN) in poller.sockets:  # else broken, and said so
+                    why = (f"no answer from PS {index} at {self._conns[index].current} "
+                           f"within {self.timeout_s:.1f}s")
             if moving == pending:  # only hand-overs in the way: soon, and not a try spent
                 delay = moving_backoff.next_delay()
                 if delay is None or backoff.elapsed >= self.retry.total_s:

@@ -1,0 +1,205 @@
+"""The PS's plain same-host socket (ps/dataplane/unix.py): served alongside ZeroMQ, used by
+same-host clients, and safe against clients that send bad, partial or unread messages."""
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+import torch
+import zmq
+
+from protos import ps_pb2
+from ps.dataplane import data_plane
+from ps.params import ParamStore
+from pswire import unix
+from pswire.connection import Connection
+from rpckit.errors import Reason
+from worker_sdk.ps.data_client import DataClient
+
+BIG = 1_000_000  # floats: a 4 MB pull answer, more than a socket buffer holds
+
+
+@pytest.fixture
+def plane(tmp_path):
+    store = ParamStore()
+    p = data_plane(store, host="127.0.0.1", port=0, threads=1,
+                   ipc_path=str(tmp_path / "d.sock"))
+    port = p.bind()
+    p.start()
+    p.tcp = f"tcp://127.0.0.1:{port}"
+    p.path = str(tmp_path / "d.sock")
+    yield p
+    p.stop()
+
+
+def _request(seq: int, **body) -> bytes:
+    return ps_pb2.DataRequest(client_id="raw", seq=seq, **body).SerializeToString()
+
+
+def _answer(peer: unix.UnixPeer) -> tuple[ps_pb2.DataResponse, list]:
+    frames = peer.recv_multipart()
+    return ps_pb2.DataResponse.FromString(bytes(frames[0])), frames[1:]
+
+
+def _closed(sock: socket.socket, timeout: float = 5.0) -> bool:
+    sock.settimeout(timeout)
+    try:
+        while True:
+            if not sock.recv(1 << 16):
+                return True
+    except OSError:
+        return True
+
+
+def _serves(p, n: int = 3) -> None:
+    """The PS still answers same-host clients, over its socket."""
+    with DataClient([p.tcp], timeout_s=5) as c:
+        c.init_parameters({"w": torch.zeros(n)}, "sgd", lr=1.0)
+        c.pull()
+        assert c.transports == [f"unix://{p.path}"]
+        assert torch.equal(c.pull()["w"], torch.zeros(n))
+
+
+def test_a_same_host_client_trains_over_the_plain_socket(plane):
+    assert plane.local_endpoint == f"unix://{plane.path}"
+    with DataClient([plane.tcp], timeout_s=5) as c:
+        c.init_parameters({"w": torch.zeros(BIG), "b": torch.zeros(3)}, "sgd", lr=1.0)
+        c.pull()  # the first answer names the socket; from here on it is used
+        assert c.transports == [f"unix://{plane.path}"]
+        for _ in range(3):
+            c.push({"w": torch.ones(BIG), "b": torch.full((3,), 2.0)})
+        got = c.pull()
+        assert torch.all(got["w"] == -3.0) and torch.equal(got["b"], torch.full((3,), -6.0))
+    assert plane.unix.thread.is_alive()
+
+
+def test_bad_bytes_close_only_that_connection(plane):
+    for raw in (struct.pack("<I", 0),                               # no frames
+                struct.pack("<I", 1) + struct.pack("<Q", 1 << 40)):  # a frame over the bound
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(plane.path)
+        s.sendall(raw)
+        assert _closed(s)
+        s.close()
+    _serves(plane)
+
+
+def test_a_message_of_too_many_frames_is_answered_too_large(plane):
+    peer = unix.UnixPeer(plane.path)
+    try:
+        peer.send([_request(1, pull=ps_pb2.Pull())] + [b""] * plane.max_frames)
+        resp, _ = _answer(peer)
+        assert resp.code == ps_pb2.DataResponse.RESOURCE_EXHAUSTED
+        assert resp.reason == Reason.TOO_LARGE
+        assert _closed(peer.sock)
+    finally:
+        peer.close()
+    _serves(plane)
+
+
+def test_an_undecodable_header_is_answered_invalid_and_the_connection_kept(plane):
+    peer = unix.UnixPeer(plane.path)
+    try:
+        peer.send([b"\xff\xff not a protobuf"])
+        resp, _ = _answer(peer)
+        assert resp.code == ps_pb2.DataResponse.INVALID_ARGUMENT
+        assert resp.reason == Reason.UNDECODABLE
+        peer.send([_request(2, pull=ps_pb2.Pull())])  # the same connection goes on
+        resp, _ = _answer(peer)
+        assert resp.code == ps_pb2.DataResponse.FAILED_PRECONDITION  # not initialised yet
+    finally:
+        peer.close()
+
+
+def test_half_a_message_holds_up_no_other_client(plane):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(plane.path)
+    try:
+        s.sendall(struct.pack("<I", 2) + struct.pack("<2Q", 10, 1000) + b"partial")
+        _serves(plane)
+    finally:
+        s.close()
+
+
+def test_an_answer_not_read_holds_up_no_other_client_and_arrives_whole(plane):
+    with DataClient([plane.tcp], timeout_s=5) as c:
+        c.init_parameters({"w": torch.arange(BIG, dtype=torch.float32)}, "sgd", lr=1.0)
+    slow = unix.UnixPeer(plane.path)
+    try:
+        slow.send([_request(1, pull=ps_pb2.Pull(names=["w"]))])
+        time.sleep(0.2)  # the PS wrote what the socket took and keeps the rest
+        with DataClient([plane.tcp], timeout_s=5) as c:  # served meanwhile, and its push
+            c.pull()                                        # changes w (copy on write)
+            c.push({"w": torch.ones(BIG)})
+            assert c.transports == [f"unix://{plane.path}"]  # no timeout sent it to TCP
+        resp, frames = _answer(slow)
+        assert resp.code == 0 and resp.pull.tensors[0].name == "w"
+        pulled = torch.frombuffer(frames[0], dtype=torch.float32)
+        assert torch.equal(pulled, torch.arange(BIG, dtype=torch.float32))  # as it was pulled
+    finally:
+        slow.close()
+
+
+def test_under_curve_the_same_host_endpoint_stays_zeromq(tmp_path):
+    p = data_plane(ParamStore(), host="127.0.0.1", port=0, threads=1,
+                   ipc_path=str(tmp_path / "c.sock"), curve_keypair=zmq.curve_keypair())
+    p.bind()
+    try:
+        assert p.local_endpoint == f"ipc://{tmp_path / 'c.sock'}" and p.unix is None
+    finally:
+        p.stop()
+
+
+def test_a_client_falls_back_to_tcp_when_the_socket_is_gone(plane, tmp_path):
+    dead = tmp_path / "dead.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(dead))  # a socket file nobody listens on: a PS killed without cleaning up
+    try:
+        conn = Connection(zmq.Context.instance(), plane.tcp)
+        conn.offer(f"unix://{dead}")
+        assert conn.current == f"unix://{dead}"
+        sock = conn.send([_request(1, pull=ps_pb2.Pull())])
+        assert isinstance(sock, zmq.Socket) and conn.current == plane.tcp
+        assert sock.poll(5000)
+        resp = ps_pb2.DataResponse.FromString(sock.recv_multipart()[0])
+        assert resp.seq == 1
+        conn.offer(f"unix://{dead}")  # not tried again
+        assert conn.current == plane.tcp
+        conn.reset()
+    finally:
+        s.close()
+
+
+def test_a_socket_that_breaks_after_the_request_is_retried_on_tcp_at_once(plane, tmp_path):
+    """The same-host peer closes without answering (a PS killed mid-request): the call goes
+    back to TCP on its next try, without waiting out the try's timeout."""
+    import threading
+
+    fake = str(tmp_path / "fake.sock")
+    lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lst.bind(fake)
+    lst.listen(1)
+    took = []
+
+    def take_one_and_close():
+        s, _ = lst.accept()
+        took.append(s.recv(1 << 16))
+        s.close()
+
+    server = threading.Thread(target=take_one_and_close, daemon=True)
+    server.start()
+    try:
+        with DataClient([plane.tcp], timeout_s=20) as c:
+            c.init_parameters({"w": torch.zeros(3)}, "sgd", lr=1.0)
+            c.exchange._conns[0].offer(f"unix://{fake}")
+            started = time.monotonic()
+            assert torch.equal(c.pull()["w"], torch.zeros(3))
+            assert time.monotonic() - started < 10  # not the try's 20 s
+            assert took and took[0]  # the request did go to the broken socket first
+            # answered over TCP, whose answer names the PS's real socket: used from now on
+            assert c.transports == [f"unix://{plane.path}"]
+    finally:
+        server.join(5)
+        lst.close()
