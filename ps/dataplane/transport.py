@@ -152,7 +152,8 @@ class DataPlane:
         Returns the endpoint answers announce."""
         if self.curve_keypair is None:
             server = UnixServer(self.ipc_path, self.handle, self._too_many_frames,
-                                self.max_frames, self.max_frame_bytes, self._stop, self._ended)
+                                self.max_frames, self.max_frame_bytes, self._stop, self._ended,
+                                workers=max(1, self.threads))
             server.bind()
             self.unix = server
             return f"{unix.SCHEME}{self.ipc_path}"
@@ -214,6 +215,8 @@ class DataPlane:
         makes the switch itself, between two requests (the socket is its alone)."""
         if not self.auto or self._stop.is_set():
             return
+        if self.unix is not None:
+            self.unix.grow(AUTO_THREADS)
         with self._grow_lock:
             if not self._threads:  # not serving yet: start() starts them all
                 self.threads = AUTO_THREADS

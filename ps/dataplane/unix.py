@@ -20,6 +20,8 @@ import os
 import selectors
 import socket
 import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from pswire import unix
@@ -47,9 +49,10 @@ class _Conn:
 class UnixServer:
     def __init__(self, path: str, handle: Callable[[list], list], refuse: Callable[[int], bytes],
                  max_frames: int, max_frame_bytes: int, stop: threading.Event,
-                 ended: Callable[[str], None]):
+                 ended: Callable[[str], None], workers: int = 1):
         """handle(frames) -> answer parts (DataPlane.handle); refuse(limit): the answer to a
-        message of too many frames; ended(what): called if the serving thread fails."""
+        message of too many frames; ended(what): called if the serving thread fails;
+        workers: requests handled at once (`grow`)."""
         self.path = path
         self.handle = handle
         self.refuse = refuse
@@ -60,6 +63,18 @@ class UnixServer:
         self.listener: socket.socket | None = None
         self.thread: threading.Thread | None = None
         self._conns: dict[int, _Conn] = {}
+        self.workers = workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._answered: deque = deque()  # (conn, answer) from the pool, for this thread to write
+        self._wake_r, self._wake_w = socket.socketpair()
+        for s in (self._wake_r, self._wake_w):
+            s.setblocking(False)
+
+    def grow(self, workers: int) -> None:
+        """Handle up to `workers` requests at once from now on (a primary with backups, whose
+        handlers each wait for the backups' acknowledgement): the serving thread still reads
+        and writes, and hands each whole request to a pool of that many threads."""
+        self.workers = max(self.workers, workers)
 
     def bind(self) -> None:
         """Listen on `path` (OSError when it cannot)."""
@@ -91,10 +106,14 @@ class UnixServer:
         sel = selectors.DefaultSelector()
         try:
             sel.register(self.listener, selectors.EVENT_READ, None)
+            sel.register(self._wake_r, selectors.EVENT_READ, self._answered)
             while not self._stop.is_set():
                 for key, events in sel.select(POLL_S):
                     if key.data is None:
                         self._accept(sel)
+                        continue
+                    if key.data is self._answered:
+                        self._write_answered(sel)
                         continue
                     conn = key.data
                     try:
@@ -112,10 +131,14 @@ class UnixServer:
             log.exception("same-host data plane handler failed")
             self._ended("the same-host data plane handler")
         finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
             for conn in list(self._conns.values()):
                 self._close(sel, conn)
             sel.close()
             self.listener.close()
+            self._wake_r.close()
+            self._wake_w.close()
 
     def _accept(self, sel) -> None:
         try:
@@ -164,6 +187,12 @@ class UnixServer:
                 frames = unix.split(conn.buf, conn.sizes)
                 conn.piece, conn.need, conn.sizes = 0, 4, []
                 conn.buf, conn.got = bytearray(4), 0
+                if self.workers > 1:  # handled beside the others; its connection waits
+                    if self._pool is None:
+                        self._pool = ThreadPoolExecutor(self.workers, "ps-data-unix-handler")
+                    sel.unregister(conn.sock)
+                    self._pool.submit(self._handle_in_pool, conn, frames)
+                    return
                 try:
                     reply = self.handle(frames)
                 finally:
@@ -171,6 +200,38 @@ class UnixServer:
                 self._answer(sel, conn, reply)
                 return  # one request per wake-up: the others' turn
             conn.buf, conn.got = bytearray(conn.need), 0
+
+    def _handle_in_pool(self, conn: _Conn, frames: list) -> None:
+        try:
+            reply = self.handle(frames)
+        except BaseException:  # noqa: BLE001 - DataPlane.handle answers errors; this is a bug
+            log.exception("same-host data plane handler failed")
+            reply = None  # the connection is closed: its client retries on TCP
+        del frames
+        self._answered.append((conn, reply))
+        try:
+            self._wake_w.send(b"\0")
+        except BlockingIOError:  # the serving thread has wake-ups pending already
+            pass
+
+    def _write_answered(self, sel) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        while self._answered:
+            conn, reply = self._answered.popleft()
+            if conn.sock.fileno() < 0:
+                continue  # closed meanwhile (the server stopping)
+            try:
+                if reply is None:
+                    raise unix.BadMessage("no answer")
+                sel.register(conn.sock, selectors.EVENT_READ, conn)
+                self._answer(sel, conn, reply)
+            except (OSError, unix.BadMessage, ValueError, KeyError) as exc:
+                log.debug("closing a same-host data connection: %s", exc)
+                self._close(sel, conn)
 
     def _answer(self, sel, conn: _Conn, reply: list) -> None:
         left = unix.send_all(conn.sock, unix.framed(reply))

@@ -203,3 +203,65 @@ def test_a_socket_that_breaks_after_the_request_is_retried_on_tcp_at_once(plane,
     finally:
         server.join(5)
         lst.close()
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_with_several_handlers_a_slow_request_holds_up_no_other(tmp_path, threads):
+    """A primary with backups (or --threads N) handles N same-host requests at once, as its
+    ZeroMQ handlers do: one waiting (here: slowed) does not hold up another client's. With
+    one handler they are answered one after the other."""
+    import threading
+
+    p = data_plane(ParamStore(), host="127.0.0.1", port=0, threads=threads,
+                   ipc_path=str(tmp_path / "t.sock"))
+    p.bind()
+    handle, entered = p.unix.handle, threading.Event()
+
+    def slowed(frames):
+        if ps_pb2.DataRequest.FromString(bytes(frames[0])).client_id == "slow":
+            entered.set()
+            time.sleep(1.0)
+        return handle(frames)
+
+    p.unix.handle = slowed
+    p.start()
+    slow, quick = unix.UnixPeer(p.unix.path), unix.UnixPeer(p.unix.path)
+    try:
+        slow.send([ps_pb2.DataRequest(client_id="slow", seq=1, pull=ps_pb2.Pull())
+                   .SerializeToString()])
+        assert entered.wait(5)
+        started = time.monotonic()
+        quick.send([_request(1, pull=ps_pb2.Pull())])
+        resp, _ = _answer(quick)
+        waited = time.monotonic() - started
+        assert resp.seq == 1 and (waited < 0.5 if threads > 1 else waited > 0.5)
+        assert _answer(slow)[0].seq == 1
+    finally:
+        slow.close()
+        quick.close()
+        p.stop()
+
+
+def test_a_primary_with_backups_grows_its_same_host_handlers(tmp_path):
+    from ps.dataplane import AUTO, AUTO_THREADS
+
+    p = data_plane(ParamStore(), host="127.0.0.1", port=0, threads=AUTO,
+                   ipc_path=str(tmp_path / "g.sock"))
+    p.bind()
+    p.start()
+    try:
+        assert p.unix.workers == 1
+        p.grow()
+        assert p.unix.workers == AUTO_THREADS
+        _serves_at(p)
+    finally:
+        p.stop()
+
+
+def _serves_at(p) -> None:
+    with DataClient([f"tcp://127.0.0.1:{p.bound_port}"], timeout_s=5) as c:
+        c.init_parameters({"w": torch.zeros(3)}, "sgd", lr=1.0)
+        for _ in range(3):
+            c.push({"w": torch.ones(3)})
+        assert c.transports == [p.local_endpoint]
+        assert torch.equal(c.pull()["w"], torch.full((3,), -3.0))
