@@ -23,12 +23,18 @@ from __future__ import annotations
 import socket
 import struct
 
+import numpy as np
 import zmq
 
 SCHEME = "unix://"
 MAX_FRAMES = 1 << 20  # a Step's answer has a few; the PS bounds a request's by --max-request-frames
 IO_TIMEOUT_S = 5.0  # a client's blocking write or read of one message: a peer stopped mid-way
 MAX_IOV = 512  # buffers per sendmsg (Linux allows 1024)
+# A Unix stream socket holds about 200 KB by default: a 40 MB message would cross in some 200
+# turns of writer and reader, each a wake-up. Both ends ask for this much (the kernel caps it
+# at net.core.wmem_max); only what is in flight is allocated.
+SOCKET_BUFFER_BYTES = 4 << 20
+ZEROED_BELOW = 1 << 20  # a larger receive buffer is not zeroed first (it is written over)
 
 _COUNT = struct.Struct("<I")
 
@@ -70,6 +76,17 @@ def sizes_of(raw, max_frame_bytes: int) -> list[int]:
     return sizes
 
 
+def tune(sock: socket.socket) -> None:
+    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)
+
+
+def buffer(n: int):
+    """A writable buffer of n bytes to receive into: bytearray, or for a large one memory
+    that is not zeroed first (zeroing 40 MB costs as much as receiving it)."""
+    return bytearray(n) if n < ZEROED_BELOW else np.empty(n, dtype=np.uint8)
+
+
 def split(buf, sizes: list[int]) -> list[memoryview]:
     view, out, at = memoryview(buf), [], 0
     for n in sizes:
@@ -106,6 +123,7 @@ class UnixPeer:
         self.max_frame_bytes = max_frame_bytes
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            tune(self.sock)
             self.sock.settimeout(IO_TIMEOUT_S)
             self.sock.connect(path)
         except OSError:
@@ -124,8 +142,8 @@ class UnixPeer:
         sizes = sizes_of(self._exactly(8 * n), self.max_frame_bytes)
         return split(self._exactly(sum(sizes)), sizes)
 
-    def _exactly(self, n: int) -> bytearray:
-        buf = bytearray(n)
+    def _exactly(self, n: int):
+        buf = buffer(n)
         view, got = memoryview(buf), 0
         while got < n:
             k = self.sock.recv_into(view[got:])

@@ -149,6 +149,7 @@ class UnixServer:
             sock.close()
             return
         sock.setblocking(False)
+        unix.tune(sock)
         conn = self._conns[sock.fileno()] = _Conn(sock)
         sel.register(sock, selectors.EVENT_READ, conn)
 
@@ -199,7 +200,7 @@ class UnixServer:
                     del frames
                 self._answer(sel, conn, reply)
                 return  # one request per wake-up: the others' turn
-            conn.buf, conn.got = bytearray(conn.need), 0
+            conn.buf, conn.got = unix.buffer(conn.need), 0
 
     def _handle_in_pool(self, conn: _Conn, frames: list) -> None:
         try:
