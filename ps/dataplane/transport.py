@@ -151,7 +151,9 @@ class DataPlane:
         ZeroMQ I/O threads), or under CURVE the ROUTER socket's ipc:// (encrypted like TCP).
         Returns the endpoint answers announce."""
         if self.curve_keypair is None:
-            server = UnixServer(self.ipc_path, self.handle, self._too_many_frames,
+            # through the attribute at each request: a meter wraps `handle` after binding
+            server = UnixServer(self.ipc_path, lambda parts: self.handle(parts),
+                                self._too_many_frames,
                                 self.max_frames, self.max_frame_bytes, self._stop, self._ended,
                                 workers=max(1, self.threads))
             server.bind()
