@@ -16,7 +16,6 @@ newest is closed (its client goes back to TCP).
 from __future__ import annotations
 
 import logging
-import os
 import selectors
 import socket
 import threading
@@ -95,12 +94,6 @@ class UnixServer:
     def join(self, timeout: float) -> None:
         if self.thread is not None:
             self.thread.join(timeout)
-
-    def unlink(self) -> None:
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
 
     def _run(self) -> None:
         sel = selectors.DefaultSelector()
