@@ -121,12 +121,17 @@ class Connection:
     def current(self) -> str:
         return self.local or self.endpoint
 
+    @property
+    def plain(self) -> bool:
+        """Whether requests go to a PS's plain same-host socket (pswire.unix), not ZeroMQ."""
+        return self.local.startswith(unix.SCHEME)
+
     def send(self, parts: list):
         """Send a request; returns what its answer comes on (a zmq.Socket, or a
         `pswire.unix.UnixPeer` on a PS's plain same-host socket). A same-host socket that
         cannot take it (the PS gone, or stopped with its socket full) is given up for TCP,
         as one that does not answer is."""
-        if self.local.startswith(unix.SCHEME):
+        if self.plain:
             try:
                 if self.socket is None:
                     self.socket = unix.UnixPeer(self.local[len(unix.SCHEME):])

@@ -265,3 +265,30 @@ def _serves_at(p) -> None:
             c.push({"w": torch.ones(3)})
         assert c.transports == [p.local_endpoint]
         assert torch.equal(c.pull()["w"], torch.full((3,), -3.0))
+
+
+def test_over_the_plain_socket_buffers_travel_as_they_are_not_joined(plane):
+    """Joining small buffers into one frame saves ZeroMQ a few us a frame; a plain socket
+    writes them all in one call, so a request there is not joined (no copy, no frame_sizes;
+    the PS answers a request as it came)."""
+    from pswire.tables import TableSpec
+
+    seen = []
+    handle = plane.unix.handle
+
+    def recording(frames):
+        req = ps_pb2.DataRequest.FromString(bytes(frames[0]))
+        seen.append((req.WhichOneof("body"), len(frames), list(req.frame_sizes)))
+        return handle(frames)
+
+    plane.unix.handle = recording
+    table = TableSpec("emb", 4, "normal", 0.0, 0.1, seed=1)
+    with DataClient([plane.tcp], timeout_s=5) as c:
+        c.init_parameters({"w": torch.zeros(3)}, "sgd", lr=1.0, tables=[table])
+        c.pull()  # over TCP; its answer names the socket
+        ids = torch.tensor([1, 5, 9])
+        c.push_rows("emb", ids, torch.ones(3, 4))
+        rows = c.pull_rows("emb", ids)
+        assert c.transports == [f"unix://{plane.path}"]
+    assert ("push_rows", 3, []) in seen  # header, ids, gradients: three frames
+    assert rows.shape == (3, 4)
