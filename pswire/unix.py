@@ -28,6 +28,7 @@ import zmq
 
 SCHEME = "unix://"
 MAX_FRAMES = 1 << 20  # a Step's answer has a few; the PS bounds a request's by --max-request-frames
+MAX_MESSAGE_BYTES = 1 << 40  # a claim past any memory: refused, not tried (numpy would raise)
 IO_TIMEOUT_S = 5.0  # a client's blocking write or read of one message: a peer stopped mid-way
 MAX_IOV = 512  # buffers per sendmsg (Linux allows 1024)
 # A Unix stream socket holds about 200 KB by default: a 40 MB message would cross in some 200
@@ -73,6 +74,8 @@ def sizes_of(raw, max_frame_bytes: int) -> list[int]:
     sizes = list(struct.unpack(f"<{len(raw) // 8}Q", raw))
     if any(s > max_frame_bytes for s in sizes):
         raise BadMessage(f"a frame of {max(sizes)} bytes; at most {max_frame_bytes}")
+    if sum(sizes) > MAX_MESSAGE_BYTES:
+        raise BadMessage(f"a message of {sum(sizes)} bytes; at most {MAX_MESSAGE_BYTES}")
     return sizes
 
 

@@ -52,6 +52,9 @@ def test_a_frame_over_the_bound_is_refused_before_anything_is_allocated():
     assert unix.sizes_of(struct.pack("<2Q", 10, 20), 20) == [10, 20]
     with pytest.raises(unix.BadMessage):
         unix.sizes_of(raw, 1 << 30)
+    many = struct.pack("<3Q", *([1 << 39] * 3))  # each within its bound, together past any memory
+    with pytest.raises(unix.BadMessage):
+        unix.sizes_of(many, 1 << 40)
 
 
 def test_a_peer_that_closes_mid_message_is_an_oserror(tmp_path):
