@@ -102,18 +102,20 @@ def send_all(sock: socket.socket, views: list[memoryview]) -> list[memoryview]:
     """Write as much of `views` as the socket takes (blocking or not); returns what is left
     (empty once all is written)."""
     views = [v for v in views if v.nbytes]
-    while views:
+    at = 0  # the first view not wholly written (an index: popping the front is quadratic)
+    while at < len(views):
         try:
-            sent = sock.sendmsg(views[:MAX_IOV])
+            sent = sock.sendmsg(views[at:at + MAX_IOV])
         except (BlockingIOError, InterruptedError):
-            return views
+            return views[at:]
         while sent:
-            if sent >= views[0].nbytes:
-                sent -= views.pop(0).nbytes
+            if sent >= views[at].nbytes:
+                sent -= views[at].nbytes
+                at += 1
             else:
-                views[0] = views[0][sent:]
+                views[at] = views[at][sent:]
                 sent = 0
-    return views
+    return []
 
 
 class UnixPeer:

@@ -36,13 +36,17 @@ class _Conn:
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
-        self.need = 4  # bytes of the current piece (count, sizes, payload)
+        self.out: list[memoryview] = []  # the rest of an answer the socket did not take
+        self.refs: list = []  # what `out` is a view of (tracked frames among them)
+        self.next_message()
+
+    def next_message(self) -> None:
+        """Read a new message from its start (its frame count)."""
         self.piece = 0  # 0: frame count, 1: sizes, 2: payload
+        self.need = 4  # bytes of the current piece
         self.buf = bytearray(4)
         self.got = 0
         self.sizes: list[int] = []
-        self.out: list[memoryview] = []  # the rest of an answer the socket did not take
-        self.refs: list = []  # what `out` is a view of (tracked frames among them)
 
 
 class UnixServer:
@@ -179,8 +183,7 @@ class UnixServer:
                 conn.piece, conn.need = 2, sum(conn.sizes)
             else:
                 frames = unix.split(conn.buf, conn.sizes)
-                conn.piece, conn.need, conn.sizes = 0, 4, []
-                conn.buf, conn.got = bytearray(4), 0
+                conn.next_message()
                 if self.workers > 1:  # handled beside the others; its connection waits
                     if self._pool is None:
                         self._pool = ThreadPoolExecutor(self.workers, "ps-data-unix-handler")

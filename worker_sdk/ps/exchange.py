@@ -316,7 +316,6 @@ class Exchange:
                         poller.unregister(sock)    # as a PS that does not answer, but
                         why = f"PS {waiting[sock]}'s same-host socket broke"
                         continue                   # known at once: no waiting for it
-
                     resp = ps_pb2.DataResponse()
                     try:
                         resp.ParseFromString(buffer_of(frames[0]))
