@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Callable
 
-from sqlalchemy import event, select, update
+from sqlalchemy import bindparam, event, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from ..persistence import schema
@@ -30,6 +30,12 @@ from .leader import Action, LeaderLease, LeaseRow, Role
 
 log = logging.getLogger(__name__)
 ROW = schema.leader.c.id == 1
+# every commit's first statement, built once: a statement built per commit cost the master
+# about 70 us of SQLAlchemy (construction and cache key) where executing it costs 15
+FENCE = update(schema.leader).where(
+    ROW, schema.leader.c.holder == bindparam("fence_holder"),
+    schema.leader.c.term == bindparam("fence_term"),
+).values(version=schema.leader.c.version)
 
 
 class Deposed(Exception):
@@ -96,8 +102,8 @@ class Election:
 
     def fence(self, conn: Connection) -> None:
         """First statement of every commit: abort it unless the row is still ours."""
-        matched = conn.execute(update(schema.leader).where(*self._mine()).values(
-            version=schema.leader.c.version)).rowcount
+        matched = conn.execute(FENCE, {"fence_holder": self.lease.holder,
+                                       "fence_term": self.lease.term}).rowcount
         if matched != 1:
             raise Deposed(f"another master took over the leader lease (this one had term "
                           f"{self.lease.term}); nothing of this commit was written")

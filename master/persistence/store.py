@@ -62,6 +62,15 @@ def _make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+# A commit's statements, built once (as `_update`'s are, per column set): building one per
+# commit is SQLAlchemy Python (construction, coercion, cache key) costing more than running it.
+_INSERTS = {name: table.insert()
+            for name, table in {**schema.TABLES, "events": schema.events}.items()}
+_DELETES = {name: table.delete().where(table.primary_key.columns[0].in_(
+    bindparam("keys", expanding=True))) for name, table in schema.TABLES.items()
+    if len(table.primary_key.columns) == 1}
+
+
 class Store:
     def __init__(self, url: str):
         self.url = url
@@ -135,14 +144,13 @@ class Store:
             for name, table in schema.TABLES.items():
                 keys = batch.deletes[name]
                 if keys:
-                    (pk,) = table.primary_key.columns
-                    conn.execute(table.delete().where(pk.in_(list(keys))))
+                    conn.execute(_DELETES[name], {"keys": list(keys)})
                 if batch.inserts[name]:
-                    conn.execute(table.insert(), list(batch.inserts[name].values()))
+                    conn.execute(_INSERTS[name], list(batch.inserts[name].values()))
                 if batch.updates[name]:
                     self._update(conn, table, batch.updates[name])
             if batch.events:
-                conn.execute(schema.events.insert(), batch.events)
+                conn.execute(_INSERTS["events"], batch.events)
 
     def _update(self, conn, table, updates: dict) -> None:
         # executemany needs one statement per column set; a batch has only a few distinct sets
