@@ -39,6 +39,7 @@ RPC_TIMEOUT_S = 5.0
 URGENT_S = 0.1
 # a lease renewal that takes longer than this is of no use (the lease counts from the send)
 LEASE_RPC_TIMEOUT_S = 1.0
+BUG_RETRY_S = 1.0  # after a step raised what it does not expect (a bug): logged, tried again
 
 
 class Registrar:
@@ -211,7 +212,11 @@ class Registrar:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set() and not self.fatal:
-            delay = self.step()
+            try:
+                delay = self.step()
+            except Exception:  # noqa: BLE001 - a dead registrar would leave the PS unlisted
+                log.exception("the registrar's step failed; trying again in %g s", BUG_RETRY_S)
+                delay = BUG_RETRY_S
             if delay:
                 self._wake.wait(delay)
                 self._wake.clear()

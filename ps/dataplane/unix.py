@@ -28,7 +28,7 @@ from pswire import unix
 log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 1024
-POLL_S = 0.1
+POLL_S = 1.0  # how often the thread looks at `stop` while nothing arrives (join() wakes it)
 
 
 class _Conn:
@@ -96,6 +96,12 @@ class UnixServer:
         self.thread.start()
 
     def join(self, timeout: float) -> None:
+        """Wait for the serving thread, once `stop` is set (woken here: it sleeps up to
+        POLL_S)."""
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:  # pending wake-ups fill the pair, or the thread closed it already
+            pass
         if self.thread is not None:
             self.thread.join(timeout)
 

@@ -53,6 +53,8 @@ QUEUE_LIMIT = 100_000   # mutations queued towards one backup before it is given
 IDLE_DETACH_S = 10.0    # a backup that stopped asking (Follow) is detached after this
 LEASE_WAIT_S = 1.0      # a mutation waits this long for a lease before it is refused
 FIRST_RENEW_S = 0.1     # renewals this often until the master said how long a lease lasts
+WATCH_S = 0.05          # the watch's round while backups are attached
+IDLE_WATCH_S = 0.5      # its longest sleep without backups (a renewal due, an attach, a stop)
 
 
 class Fenced(Exception):
@@ -254,6 +256,7 @@ class Primary:
                          follow.data_public_key, -1, self._notify)
             self.followers[f.attach_id] = f
             seq = self.seq
+        self._notify()  # the watch looks at backups from now on
         buf = io.BytesIO()
         torch.save(state, buf)
         log.info("backup %s at %s attached at mutation %d (%d bytes)", follow.instance[:16],
@@ -282,8 +285,8 @@ class Primary:
 
     def _watch(self) -> None:
         renewed = float("-inf")
-        while not self._stop.wait(0.05):
-            every = self.lease.duration / 4 if self.lease.duration else FIRST_RENEW_S
+        while not self._idle(renewed):
+            every = self._every()
             if self.lease.clock() - renewed >= every and not self.fenced:
                 # renew the lease, saying the in-sync set again (the master may have dropped
                 # and re-added a backup, or lost the last report with a failover); the next
@@ -300,6 +303,22 @@ class Primary:
                     self._confirm(f)
                 elif time.monotonic() - f.last_follow > IDLE_DETACH_S and not f.in_sync:
                     f.fail("it stopped asking (Follow)")
+
+    def _every(self) -> float:
+        return self.lease.duration / 4 if self.lease.duration else FIRST_RENEW_S
+
+    def _idle(self, renewed: float) -> bool:
+        """Wait for the watch's next round; True once stopping. Backups attached are looked at
+        every WATCH_S (their acks, their silence); without any there is nothing to look at
+        but the next renewal, so the thread sleeps until it is due (at most IDLE_WATCH_S, and
+        an attach wakes it): a PS without backups spent 3.5 ms of CPU a second polling."""
+        if self.followers:
+            return self._stop.wait(WATCH_S)
+        wait = min(max(renewed + self._every() - self.lease.clock(), WATCH_S), IDLE_WATCH_S)
+        with self._cond:  # attach() adds, then notifies: checked under the lock, none is lost
+            if not self._stop.is_set() and not self.followers:
+                self._cond.wait(wait)
+        return self._stop.is_set()
 
     def _confirm(self, f: AttachedBackup | None) -> None:
         """Report the in-sync set to the master (with `f` newly in it, or just again)."""
@@ -343,6 +362,7 @@ class Primary:
 
     def close(self) -> None:
         self._stop.set()
+        self._notify()
         self._thread.join(2)
         for f in list(self.followers.values()):
             self._detach(f)

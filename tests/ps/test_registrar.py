@@ -144,3 +144,37 @@ def test_an_index_a_resize_adds_is_found_among_the_joining():
     r = _registrar(master)
     r.step()
     assert r.step() == 2.0 and r.registered and master.calls == ["register", "list"]
+
+
+def test_a_step_that_raises_a_bug_is_logged_and_tried_again(monkeypatch, caplog):
+    """A dead registrar thread would leave a deposed primary unlisted for good: a step that
+    raises what the registrar does not expect is logged, and the loop goes on."""
+    monkeypatch.setattr("ps.registrar.BUG_RETRY_S", 0.05)
+    master = FakeMaster()
+    broken = [True]
+    register = master.RegisterPS
+
+    def flaky(req, timeout=None):
+        if broken:
+            broken.clear()
+            raise KeyError("a bug")  # not an RPC error: nothing in step() expects it
+        return register(req, timeout)
+
+    master.RegisterPS = flaky
+    r = _registrar(master)
+    stop = threading.Event()
+    thread = threading.Thread(target=r.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        for _ in range(100):
+            if r.registered:
+                break
+            threading.Event().wait(0.05)
+        assert r.registered and master.ps[1].incarnation == 1
+        assert thread.is_alive()
+        assert "the registrar's step failed" in caplog.text
+    finally:
+        stop.set()
+        r._wake.set()  # out of its wait at once
+        thread.join(5)
+    assert not thread.is_alive()
