@@ -98,10 +98,7 @@ class UnixServer:
     def join(self, timeout: float) -> None:
         """Wait for the serving thread, once `stop` is set (woken here: it sleeps up to
         POLL_S)."""
-        try:
-            self._wake_w.send(b"\0")
-        except OSError:  # pending wake-ups fill the pair, or the thread closed it already
-            pass
+        self._wake()
         if self.thread is not None:
             self.thread.join(timeout)
 
@@ -212,9 +209,13 @@ class UnixServer:
             reply = None  # the connection is closed: its client retries on TCP
         del frames
         self._answered.append((conn, reply))
+        self._wake()
+
+    def _wake(self) -> None:
+        """Wake the serving thread (an answer to write, or `stop` to look at)."""
         try:
             self._wake_w.send(b"\0")
-        except BlockingIOError:  # the serving thread has wake-ups pending already
+        except OSError:  # pending wake-ups fill the pair, or the thread closed it already
             pass
 
     def _write_answered(self, sel) -> None:
