@@ -179,10 +179,14 @@ class DataPlane:
     def _start_proxied(self, handlers: int) -> None:
         """The proxy over the ROUTER socket and `handlers` threads behind it."""
         backend = self.ctx.socket(zmq.DEALER)
-        backend.setsockopt(zmq.LINGER, 0)
-        backend.setsockopt(zmq.RCVHWM, 10_000)
-        backend.setsockopt(zmq.SNDHWM, 10_000)
-        backend.bind(self._backend_addr)
+        try:
+            backend.setsockopt(zmq.LINGER, 0)
+            backend.setsockopt(zmq.RCVHWM, 10_000)
+            backend.setsockopt(zmq.SNDHWM, 10_000)
+            backend.bind(self._backend_addr)
+        except zmq.ZMQError:
+            backend.close(0)
+            raise
         frontend = self.frontend
 
         def proxy() -> None:
@@ -258,11 +262,15 @@ class DataPlane:
 
     def _serve(self, sock: zmq.Socket | None = None) -> None:
         if sock is None:
-            sock = self.ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.RCVHWM, 10_000)
-            sock.setsockopt(zmq.SNDHWM, 10_000)
-            sock.connect(self._backend_addr)
+            try:
+                sock = self._handler_socket()
+            except zmq.ZMQError:
+                # A stop() that came before this new thread's first line closes the
+                # context under it (ETERM, or ENOTSUP once it is closed): nothing to serve.
+                if not self._stop.is_set():
+                    log.exception("data plane handler failed to start")
+                    self._ended(f"data plane handler {threading.current_thread().name}")
+                return
         scratch = bytearray(_SCRATCH_BYTES)
         handed_over = False
         try:
@@ -275,8 +283,8 @@ class DataPlane:
                 if self._switch and sock is self.frontend:  # hand the ROUTER to a proxy
                     log.info("serving with %d data plane handler threads (a primary with "
                              "backups)", AUTO_THREADS)
-                    handed_over = True
                     self._start_proxied(AUTO_THREADS)
+                    handed_over = True
                     return
         except zmq.ZMQError as exc:
             if exc.errno != zmq.ETERM:
@@ -287,6 +295,18 @@ class DataPlane:
             if not handed_over:
                 sock.close(0)
                 self._ended(f"data plane handler {threading.current_thread().name}")
+
+    def _handler_socket(self) -> zmq.Socket:
+        sock = self.ctx.socket(zmq.DEALER)
+        try:
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, 10_000)
+            sock.setsockopt(zmq.SNDHWM, 10_000)
+            sock.connect(self._backend_addr)
+        except zmq.ZMQError:
+            sock.close(0)
+            raise
+        return sock
 
     def _ended(self, what: str) -> None:
         """A serving thread is done: fine while stopping, else the PS serves no longer."""

@@ -102,14 +102,15 @@ class AttachedBackup:
         self._on_ack()
 
     def _io(self, ctx: zmq.Context, server_key: str) -> None:
-        pull = ctx.socket(zmq.PULL)
-        pull.setsockopt(zmq.LINGER, 0)
-        pull.connect(self._inbox)
-        out = dealer(ctx, self.endpoint, server_key, sndhwm=QUEUE_LIMIT)
-        poller = zmq.Poller()
-        poller.register(pull, zmq.POLLIN)
-        poller.register(out, zmq.POLLIN)
+        pull = out = None
         try:
+            pull = ctx.socket(zmq.PULL)  # in here: a context stopped before this line is ETERM
+            pull.setsockopt(zmq.LINGER, 0)
+            pull.connect(self._inbox)
+            out = dealer(ctx, self.endpoint, server_key, sndhwm=QUEUE_LIMIT)
+            poller = zmq.Poller()
+            poller.register(pull, zmq.POLLIN)
+            poller.register(out, zmq.POLLIN)
             while not self._stop.is_set():
                 for sock, _ in poller.poll(100):
                     if sock is pull:
@@ -124,11 +125,12 @@ class AttachedBackup:
                         self.acked = resp.replicate.seq
                         self._on_ack()
         except zmq.ZMQError as exc:
-            if exc.errno != zmq.ETERM:
+            if exc.errno != zmq.ETERM and not ctx.closed:  # a closed one raises ENOTSUP
                 log.exception("replication to %s failed", self.endpoint)
         finally:
-            pull.close(0)
-            out.close(0)
+            for sock in (pull, out):
+                if sock is not None:
+                    sock.close(0)
 
     def close(self) -> None:
         self._stop.set()

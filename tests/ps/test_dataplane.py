@@ -380,3 +380,21 @@ def test_auto_threads_serve_with_one_handler_and_four_for_a_primary_with_backups
         plane.stop()
         if node.primary is not None:
             node.primary.close()
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_a_handler_thread_that_starts_after_stop_ends_quietly(threads):
+    """stop() can terminate the context before a just-started handler made its socket (a
+    grow() right before a stop): that thread must end without an exception and without
+    marking the stopped PS as failed."""
+    from ps.dataplane import data_plane
+
+    failures = []
+    plane = data_plane(ParamStore(), host="127.0.0.1", port=0, threads=threads)
+    plane.on_failure = failures.append
+    plane.bind()
+    plane.start()
+    plane.stop()
+    assert plane.ctx.closed
+    plane._serve()  # what a handler started just before stop() runs: raises nothing
+    assert not plane.failed and failures == []

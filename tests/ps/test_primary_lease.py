@@ -115,3 +115,16 @@ def test_without_backups_the_watch_wakes_for_renewals_only():
         primary.close()
     assert 2 <= len(rounds) <= 8
     assert primary.lease.duration == 2.0
+
+
+def test_a_backups_sender_started_as_the_context_closes_ends_quietly():
+    """A backup attached right before the PS stops: its I/O thread may first run after the
+    shared context was terminated. It must end without an exception (a dead thread's
+    traceback) and leave no socket open behind."""
+    from ps.replication.primary import AttachedBackup
+
+    ctx = zmq.Context()
+    backup = AttachedBackup(ctx, 1, "i" * 16, "tcp://127.0.0.1:9", "", 0, lambda: None)
+    backup.close()
+    ctx.term()  # returns: every socket the thread opened was closed
+    backup._io(ctx, "")  # what the thread runs when it starts late: raises nothing
