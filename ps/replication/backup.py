@@ -144,6 +144,9 @@ class Backup:
                         self.on_primary_silent()  # a new generation: ask the master
                     self._stop.wait(self.heartbeat_s)
                 self._stop.wait(self.heartbeat_s)
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.ETERM and not self.ctx.closed:  # else: the PS is stopping
+                raise
         finally:
             self._close()
 

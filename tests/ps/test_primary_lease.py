@@ -128,3 +128,16 @@ def test_a_backups_sender_started_as_the_context_closes_ends_quietly():
     backup.close()
     ctx.term()  # returns: every socket the thread opened was closed
     backup._io(ctx, "")  # what the thread runs when it starts late: raises nothing
+
+
+def test_a_backup_following_as_the_context_closes_ends_quietly():
+    """The backup's side of the same race: its follower loop meets a context the stopping PS
+    terminated, and ends without a dead thread's traceback."""
+    from ps.replication.backup import Backup, Upstream
+
+    ctx = zmq.Context()
+    ctx.term()
+    backup = Backup(ParamStore(), ctx, "", "i" * 16, "", "", apply=lambda req, frames: [])
+    backup.upstream = Upstream(1, "tcp://127.0.0.1:9")
+    backup._run()  # raises nothing
+    assert backup.attach_id == 0 and backup._sock is None
