@@ -1,6 +1,7 @@
 """The primary's data path under its lease (ps/replication.Primary, no backups, fake clock):
 refused before anything is applied without a lease, renewed from the send time of a report,
-and checked again just before the answer leaves."""
+and checked again just before the answer leaves; and the replication threads that start as a
+stopping PS terminates its ZeroMQ context end quietly."""
 from __future__ import annotations
 
 import threading
