@@ -37,7 +37,7 @@ from benchmarks import report
 from benchmarks.train import elastic, local
 
 RUNS = ("local-tensor", "local-record", "elastic-1w", "elastic-2w", "elastic-1w-plain",
-        "elastic-1w-backup", "elastic-1w-inflight1")
+        "elastic-1w-backup", "elastic-1w-secure", "elastic-1w-inflight1")
 DEFAULT_RUNS = RUNS[:4]
 FLOORS = {256: 0.35, 1024: 0.5}
 PINNED_FLOORS = {256: 0.5, 1024: 0.65}  # issue 27 (goals 0.6x and 0.8x)
@@ -60,8 +60,10 @@ def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float,
     workers = int(kind.split("-")[1][0])
     if kind.endswith("inflight1"):
         max_inflight = prefetch_ahead = 1
+    secure = kind.endswith("secure")  # as a careful user runs it: TLS, a token, backups
     return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers,
-                       plain=kind.endswith("plain"), backups=int(kind.endswith("backup")),
+                       plain=kind.endswith("plain"),
+                       backups=int(kind.endswith("backup") or secure), secure=secure,
                        max_inflight=max_inflight, prefetch_ahead=prefetch_ahead,
                        trainer_cpus=TRAINER_CPUS if pin else None,
                        server_cpus=SERVER_CPUS if pin else None)
@@ -99,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS), choices=RUNS,
                    help="elastic-1w-plain: one worker without prefetch, synchronous pushes; "
                    "elastic-1w-backup: one worker, a backup per PS index (--ps-replicas 1); "
+                   "elastic-1w-secure: the same with TLS and a token on every call (the data "
+                   "plane under CURVE); "
                    "elastic-1w-inflight1: one worker, one push in flight, prefetching one "
                    "batch ahead")
     p.add_argument("--pin", action="store_true",

@@ -13,31 +13,37 @@ and `server_cpus` pin the workers, and the master and PS, to those CPUs (`--pin`
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from pathlib import Path
 
 import psutil
 
+from cluster.certs import make_tls_files
 from cluster.launch import Launcher
 
 
 def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: int = 1,
         num_ps: int = 2, max_inflight: int = 1, shard_size: int = 8192,
-        plain: bool = False, backups: int = 0, prefetch_ahead: int = 1,
+        plain: bool = False, backups: int = 0, prefetch_ahead: int = 1, secure: bool = False,
         trainer_cpus: set[int] | None = None, server_cpus: set[int] | None = None) -> dict:
     """`backups` per PS index (--ps-replicas): every push is answered only after they applied
-    it too, so this measures what a backup costs training."""
+    it too, so this measures what a backup costs training. `secure`: TLS and a token on every
+    call (gRPC over TLS, the data plane under CURVE, so no plain same-host socket)."""
     workdir.mkdir(parents=True, exist_ok=True)
     go = workdir / "go"
+    flags, client = _security(workdir) if secure else ((), {})
+    env = ({"ELASTIC_PS_TLS_CA": client["tls_ca"], "ELASTIC_PS_AUTH_TOKEN": client["token"]}
+           if secure else None)
     with Launcher(workdir) as launcher:
-        master = launcher.master(*(["--ps-replicas", str(backups)] if backups else []),
-                                 cpus=server_cpus)
-        servers = [launcher.ps(master.address, index=i, num_ps=num_ps,
+        master = launcher.master(*(["--ps-replicas", str(backups)] if backups else []), *flags,
+                                 cpus=server_cpus, **client)
+        servers = [launcher.ps(master.address, *flags, index=i, num_ps=num_ps,
                                checkpoint_dir=f"ps{i}", cpus=server_cpus)
                    for i in range(num_ps)]
         for i in range(num_ps):
             for b in range(backups):
-                servers.append(launcher.ps(master.address, index=i, num_ps=num_ps,
+                servers.append(launcher.ps(master.address, *flags, index=i, num_ps=num_ps,
                                            checkpoint_dir=f"ps{i}-backup{b}", cpus=server_cpus))
         if backups:
             _wait_in_sync(master, num_ps, backups)
@@ -48,7 +54,7 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
             "--shard-size", str(shard_size), "--max-inflight", str(max_inflight),
             "--prefetch-ahead", str(prefetch_ahead),
             "--name", f"w{w}", "--start-when", str(go), "--out", str(out),
-            *(["--plain"] if plain else []), name=f"w{w}", cpus=trainer_cpus)
+            *(["--plain"] if plain else []), name=f"w{w}", cpus=trainer_cpus, env=env)
             for w, out in enumerate(outs)]
         deadline = time.monotonic() + 300
         while not all(Path(str(o) + ".ready").exists() for o in outs):
@@ -66,7 +72,7 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
                 raise RuntimeError(f"a bench worker failed:\n{proc.output(tail=3000)}")
         server_cpu = [_cpu(p) - c for p, c in zip(watched, cpu_before)]
         results = [json.loads(o.read_text()) for o in outs]
-        auc = _auc(master.address, data)
+        auc = _auc(master.address, data, client)
     records = sum(r["records"] for r in results)
     span = max(r["end"] for r in results) - min(r["start"] for r in results)
     wall = sum(r["wall_s"] for r in results)
@@ -76,6 +82,17 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
             "timeline": timeline, "stale": sum(r["stale"] for r in results),
             "worker_cpu_s": sum(r["cpu_s"] for r in results), "master_cpu_s": server_cpu[0],
             "ps_cpu_s": server_cpu[1:]}
+
+
+def _security(workdir: Path) -> tuple[tuple[str, ...], dict]:
+    """A CA, a server certificate and a token of this run's own: the servers' flags, and
+    what a client is given (tls_ca, token)."""
+    tls = make_tls_files(workdir / "tls")
+    token = secrets.token_hex(16)
+    token_file = workdir / "token"
+    token_file.write_text(token + "\n")
+    return (("--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca,
+             "--auth-token-file", str(token_file)), {"tls_ca": tls.ca, "token": token})
 
 
 def _cpu(proc: psutil.Process) -> float:
@@ -98,7 +115,7 @@ def _wait_in_sync(master, num_ps: int, backups: int, timeout_s: float = 120.0) -
         time.sleep(0.1)
 
 
-def _auc(master: str, data: str) -> float:
+def _auc(master: str, data: str, client: dict) -> float:
     from examples.ctr.dataset import ClickLog
     from examples.ctr.evaluate import evaluate
     from examples.ctr.model import build_model
@@ -106,6 +123,7 @@ def _auc(master: str, data: str) -> float:
 
     test = ClickLog(data, "test")
     model = build_model(test.meta)
-    with PSClient(master=master) as client:
-        client.attach(model)
-        return evaluate(client, model, test)
+    with PSClient(master=master, tls_ca=client.get("tls_ca"),
+                  auth_token=client.get("token")) as ps:
+        ps.attach(model)
+        return evaluate(ps, model, test)
