@@ -178,15 +178,7 @@ class DataPlane:
 
     def _start_proxied(self, handlers: int) -> None:
         """The proxy over the ROUTER socket and `handlers` threads behind it."""
-        backend = self.ctx.socket(zmq.DEALER)
-        try:
-            backend.setsockopt(zmq.LINGER, 0)
-            backend.setsockopt(zmq.RCVHWM, 10_000)
-            backend.setsockopt(zmq.SNDHWM, 10_000)
-            backend.bind(self._backend_addr)
-        except zmq.ZMQError:
-            backend.close(0)
-            raise
+        backend = self._backend_socket(bind=True)
         frontend = self.frontend
 
         def proxy() -> None:
@@ -263,7 +255,7 @@ class DataPlane:
     def _serve(self, sock: zmq.Socket | None = None) -> None:
         if sock is None:
             try:
-                sock = self._handler_socket()
+                sock = self._backend_socket(bind=False)
             except zmq.ZMQError:
                 # A stop() that came before this new thread's first line closes the
                 # context under it (ETERM, or ENOTSUP once it is closed): nothing to serve.
@@ -296,13 +288,15 @@ class DataPlane:
                 sock.close(0)
                 self._ended(f"data plane handler {threading.current_thread().name}")
 
-    def _handler_socket(self) -> zmq.Socket:
+    def _backend_socket(self, bind: bool) -> zmq.Socket:
+        """One end of the in-process link between the proxy (bind) and a handler (connect);
+        closed again when it cannot be set up (a context stopping under it)."""
         sock = self.ctx.socket(zmq.DEALER)
         try:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVHWM, 10_000)
             sock.setsockopt(zmq.SNDHWM, 10_000)
-            sock.connect(self._backend_addr)
+            (sock.bind if bind else sock.connect)(self._backend_addr)
         except zmq.ZMQError:
             sock.close(0)
             raise
