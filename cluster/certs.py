@@ -21,6 +21,12 @@ class TLSFiles:
     cert: str  # the server's certificate, signed by the CA
     key: str   # its private key
 
+    def server_flags(self, token_file: str | Path) -> tuple[str, ...]:
+        """A master's or PS's flags to serve with these files and the token in `token_file`
+        (and to reach the other servers, signed by the same CA)."""
+        return ("--tls-cert", self.cert, "--tls-key", self.key, "--tls-ca", self.ca,
+                "--auth-token-file", str(token_file))
+
 
 def _name(common: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])

@@ -35,8 +35,7 @@ RECORDS = 96
 class Cluster:
     def __init__(self, launcher: Launcher, tls, token_file: str):
         self.tls, self.token_file = tls, token_file
-        secure = ("--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca,
-                  "--auth-token-file", token_file)
+        secure = tls.server_flags(token_file)
         self.master = launcher.master(*secure, tls_ca=tls.ca, token=TOKEN)
         self.ps = launcher.ps(self.master.address, *secure)
         self.launcher = launcher

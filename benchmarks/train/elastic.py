@@ -21,6 +21,7 @@ import psutil
 
 from cluster.certs import make_tls_files
 from cluster.launch import Launcher
+from rpckit.auth import ENV_TLS_CA, ENV_TOKEN
 
 
 def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: int = 1,
@@ -33,8 +34,7 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
     workdir.mkdir(parents=True, exist_ok=True)
     go = workdir / "go"
     flags, client = _security(workdir) if secure else ((), {})
-    env = ({"ELASTIC_PS_TLS_CA": client["tls_ca"], "ELASTIC_PS_AUTH_TOKEN": client["token"]}
-           if secure else None)
+    env = {ENV_TLS_CA: client["tls_ca"], ENV_TOKEN: client["token"]} if secure else None
     with Launcher(workdir) as launcher:
         master = launcher.master(*(["--ps-replicas", str(backups)] if backups else []), *flags,
                                  cpus=server_cpus, **client)
@@ -91,8 +91,7 @@ def _security(workdir: Path) -> tuple[tuple[str, ...], dict]:
     token = secrets.token_hex(16)
     token_file = workdir / "token"
     token_file.write_text(token + "\n")
-    return (("--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca,
-             "--auth-token-file", str(token_file)), {"tls_ca": tls.ca, "token": token})
+    return tls.server_flags(token_file), {"tls_ca": tls.ca, "token": token}
 
 
 def _cpu(proc: psutil.Process) -> float:

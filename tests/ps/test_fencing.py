@@ -125,8 +125,7 @@ def test_replication_over_tls_and_a_token_keeps_every_answered_push(launcher, tm
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o600)
-    secure = ("--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca,
-              "--auth-token-file", str(token_file))
+    secure = tls.server_flags(token_file)
     master = launcher.master("--ps-replicas", "1", "--ps-failover-timeout", "1.0", *secure,
                              tls_ca=tls.ca, token=TOKEN)
     primary = launcher.ps(master.address, *secure, checkpoint_dir="primary-ckpt")
