@@ -72,7 +72,11 @@ def cost(spec, workers: dict[str, int], ps: int) -> float:
 @given(st.data())
 def test_no_decision_takes_a_role_outside_its_bounds_or_the_job_over_budget(data):
     spec = data.draw(specs())
-    w, state, now = spec.workers, None, 0.0
+    w, now = spec.workers, 10.0
+    # a job some way in: any target in bounds (growth is rare under random signals)
+    _, state = decide(spec, Signals(), None, 0.0)
+    state = state.with_(workers=data.draw(st.integers(w.min, w.max)),
+                        ps=data.draw(st.integers(spec.ps.min, spec.ps.max)))
     for _ in range(data.draw(st.integers(1, 12))):
         s = data.draw(signals(spec))
         decisions, state = decide(spec, s, state, now)
