@@ -276,8 +276,9 @@ def _target(spec: JobSpec, signals: Signals, state: PolicyState, now: float, pla
     state = state.with_(probe=probe)
     held = (state.hold_until is not None and now < state.hold_until
             and state.hold_ps == state.ps)
-    hot = any(c > s.ps_hot_cpu for c in signals.ps_cpu)
-    moving = returning or any(role == W for role, *_ in plan.steps)  # grow once settled
+    # a hot PS holds growth while the set may still grow; at ps.max the probe decides
+    hot = state.ps < spec.ps.max and any(c > s.ps_hot_cpu for c in signals.ps_cpu)
+    moving = returning or bool(plan.steps)  # grow once workers and the PS set settle
     if (probe is None and not held and not hot and not disturbed and not pending and not moving
             and live == target and target < w.max and (signals.records_per_s > 0 or not live)
             and not _backing_off(state, now)):

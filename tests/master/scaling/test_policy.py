@@ -114,16 +114,19 @@ def test_one_fewer_when_it_did_not_and_no_new_probe_until_the_cooldown():
     assert brief(decisions) == [("worker", "spot", 2, 3, "throughput_gain")]
 
 
-def test_no_worker_is_added_while_a_ps_is_hot():
+def test_no_worker_is_added_while_a_ps_is_hot_and_the_set_may_still_grow():
     state = started(workers=2)
     s = signals(workers(spot=2), ps_cpu=(0.95, 0.5))
     decisions, _ = decide(SPEC, s, state, 10.0)
     assert brief(decisions) == []
+    # at ps.max no PS can be added: the throughput probe alone says whether a worker helps
+    decisions, _ = decide(SPEC, s, state.with_(ps=3), 10.0)
+    assert brief(decisions) == [("worker", "spot", 2, 3, "throughput_gain")]
 
 
 def test_ps_plus_one_after_ps_hot_intervals_hot_intervals_and_the_cooldown():
-    state = started(workers=3)
-    hot = signals(workers(spot=3), ps_cpu=(0.95, 0.4))
+    state = started(workers=4)  # at workers.max: no growth to tell apart
+    hot = signals(workers(spot=4), ps_cpu=(0.95, 0.4))
     for now in (290.0, 300.0):
         decisions, state = decide(SPEC, hot, state, now)
         assert brief(decisions) == []
