@@ -127,3 +127,22 @@ def test_the_console_entry_runs_as_a_module(files):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "policy decisions:" in done.stdout
+
+
+def test_docs_operations_names_every_simulate_flag_and_every_reason():
+    import argparse
+
+    from cluster.launch import CODE_ROOT
+    from master.scaling.decisions import Reason
+
+    doc = (CODE_ROOT / "docs" / "operations.md").read_text()
+    (commands,) = [a for a in cli.parser()._actions
+                   if isinstance(a, argparse._SubParsersAction)]
+    simulate = commands.choices["simulate"]
+    flags = [a.option_strings[-1] for a in simulate._actions
+             if a.option_strings and a.option_strings[-1] != "--help"]
+    assert "--bench-train" in flags
+    for flag in flags:
+        assert f"| `{flag}` |" in doc, flag
+    for reason in Reason:
+        assert f"| `{reason.value}` |" in doc, reason
