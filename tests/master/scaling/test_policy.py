@@ -229,3 +229,29 @@ def test_every_decision_carries_the_signals_it_saw():
     event = decision.as_event()
     assert event["reason"] == "replace_lost" and event["signals"]["lost"] == {"worker/spot": 1}
     assert json.loads(json.dumps(event)) == event
+
+
+def test_a_ps_change_ends_the_hold_after_no_gain():
+    state = started(workers=2, hold_until=400.0, hold_ps=2)
+    s = signals(workers(spot=2))
+    decisions, _ = decide(SPEC, s, state, 100.0)
+    assert brief(decisions) == []  # held
+    decisions, _ = decide(SPEC, s, state.with_(ps=3), 100.0)  # the set grew: try again
+    assert brief(decisions) == [("worker", "spot", 2, 3, "throughput_gain")]
+
+
+def test_spot_wait_s_zero_waits_on_pending_launches_for_ever():
+    patient = spec(scaling={"spot_wait_s": 0})
+    state = started()
+    s = signals(workers(spot=2), pending=workers(spot=1))
+    for now in (10.0, 1000.0, 5000.0):
+        decisions, state = decide(patient, s, state, now)
+        assert brief(decisions) == [] and state.blocked == {}
+
+
+def test_a_preemption_spoils_the_throughput_probe():
+    state = started(workers=3, probe=Probe(200.0, 2, 30.0))
+    s = signals(workers(spot=2), preempted=workers(spot=1))
+    decisions, state = decide(SPEC, s, state, 40.0)
+    assert brief(decisions) == [("worker", "spot", 2, 3, "replace_preempted")]
+    assert state.probe is None and state.workers == 3  # not judged: no no_gain

@@ -83,7 +83,9 @@ def test_no_decision_takes_a_role_outside_its_bounds_or_the_job_over_budget(data
         live = {m: s.live("worker", m) for m in w.market_names}
         ceiling = max(w.max, sum(live.values()))
         for d in decisions:
-            assert d.to_count >= 0
+            assert d.to_count >= 0 and d.to_count != d.from_count
+            assert d.market in (w.market_names if d.role.value == "worker"
+                                else (spec.ps.market,))
             if d.role.value == "worker":
                 assert live[d.market] == d.from_count  # decisions chain per market
                 live[d.market] = d.to_count
