@@ -29,10 +29,11 @@ MAX_BACKOFF_INTERVALS = 32   # a crash-looping command waits at most 32 interval
 
 def decide(spec: JobSpec, signals: Signals, state: PolicyState | None,
            now: float) -> tuple[tuple[Decision, ...], PolicyState]:
+    first = state is None or state.started is None
     state = _started(spec, state or PolicyState(), now)
     plan = _Plan(spec, signals)
     state = _watch_markets(spec, signals, state, now, plan)
-    state = _plan_ps(spec, signals, state, now, plan)
+    state = _plan_ps(spec, signals, state, now, plan, first)
     state = _plan_workers(spec, signals, state, now, plan)
     return plan.decisions(), state
 
@@ -136,11 +137,11 @@ def _fill_market(spec: JobSpec, signals: Signals, state: PolicyState) -> str:
 # ---- the PS set
 
 def _plan_ps(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
-             plan: _Plan) -> PolicyState:
+             plan: _Plan, first: bool) -> PolicyState:
     s, market, target = spec.scaling, spec.ps.market, state.ps
     plan.ps_from = target
-    if state.last_ps_change is None and now == state.started and state.hot_intervals == 0:
-        plan.ps_from = 0  # the first call: the PS set is launched like any shortfall
+    if first:  # the PS set is launched like any shortfall; the cooldown starts now
+        plan.ps_from = 0
         plan.add(PS, market, target, Reason.BELOW_MIN)
         return state.with_(last_ps_change=now)
     for reason, counts in ((Reason.REPLACE_PREEMPTED, signals.preempted),
