@@ -21,6 +21,7 @@ from typing import Mapping
 
 HEADER = ("t_s", "market", "capacity")
 MAX_ROWS = 1_000_000
+MAX_BYTES = 64 << 20      # a million rows and their comments
 MAX_CAPACITY = 1_000_000
 MAX_T_S = 366 * 86400.0
 _MARKET = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
@@ -45,6 +46,8 @@ class MarketTrace:
     @classmethod
     def load(cls, path: Path | str) -> "MarketTrace":
         try:
+            if Path(path).stat().st_size > MAX_BYTES:
+                raise TraceError(0, "", f"{path} is over {MAX_BYTES} bytes")
             text = Path(path).read_text()
         except (OSError, UnicodeDecodeError) as e:
             raise TraceError(0, "", f"cannot read {path}: {e}") from None

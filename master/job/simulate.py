@@ -270,8 +270,9 @@ def table(spec: JobSpec, records: int, model: Model, policy: Outcome,
                         f"{o.records / records:.0%} done)"))
     ref = baselines.get("on-demand-max")
     if ref is not None and ref.finished and policy.finished:
-        lines.append(f"policy / on-demand-max: {policy.cost_per_million_records / ref.cost_per_million_records:.2f}x "
-                     f"the $ per million records, {policy.hours / ref.hours:.2f}x the hours")
+        cost = policy.cost_per_million_records / ref.cost_per_million_records
+        lines.append(f"policy / on-demand-max: {cost:.2f}x the $ per million records, "
+                     f"{policy.hours / ref.hours:.2f}x the hours")
     lines.append("policy decisions: " + (", ".join(
         f"{r} {n}" for r, n in sorted(policy.decisions.items())) or "none"))
     return "\n".join(lines)

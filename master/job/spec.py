@@ -27,6 +27,7 @@ MAX_PS = 1024             # master/limits.py MAX_NUM_PS
 MAX_MARKETS = 32
 MAX_PRICE = 1e6           # per process-hour
 MAX_SECONDS = 7 * 86400.0
+MAX_SPEC_BYTES = 1 << 20
 # The master sets these for every worker it launches (DESIGN, round 4); a spec may not.
 RESERVED_ENV = ("ELASTIC_PS_MASTER", "ELASTIC_PS_WORKER_NAME", "ELASTIC_PS_LABELS")
 
@@ -240,6 +241,9 @@ def load_spec(path: Path | str) -> JobSpec:
     """Read and validate a job.yaml; SpecError names the field (or `(file)` when unreadable)."""
     path = Path(path)
     try:
+        if path.stat().st_size > MAX_SPEC_BYTES:
+            raise SpecError("(file)", f"{path} is over {MAX_SPEC_BYTES} bytes; a job spec is "
+                                      "a page of YAML")
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError("(file)", f"cannot read {path}: {e}") from None

@@ -66,3 +66,13 @@ def test_the_repository_trace_reads():
     trace = MarketTrace.load(CODE_ROOT / "examples" / "traces" / "spot-24h.csv")
     assert trace.end_s <= 86400
     assert any(trace.capacity("spot", t) == 0 for t in range(0, 86400, 300))
+
+
+def test_a_trace_file_over_the_limit_is_refused_unread(tmp_path, monkeypatch):
+    from engines import markets
+
+    monkeypatch.setattr(markets, "MAX_BYTES", 100)
+    path = tmp_path / "t.csv"
+    path.write_text("t_s,market,capacity\n" + "# padding\n" * 20)
+    with pytest.raises(TraceError, match="over 100 bytes"):
+        MarketTrace.load(path)

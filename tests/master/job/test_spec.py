@@ -171,3 +171,10 @@ def test_the_spec_is_frozen():
         spec.workers.min = 3
     with pytest.raises(TypeError):
         spec.workers.env["X"] = "1"
+
+
+def test_a_spec_file_over_a_mebibyte_is_refused_unread(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * (1 << 20) + "\nname: a\n")
+    with pytest.raises(SpecError, match="over 1048576 bytes"):
+        load_spec(big)
