@@ -237,6 +237,27 @@ def parse_spec(data: Any, base_dir: Path | str | None = None) -> JobSpec:
     return spec
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing a key given twice in one mapping (YAML keeps the last,
+    so a second `scaling:` block would silently replace the first)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor`: the keys written beside it override the merged ones
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                raise _DuplicateKey(f"line {key_node.start_mark.line + 1}: {key!r} is given "
+                                    "twice in the same mapping")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_spec(path: Path | str) -> JobSpec:
     """Read and validate a job.yaml; SpecError names the field (or `(file)` when unreadable)."""
     path = Path(path)
@@ -248,7 +269,9 @@ def load_spec(path: Path | str) -> JobSpec:
     except (OSError, UnicodeDecodeError) as e:
         raise SpecError("(file)", f"cannot read {path}: {e}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)
+    except _DuplicateKey as e:
+        raise SpecError("(file)", f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise SpecError("(file)", f"{path} is not YAML: {e}") from None
     return parse_spec(data, path.parent)

@@ -178,3 +178,19 @@ def test_a_spec_file_over_a_mebibyte_is_refused_unread(tmp_path):
     big.write_text("# " + "x" * (1 << 20) + "\nname: a\n")
     with pytest.raises(SpecError, match="over 1048576 bytes"):
         load_spec(big)
+
+
+def test_a_key_given_twice_is_refused_with_its_line(tmp_path):
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(yaml.safe_dump(GOOD) + "scaling: {interval_s: 30}\n")
+    with pytest.raises(SpecError) as e:
+        load_spec(twice)
+    assert "'scaling' is given twice" in str(e.value) and "line " in str(e.value)
+    once = tmp_path / "once.yaml"
+    once.write_text(yaml.safe_dump(GOOD))
+    assert load_spec(once).scaling.interval_s == 5.0
+    merged = tmp_path / "merged.yaml"  # a merge key's fields may be overridden beside it
+    merged.write_text("name: m\nworkers:\n  command: train\n  markets:\n"
+                      "    - &spot {name: spot, price: 0.3}\n"
+                      "    - {<<: *spot, name: on-demand, price: 1}\n")
+    assert load_spec(merged).workers.market_names == ("spot", "on-demand")
