@@ -44,7 +44,8 @@ def _without_help(parser: argparse.ArgumentParser, where: str) -> list[str]:
         if action.help == argparse.SUPPRESS:
             continue
         if not (action.help or "").strip():
-            missing.append(f"{where} {'/'.join(action.option_strings) or action.metavar or action.dest}")
+            name = "/".join(action.option_strings) or action.metavar or action.dest
+            missing.append(f"{where} {name}")
     return missing
 
 
