@@ -35,7 +35,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
 _REASON = re.compile(r"[A-Za-z0-9._-]+")
 _ADDRESS = re.compile(r"[!-~]+")  # printable ASCII, no spaces: host:port, tcp://h:p, ipc://...
-_HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})")
+_HOST_PORT = re.compile(r"(?:\[[0-9A-Za-z:.%_-]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})")
 
 
 def check_text(what: str, value: str, limit: int, *, empty_ok: bool = False) -> None:

@@ -18,7 +18,8 @@ ACTIONS = {Move.IMPORT, Move.ABORT, Move.LAYOUT}
 MAX_ADDRESS = 256
 MAX_VERSION = (1 << 63) - 1
 # tcp://host:port (host a name, an IPv4 address or a bracketed IPv6 one), as PS register it
-_DATA_ADDRESS = re.compile(r"tcp://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})")
+_DATA_ADDRESS = re.compile(
+    r"tcp://(?:\[[0-9A-Za-z:.%_-]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})")
 
 
 def check_move(req: ps_pb2.MoveSlotsRequest, num_slots: int) -> None:
