@@ -28,11 +28,14 @@ MAX_EPOCHS = 1 << 20      # fits the INTEGER epoch columns with room to spare
 MAX_SEED = 1 << 62
 MAX_LEASE_TIMEOUT_S = 7 * 86400.0  # a week: the deadline (Unix ms) stays far inside int64
 MAX_EVENTS_PAGE = 10_000
+MAX_ID = (1 << 63) - 1    # lease ids, event seqs, generations: the BIGINT columns' top
+MAX_INT32 = (1 << 31) - 1  # an int32 field's top: only its sign needs checking
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*")
 _REASON = re.compile(r"[A-Za-z0-9._-]+")
 _ADDRESS = re.compile(r"[!-~]+")  # printable ASCII, no spaces: host:port, tcp://h:p, ipc://...
+_HOST_PORT = re.compile(r"(?:\[[0-9A-Za-z:.%_-]+\]|[A-Za-z0-9._-]+):([0-9]{1,5})")
 
 
 def check_text(what: str, value: str, limit: int, *, empty_ok: bool = False) -> None:
@@ -81,6 +84,19 @@ def check_address(what: str, address: str, *, empty_ok: bool = False) -> None:
     if address and not _ADDRESS.fullmatch(address):
         raise invalid(f"{what} {quote(address)} must be printable ASCII without spaces "
                       "(host:port or tcp://host:port)")
+
+
+def check_endpoint(what: str, address: str, scheme: str = "", *, empty_ok: bool = False) -> None:
+    """An address the master or a client dials: `scheme` (e.g. tcp://) then host:port, the
+    port in 1..65535, so a registration never names a place no one can reach."""
+    check_address(what, address, empty_ok=empty_ok)
+    if not address:
+        return
+    rest = address[len(scheme):] if address.startswith(scheme) else ""
+    found = _HOST_PORT.fullmatch(rest)
+    if found is None or not 1 <= int(found.group(1)) <= 65535:
+        raise invalid(f"{what} {quote(address)} must be {scheme}host:port with a port in "
+                      "1..65535")
 
 
 def check_int(what: str, value: int, low: int, high: int) -> None:

@@ -28,7 +28,7 @@ from rpckit.errors import ServiceError, abort, invalid
 from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
 from .datasets.drop import drop_dataset
 from .datasets.ledger import ledger
-from .limits import MAX_EVENTS_PAGE, check_name
+from .limits import MAX_EVENTS_PAGE, MAX_ID, MAX_INT32, check_int, check_name
 from .persistence.store import Store
 from .ps import restores as ps_restores
 from .views import status_view
@@ -136,8 +136,8 @@ class MasterServicer(pb_grpc.MasterServicer):
 
     @_guard
     def GetEvents(self, request, context):
-        if request.since < 0 or request.limit < 0:
-            raise invalid("since and limit must be >= 0")
+        check_int("GetEvents since", request.since, 0, MAX_ID)
+        check_int("GetEvents limit (0 means 1000)", request.limit, 0, MAX_INT32)
         limit = min(request.limit or 1000, MAX_EVENTS_PAGE)
         reply = pb.GetEventsResponse(next=request.since)
         budget = EVENTS_PAGE_BYTES
@@ -153,9 +153,9 @@ class MasterServicer(pb_grpc.MasterServicer):
 
     @_guard
     def GetLeases(self, request, context):
-        if request.limit < 0:
-            raise invalid("limit must be >= 0")
         check_name("dataset", request.dataset)
+        check_int("GetLeases after (a lease id)", request.after, 0, MAX_ID)
+        check_int("GetLeases limit (0 means 1000)", request.limit, 0, MAX_INT32)
         self.committer.read(lambda: self.core._dataset(request.dataset))  # NOT_FOUND
         limit = min(request.limit or 1000, MAX_EVENTS_PAGE)
         reply = pb.GetLeasesResponse(next=request.after)
@@ -174,7 +174,7 @@ class MasterServicer(pb_grpc.MasterServicer):
     def RegisterPS(self, request, context):
         restored = request.restored if request.HasField("restored") else None
         if restored is not None:
-            ps_restores.check(restored)  # before anything changes
+            ps_restores.check(restored, self.core.journal.now_ms())  # before anything changes
 
         def join():
             joined = self.core.join_ps(request.address, request.data_address, request.index,

@@ -10,17 +10,26 @@ import grpc
 from grpc_health.v1 import health
 
 from protos import ps_pb2, ps_pb2_grpc
+from rpckit import decode
 from rpckit import server as rpc_server
 from rpckit.errors import Reason, ServiceError, abort
 from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
 
 from .checkpoint import Checkpointer
+from .move_bounds import check_move
 from pswire.optimizers import config_to_pb
 from .params import ParamStore
 from pswire.frames import meta_of
 
 log = logging.getLogger(__name__)
-SERVICE = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"].full_name
+DESCRIPTOR = ps_pb2.DESCRIPTOR.services_by_name["ParameterServer"]
+SERVICE = DESCRIPTOR.full_name
+
+
+def register(servicer: "PSServicer", server: grpc.Server) -> None:
+    """Add the control service to `server`, undecodable requests answered INVALID_ARGUMENT
+    (UNDECODABLE) rather than grpc's INTERNAL."""
+    decode.add_servicer(server, servicer, DESCRIPTOR)
 
 
 @dataclass
@@ -110,9 +119,13 @@ class PSServicer(ps_pb2_grpc.ParameterServerServicer):
             abort(context, ServiceError("FAILED_PRECONDITION", Reason.LAYOUT_MISMATCH,
                                         "this PS runs without a master: its slots never move"))
         try:
+            check_move(request, self.store.ownership.num_slots)
             return self.slot_calls.call(request)
         except ServiceError as exc:
             abort(context, exc)
+        except Exception:  # noqa: BLE001 - a bug: logged, and said to be one
+            log.exception("MoveSlots failed")
+            context.abort(grpc.StatusCode.INTERNAL, "MoveSlots failed (see the PS log)")
 
 
 def build_server(servicer: PSServicer, host: str, port: int, threads: int,
@@ -123,7 +136,7 @@ def build_server(servicer: PSServicer, host: str, port: int, threads: int,
     over TLS with `credentials`, `interceptors` (rpckit.auth) checking the token."""
     return rpc_server.build_server(
         host, port, threads,
-        [(ps_pb2_grpc.add_ParameterServerServicer_to_server, servicer)], [SERVICE],
+        [(register, servicer)], [SERVICE],
         thread_name_prefix="ps-grpc", interceptors=interceptors, credentials=credentials,
     )
 

@@ -60,6 +60,13 @@ def test_every_ctl_option_and_command_is_documented():
         assert f"| `{name}` |" in DOC, name
 
 
+def test_no_table_repeats_its_header_row():
+    lines = DOC.splitlines()
+    for i, line in enumerate(lines[2:], start=2):
+        if line.startswith("|") and lines[i - 2] == line and set(lines[i - 1]) <= set("|- "):
+            raise AssertionError(f"docs/operations.md line {i + 1} repeats the header {line!r}")
+
+
 def _recipe() -> str:
     """The shell block that follows the `certificate-recipe` marker in docs/operations.md."""
     after = DOC.split("<!-- certificate-recipe -->", 1)[1]

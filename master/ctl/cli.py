@@ -132,15 +132,20 @@ def format_report(r: pb.GetLedgerResponse) -> str:
 
 
 def format_updates_lost(r: pb.GetLedgerResponse) -> str:
-    """The records whose updates a PS lost by restoring a checkpoint ('' when none)."""
+    """The records whose updates a PS lost by restoring a checkpoint: '' when no PS restored
+    one, a calm line when the restores lost none, a WARNING when they lost some."""
     if not r.ps_updates_lost:
         return ""
+    restores = sum(x.restores for x in r.ps_updates_lost)
+    if not r.updates_lost:
+        return (f"updates lost: none ({restores} restore(s) from a checkpoint without a backup; "
+                "no acknowledged record fell in their windows)")
     per = "; ".join(
         f"ps {x.index}: {x.records} records in {x.restores} restore(s), last window "
         f"{datetime.fromtimestamp(x.from_ms / 1000):%H:%M:%S}-"
         f"{datetime.fromtimestamp(x.to_ms / 1000):%H:%M:%S}" for x in r.ps_updates_lost)
-    return (f"UPDATES LOST: {r.updates_lost} records counted done whose updates a PS no longer "
-            f"holds (restored from a checkpoint without a backup): {per}")
+    return (f"WARNING: UPDATES LOST: {r.updates_lost} records counted done whose updates a PS "
+            f"no longer holds (restored from a checkpoint without a backup): {per}")
 
 
 def parse_prices(items: list[str]) -> dict[str, float]:
@@ -245,20 +250,27 @@ def cmd_requeue(stub, args) -> int:
 
 def cmd_resize_ps(stub, args) -> int:
     reply = stub.ResizePS(pb.ResizePSRequest(num_ps=args.num_ps), timeout=args.timeout)
-    if not reply.changed:
-        print(f"the PS layout already has the target {reply.target_num_ps} (layout version "
-              f"{reply.layout_version}, {reply.num_ps} PS, {reply.moves_pending} slot moves "
-              "pending)")
-        return 0
-    print(f"resize to {reply.target_num_ps} PS recorded: layout version {reply.layout_version} "
-          f"has {reply.num_ps} PS; {reply.moves_planned} of {reply.ps_slots} slots to move")
-    if reply.target_num_ps > reply.num_ps:
-        print(f"start the new PS: elastic-ps --master {args.master} --index K for K in "
-              f"{reply.num_ps}..{reply.target_num_ps - 1} (--num-ps may be left out)")
-    if reply.moves_pending:
-        print("slots do not move live yet (issue 25's next part): the moves are planned and "
-              "shown by elastic-ctl status")
+    print(format_resize(reply, args.master))
     return 0
+
+
+def format_resize(reply: pb.ResizePSResponse, master: str) -> str:
+    if not reply.changed:
+        return (f"the PS layout already has the target {reply.target_num_ps} (layout version "
+                f"{reply.layout_version}, {reply.num_ps} PS, {reply.moves_pending} slot moves "
+                "pending)")
+    out = [f"resize to {reply.target_num_ps} PS recorded: layout version "
+           f"{reply.layout_version} has {reply.num_ps} PS; {reply.moves_planned} of "
+           f"{reply.ps_slots} slots to move"]
+    if reply.target_num_ps > reply.num_ps:
+        out.append(f"start the new PS: elastic-ps --master {master} --index K for K in "
+                   f"{reply.num_ps}..{reply.target_num_ps - 1} (--num-ps may be left out)")
+    if reply.moves_pending:
+        wait = (" once the new PS have registered" if reply.target_num_ps > reply.num_ps
+                else "; the PS that leave exit once they hold no slot")
+        out.append(f"the master moves the {reply.moves_pending} slots live, while training "
+                   f"goes on{wait}: follow it with elastic-ctl status (PS LAYOUT)")
+    return "\n".join(out)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -277,19 +289,25 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("status", help="datasets, workers and PS").set_defaults(fn=cmd_status)
     ev = sub.add_parser("events", help="the elasticity timeline")
     ev.add_argument("--since", type=int, default=0, help="only events after this seq")
-    ev.add_argument("--limit", type=int, default=1000)
+    ev.add_argument("--limit", type=int, default=1000,
+                    help="events per call to the master (at most 10000; default 1000)")
     ev.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
-    ev.add_argument("--interval", type=float, default=0.5)
+    ev.add_argument("--interval", type=float, default=0.5,
+                    help="with --follow: seconds between asks when nothing new came "
+                    "(default 0.5)")
     ev.set_defaults(fn=cmd_events)
     w = sub.add_parser("watch", help="status, refreshed")
-    w.add_argument("--interval", type=float, default=1.0)
+    w.add_argument("--interval", type=float, default=1.0,
+                   help="seconds between refreshes (default 1.0)")
     w.add_argument("--count", type=int, default=0, help="stop after N refreshes (0: never)")
     w.set_defaults(fn=cmd_watch)
     rp = sub.add_parser("report", help="the goodput ledger")
     rp.add_argument("--dataset", default="", help="one dataset (default: all)")
     rp.set_defaults(fn=cmd_report)
     co = sub.add_parser("cost", help="what the worker-hours cost, from the ledger")
-    co.add_argument("--dataset", default="")
+    co.add_argument("--dataset", default="",
+                    help="count one dataset's records (default: all); the worker-hours are "
+                    "the whole job's either way")
     co.add_argument("--price", action="append", default=[], metavar="LABEL=PRICE",
                     help="price per worker-hour of workers with this label, e.g. "
                     "market=spot=0.12 (repeatable); worker time no priced label covers (unlabelled "
@@ -298,18 +316,24 @@ def parser() -> argparse.ArgumentParser:
                     help="price per worker-hour of workers no --price covers (default 1.0)")
     co.set_defaults(fn=cmd_cost)
     dr = sub.add_parser("drop", help="forget a dataset (its name can then be created again)")
-    dr.add_argument("dataset")
+    dr.add_argument("dataset", help="the dataset's name (as in elastic-ctl status)")
     dr.add_argument("--force", action="store_true",
                     help="drop it even while leases are out (their workers' reports are "
                     "then ignored; stop the workers first)")
     dr.set_defaults(fn=cmd_drop)
     rq = sub.add_parser("requeue", help="put quarantined shards back into TODO")
-    rq.add_argument("dataset")
-    rq.add_argument("--quarantined", action="store_true")
+    rq.add_argument("dataset", help="the dataset's name (as in elastic-ctl status)")
+    rq.add_argument("--quarantined", action="store_true",
+                    help="requeue the shards quarantined after --max-shard-failures failures "
+                    "(required: the only kind there is)")
     rq.set_defaults(fn=cmd_requeue)
     rz = sub.add_parser("resize-ps", help="set the PS count the job should have (the PS "
                         "layout's target; docs/ps.md, 'Slots and resize')")
-    rz.add_argument("num_ps", type=int, metavar="N")
+    rz.add_argument("num_ps", type=int, metavar="N",
+                    help="the PS count to reach, 1..min(1024, the master's --ps-slots): more "
+                    "than now plans slot moves to new indices (start them with elastic-ps "
+                    "--index K), fewer moves the slots of the indices >= N away (those PS "
+                    "then exit)")
     rz.set_defaults(fn=cmd_resize_ps)
     return p
 

@@ -58,13 +58,25 @@ def ago(ms: int, now_ms: int) -> str:
 PS_HEADERS = ["ps", "role", "state", "generation", "grpc", "data", "incarnation", "registered"]
 
 
+def ps_place(p: pb.PSInfo, lay: pb.PSLayoutStatus) -> str:
+    """'index/count' against the layout now (a PS keeps the count it registered with, which a
+    resize leaves behind: PS 0 of 2 is '0/1' once the layout is 1 PS); an index a grow adds
+    or a shrink removes says so."""
+    if not lay.layout_version:
+        return f"{p.index}/{p.num_ps}"
+    place = f"{p.index}/{lay.num_ps}"
+    if p.index < lay.num_ps:
+        return place
+    return f"{place} (joining)" if p.index < lay.target_num_ps else f"{place} (leaving)"
+
+
 def ps_rows(s: pb.GetStatusResponse) -> list[list[str]]:
-    """One row per PS process, by index: the primary (alive or lost) with its index's
-    generation, then its backups, each `in_sync` (its primary waits for it: promotable) or
+    """One row per PS process, by index (`ps_place`): the primary (alive or lost) with its
+    index's generation, then its backups, each `in_sync` (its primary waits for it: promotable) or
     `syncing` (still copying: not promotable without losing pushes)."""
     rows = []
     for p in sorted(s.ps, key=lambda p: p.index):
-        index, generation = f"{p.index}/{p.num_ps}", str(p.generation)
+        index, generation = ps_place(p, s.layout), str(p.generation)
         rows.append([index, "primary", p.state, generation, p.address, p.data_address,
                      str(p.incarnation), ago(p.registered_ms, s.time_ms)])
         rows += [[index, "backup", b.state, generation, b.address, b.data_address, "-",

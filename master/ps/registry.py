@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from rpckit.auth import is_curve_key
 from rpckit.errors import Reason, invalid, unavailable
-from ..limits import MAX_NUM_PS, check_address, check_int
+from ..limits import MAX_NUM_PS, check_endpoint, check_int
 from ..persistence.journal import Journal
 from ..states import EventKind
 from .layout import PSLayout
@@ -60,8 +60,8 @@ class PSRegistry:
     def join(self, address: str, data_address: str, index: int, num_ps: int,
              data_public_key: str = "", instance: str = "") -> PSRegistration:
         """Register a PS process: as its index's primary, or (--ps-replicas) as a backup."""
-        check_address("PS address", address)
-        check_address("PS data_address", data_address, empty_ok=True)
+        check_endpoint("PS address", address)
+        check_endpoint("PS data_address", data_address, "tcp://", empty_ok=True)
         if data_public_key and not is_curve_key(data_public_key):
             raise invalid("data_public_key must be a CURVE public key: 40 Z85 characters")
         check_int("num_ps", num_ps, 0, MAX_NUM_PS)  # 0: the layout's

@@ -28,6 +28,7 @@ import enum
 from dataclasses import dataclass
 
 from rpckit.errors import Reason, invalid, precondition
+from ..limits import MAX_ID, MAX_NUM_PS, check_int
 from ..persistence.journal import Journal
 
 MAX_REPLICAS = 8
@@ -176,9 +177,13 @@ class ReplicaSets:
 
     def report(self, index: int, generation: int, instance: str, in_sync: list[str]) -> int:
         """The primary's in-sync backups. FENCED unless it is the current primary."""
+        check_int("PS index", index, 0, MAX_NUM_PS - 1)
+        check_int("generation", generation, 0, MAX_ID)
         check_instance(instance)
         if len(in_sync) > 4 * MAX_REPLICAS:
             raise invalid(f"{len(in_sync)} in-sync backups listed; at most {4 * MAX_REPLICAS}")
+        for backup in in_sync:
+            check_instance(backup)
         current = self.gens.get(index)
         if current is None or current["instance"] != instance or current["generation"] != generation:
             now = f"generation {current['generation']}" if current else "no primary"

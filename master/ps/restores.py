@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import json
 
-from rpckit.errors import invalid
+from rpckit.errors import invalid, quote
 
+from ..limits import MAX_ID, check_int
 from ..persistence.journal import Journal
 
 KIND = "ps_restored"
 MAX_MARKS = 256  # applied marks kept in the event (the PS sends at most this many)
+CLOCK_SKEW_MS = 86_400_000  # a PS's clock may run this far ahead of the master's
 
 
 def record(journal: Journal, index: int, restored) -> None:
     """Journal the `ps_restored` event of PS `index` (a RestoredCheckpoint message)."""
-    check(restored)
+    check(restored, journal.now_ms())
     journal.event(KIND, cause="checkpoint", detail=json.dumps(dict(
         index=index, from_ms=restored.taken_ms, to_ms=restored.started_ms,
         checkpoint=restored.number, lost_s=round((restored.started_ms - restored.taken_ms)
@@ -33,14 +35,22 @@ def record(journal: Journal, index: int, restored) -> None:
     ), sort_keys=True))
 
 
-def check(restored) -> None:
-    """Refuse a window that cannot be recorded; called before the registration changes
-    anything, so a refused one leaves no trace."""
+def check(restored, now_ms: int) -> None:
+    """Refuse a window that cannot be recorded or lies in the future (past the master's clock
+    `now_ms` by more than CLOCK_SKEW_MS); called before the registration changes anything, so
+    a refused one leaves no trace."""
     if not 0 <= restored.taken_ms <= restored.started_ms:
         raise invalid(f"restored checkpoint window [{restored.taken_ms}, "
                       f"{restored.started_ms}] ms is not ordered (taken_ms <= started_ms)")
+    if restored.started_ms > now_ms + CLOCK_SKEW_MS:
+        raise invalid(f"restored checkpoint window ends at {restored.started_ms} ms, more than "
+                      f"a day after the master's clock ({now_ms} ms)")
+    check_int("restored checkpoint number", restored.number, 0, MAX_ID)
     if len(restored.applied) > MAX_MARKS:
         raise invalid(f"{len(restored.applied)} applied marks; send at most {MAX_MARKS}")
+    negative = [k for k, v in restored.applied.items() if v < 0]
+    if negative:
+        raise invalid(f"applied mark of client {quote(negative[0])} is negative")
 
 
 def _spans(events: list[dict]) -> dict[int, list[tuple[int, int]]]:

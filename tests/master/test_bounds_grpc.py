@@ -58,3 +58,44 @@ def test_status_and_events_stay_under_the_client_limit_at_1000_workers(master):
         seen += sum(e.kind == "worker_registered" for e in page.events)
         since = page.next
     assert seen == 1000
+
+
+def _refused(call) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+    assert reason_of(info.value) == "INVALID_ARGUMENT"
+    return info.value
+
+
+def test_rpcs_since_round_2_bound_every_number_and_name(master):
+    """Issue 37: GetLeases answered INTERNAL for a lease id past int64; its siblings' fields."""
+    stub = pb_grpc.MasterStub(grpc.insecure_channel(master.address))
+    stub.CreateDataset(pb.DatasetSpec(name="d", num_records=100, shard_size=10, num_epochs=1))
+    events_before = stub.GetEvents(pb.GetEventsRequest(since=0, limit=10_000)).next
+    for after in (1 << 63, (1 << 64) - 1):
+        err = _refused(lambda: stub.GetLeases(pb.GetLeasesRequest(
+            dataset="d", after=after, limit=2147483647)))
+        assert "after" in err.details()
+    assert stub.GetLeases(pb.GetLeasesRequest(dataset="d", after=(1 << 63) - 1)).next == \
+        (1 << 63) - 1  # the largest lease id: an empty page
+    _refused(lambda: stub.GetLeases(pb.GetLeasesRequest(dataset="d", limit=-1)))
+    _refused(lambda: stub.GetLeases(pb.GetLeasesRequest(dataset="x" * 200)))
+    _refused(lambda: stub.GetEvents(pb.GetEventsRequest(since=-1)))
+    ps = dict(address="127.0.0.1:1", data_address="tcp://127.0.0.1:2", index=0, num_ps=1,
+              instance="i-1")
+    for bad in (dict(address="no-port"), dict(address="h:0"), dict(address="h:65536"),
+                dict(data_address="127.0.0.1:2"), dict(data_address="tcp://h"),
+                dict(restored=pb.RestoredCheckpoint(taken_ms=1, started_ms=2, number=-1)),
+                dict(restored=pb.RestoredCheckpoint(taken_ms=1, started_ms=(1 << 63) - 1)),
+                dict(restored=pb.RestoredCheckpoint(taken_ms=1, started_ms=2,
+                                                    applied={"c": -1}))):
+        _refused(lambda: stub.RegisterPS(pb.RegisterPSRequest(**{**ps, **bad})))
+    joined = stub.RegisterPS(pb.RegisterPSRequest(**ps))
+    report = dict(index=0, generation=joined.generation, instance="i-1")
+    for bad in (dict(index=-1), dict(index=1 << 30), dict(generation=-1),
+                dict(in_sync=["x" * 65]), dict(in_sync=["a\nb"])):
+        _refused(lambda: stub.ReportReplicas(pb.ReportReplicasRequest(**{**report, **bad})))
+    stub.ReportReplicas(pb.ReportReplicasRequest(**report, in_sync=["i-2"]))
+    kinds = [e.kind for e in stub.GetEvents(pb.GetEventsRequest(since=events_before)).events]
+    assert kinds == ["ps_registered"], kinds  # only the accepted registration left a trace

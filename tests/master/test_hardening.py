@@ -13,10 +13,12 @@ from master.calls import Report
 from master.core import MasterCore, Settings
 from master.datasets.shards import DatasetQueue
 from master.datasets.spec import DatasetSpec
-from master.limits import MAX_SEED
+from master.limits import MAX_SEED, check_endpoint
+from master.ps import restores
 from master.persistence.committer import Committer
 from master.persistence.store import Store
 from master.views import status_view
+from protos import master_pb2 as pb
 from rpckit.errors import ServiceError
 from tests.fakes import FakeClock
 from tests.master.harness import Harness, assert_exactly_once
@@ -344,3 +346,38 @@ def test_a_released_quarantine_unfinishes_its_epoch_until_done_again():
     kinds = [e["kind"] for e in h.store.events(0, 1000)]
     assert kinds.count("epoch_finished") == 2
     assert_exactly_once(h.audit()[0], 20)
+
+
+# ---- issue 37: the fields of the RPCs added since (tests/master/test_hostile_walk.py) ------
+
+
+@pytest.mark.parametrize("address", ["h", "h:0", "h:65536", ":5", "tcp://h:5", "h:5 ", "[::1]",
+                                     "h:1\x00"])
+def test_a_ps_address_names_a_host_and_a_port(address):
+    refused(lambda: check_endpoint("PS address", address))
+
+
+def test_ps_addresses_as_ps_register_them_pass():
+    for address in ("127.0.0.1:50051", "ps-0.example.com:1", "[::1]:65535", "[fe80::1%eth0]:5"):
+        check_endpoint("PS address", address)
+        check_endpoint("PS data_address", f"tcp://{address}", "tcp://")
+    check_endpoint("PS data_address", "", "tcp://", empty_ok=True)
+    refused(lambda: check_endpoint("PS data_address", "127.0.0.1:5", "tcp://"))
+
+
+def test_a_restored_window_is_ordered_and_not_in_the_future():
+    now = 1_700_000_000_000
+    ok = pb.RestoredCheckpoint(taken_ms=now - 5000, started_ms=now, number=3, applied={"c": 7})
+    restores.check(ok, now)
+    for bad in (dict(taken_ms=now, started_ms=now - 1), dict(taken_ms=-1),
+                dict(started_ms=now + restores.CLOCK_SKEW_MS + 1), dict(number=-1),
+                dict(applied={"c": -1}), dict(applied={f"c{i}": 1 for i in range(257)})):
+        msg = pb.RestoredCheckpoint()
+        msg.CopyFrom(ok)
+        for key, value in bad.items():
+            if key == "applied":
+                msg.applied.clear()
+                msg.applied.update(value)
+            else:
+                setattr(msg, key, value)
+        refused(lambda: restores.check(msg, now))

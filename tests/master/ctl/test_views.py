@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from master.ctl.cli import format_cost, format_report, format_status
+from master.ctl.cli import (format_cost, format_report, format_resize, format_status,
+                            format_updates_lost)
 from master.ctl.views import cost_rows, dataset_rows, ps_rows
 from master.datasets.ledger import epoch_ledgers, goodput
 from protos import master_pb2 as pb
@@ -131,3 +132,46 @@ def test_ctl_drop_refuses_while_leases_are_out_then_drops(master):
     assert out.returncode == 0 and "1 leases out were ended" in out.stdout
     datasets = ctl(master.address, "status").stdout.split("WORKERS")[0]
     assert datasets.strip() == "DATASETS\n  (none)"
+
+
+def _ps(index: int, num_ps: int) -> pb.PSInfo:
+    return pb.PSInfo(index=index, num_ps=num_ps, state="alive", address=f"h:{index + 1}")
+
+
+def test_each_ps_is_counted_against_the_layout_now_not_its_registration():
+    """Issue 37: after a shrink to 1 PS, PS 0 (registered as one of 2) showed '0/2'."""
+    shrunk = pb.GetStatusResponse(ps=[_ps(0, 2), _ps(1, 2)], layout=pb.PSLayoutStatus(
+        layout_version=3, num_ps=1, target_num_ps=1, ps_slots=64))
+    assert [r[0] for r in ps_rows(shrunk)] == ["0/1", "1/1 (leaving)"]
+    growing = pb.GetStatusResponse(ps=[_ps(0, 1), _ps(1, 2)], layout=pb.PSLayoutStatus(
+        layout_version=1, num_ps=1, target_num_ps=2, ps_slots=64, resizing=True))
+    assert [r[0] for r in ps_rows(growing)] == ["0/1", "1/1 (joining)"]
+    no_layout = pb.GetStatusResponse(ps=[_ps(0, 2)])
+    assert [r[0] for r in ps_rows(no_layout)] == ["0/2"]
+
+
+def test_updates_lost_is_calm_at_zero_and_a_warning_above():
+    assert format_updates_lost(pb.GetLedgerResponse()) == ""  # no restore: no line
+    calm = format_updates_lost(pb.GetLedgerResponse(updates_lost=0, ps_updates_lost=[
+        pb.PSUpdatesLost(index=0, records=0, restores=2)]))
+    assert calm.startswith("updates lost: none") and "2 restore(s)" in calm
+    assert "WARNING" not in calm and "UPDATES LOST" not in calm
+    lost = format_updates_lost(pb.GetLedgerResponse(updates_lost=40, ps_updates_lost=[
+        pb.PSUpdatesLost(index=1, records=40, restores=1, from_ms=1000, to_ms=2000)]))
+    assert lost.startswith("WARNING: UPDATES LOST: 40 records") and "ps 1: 40 records" in lost
+
+
+def test_resize_says_the_slots_move_live():
+    grow = format_resize(pb.ResizePSResponse(layout_version=1, num_ps=1, target_num_ps=2,
+                                             moves_planned=32, moves_pending=32, ps_slots=64,
+                                             changed=True), "m:1")
+    assert "elastic-ps --master m:1 --index K for K in 1..1" in grow
+    assert "moves the 32 slots live" in grow and "once the new PS have registered" in grow
+    assert "yet" not in grow and "issue" not in grow
+    shrink = format_resize(pb.ResizePSResponse(layout_version=2, num_ps=2, target_num_ps=1,
+                                               moves_planned=32, moves_pending=32, ps_slots=64,
+                                               changed=True), "m:1")
+    assert "elastic-ps" not in shrink and "exit once they hold no slot" in shrink
+    same = format_resize(pb.ResizePSResponse(layout_version=2, num_ps=1, target_num_ps=1,
+                                             ps_slots=64), "m:1")
+    assert same.startswith("the PS layout already has the target 1")

@@ -1,0 +1,83 @@
+"""Every argument of every command line says what it is for (issue 37): the parsers of
+elastic-ctl (each subcommand), elastic-master and elastic-ps are walked, and an argument (or a
+subcommand) without help fails here (no network, no process)."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from master import settings as master_settings
+from master.ctl import cli as ctl
+from ps import settings as ps_settings
+from rpckit.settings import FlagParser
+
+
+class _Parsed(Exception):
+    pass
+
+
+def _server_parser(parse, monkeypatch) -> argparse.ArgumentParser:
+    """The FlagParser `parse` builds, caught before it parses anything."""
+    seen = {}
+
+    def grab(self, cls, argv, check=None):
+        seen["parser"] = self
+        raise _Parsed
+
+    monkeypatch.setattr(FlagParser, "settings", grab)
+    with pytest.raises(_Parsed):
+        parse([])
+    return seen["parser"]
+
+
+def _without_help(parser: argparse.ArgumentParser, where: str) -> list[str]:
+    missing = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            described = {a.dest: a.help for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not (described.get(name) or "").strip():
+                    missing.append(f"{where} {name} (the subcommand)")
+                missing += _without_help(sub, f"{where} {name}")
+            continue
+        if action.help == argparse.SUPPRESS:
+            continue
+        if not (action.help or "").strip():
+            name = "/".join(action.option_strings) or action.metavar or action.dest
+            missing.append(f"{where} {name}")
+    return missing
+
+
+def test_every_elastic_ctl_argument_and_subcommand_has_help():
+    parser = ctl.parser()
+    assert _without_help(parser, "elastic-ctl") == []
+    # the walk does reach the subcommands' arguments
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert {"status", "resize-ps", "drop"} <= set(commands.choices)
+    resize = commands.choices["resize-ps"].format_help()
+    assert "N" in resize and "PS count" in resize
+
+
+@pytest.mark.parametrize("parse,name", [(master_settings.parse, "elastic-master"),
+                                        (ps_settings.parse, "elastic-ps")])
+def test_every_server_flag_has_help(parse, name, monkeypatch):
+    parser = _server_parser(parse, monkeypatch)
+    assert len(parser._actions) > 10
+    assert _without_help(parser, name) == []
+
+
+def test_the_walk_finds_an_argument_without_help():
+    parser = argparse.ArgumentParser(prog="x")
+    parser.add_argument("--fine", help="described")
+    sub = parser.add_subparsers(dest="command")
+    one = sub.add_parser("one", help="described")
+    one.add_argument("thing")
+    sub.add_parser("two")
+    assert _without_help(parser, "x") == ["x one thing", "x two (the subcommand)"]
+
+
+def test_the_data_ipc_help_names_the_plain_unix_socket(monkeypatch):
+    parser = _server_parser(ps_settings.parse, monkeypatch)
+    (ipc,) = [a for a in parser._actions if "--data-ipc" in a.option_strings]
+    assert "unix://" in ipc.help and "plain" in ipc.help
