@@ -10,7 +10,7 @@ from setuptools import find_packages
 
 from cluster.launch import CODE_ROOT
 
-INSTALLED = {"master", "ps", "worker_sdk", "protos", "rpckit", "pswire"}
+INSTALLED = {"master", "ps", "worker_sdk", "protos", "rpckit", "pswire", "engines"}
 INFRASTRUCTURE = sorted(INSTALLED | {"cluster"})
 RUN_FROM_THE_CHECKOUT = {"examples", "benchmarks", "tests", "scripts"}
 
