@@ -1,0 +1,81 @@
+"""`engine_options`: what each engine accepts, checked with the rest of the spec.
+
+local: `market_trace` (a CSV, relative to the spec's folder; checked row by row now, so a bad
+row stops the job before anything starts) and `preempt_grace_s` (SIGTERM to SIGKILL).
+ray: `address` (`auto`: a running cluster, or a local one when none runs) and `market_label`
+(the node label naming a node's market).
+kubernetes: `namespace`, `image` and `market_selectors` (per market, the node selector its pods
+get, e.g. `{spot: {node.kubernetes.io/capacity-type: spot}}`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from engines.markets import MarketTrace, TraceError
+
+from .errors import SpecError
+from .fields import Fields
+
+DEFAULT_PREEMPT_GRACE_S = 30.0
+
+
+def engine_options(engine: str, value: Any, markets: tuple[str, ...],
+                   base_dir: Path | str | None) -> Mapping[str, Any]:
+    f = Fields("engine_options", value)
+    if engine == "local":
+        options = _local(f, markets, base_dir)
+    elif engine == "ray":
+        options = {"address": f.text("address", "auto"),
+                   "market_label": f.text("market_label", "market")}
+    else:
+        options = {"namespace": f.text("namespace", "default"),
+                   "image": f.text("image", "elastic-ps:latest"),
+                   "market_selectors": _selectors(f, markets)}
+    f.done()
+    return MappingProxyType(options)
+
+
+def _local(f: Fields, markets: tuple[str, ...], base_dir) -> dict:
+    options = {"preempt_grace_s": f.number("preempt_grace_s", DEFAULT_PREEMPT_GRACE_S,
+                                           0.0, 3600.0),
+               "market_trace": None}
+    raw = f.get("market_trace")
+    if raw is not None:
+        where = f.at("market_trace")
+        path = Path(f.text("market_trace"))
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        options["market_trace"] = str(path)
+        check_trace(where, load_trace(where, path), markets)
+    return options
+
+
+def load_trace(where: str, path: Path | str) -> MarketTrace:
+    try:
+        return MarketTrace.load(path)
+    except TraceError as e:
+        raise SpecError(where, f"{path}: {e}") from None
+
+
+def check_trace(where: str, trace: MarketTrace, markets: tuple[str, ...]) -> None:
+    """A trace naming a market the job does not list is most likely a typo: refuse it."""
+    unknown = sorted(set(trace.markets) - set(markets))
+    if unknown:
+        raise SpecError(where, f"the trace names market {unknown[0]!r}, which workers.markets "
+                               f"does not list ({', '.join(markets)})")
+
+
+def _selectors(f: Fields, markets: tuple[str, ...]) -> Mapping[str, Mapping[str, str]]:
+    sel = Fields(f.at("market_selectors"), f.get("market_selectors"))
+    out = {}
+    for market in sel.raw:
+        if market not in markets:
+            raise SpecError(sel.at(market), f"unknown market {market!r}; workers.markets lists "
+                                            f"{', '.join(markets)}")
+        labels = Fields(sel.at(market), sel.get(market))
+        out[market] = MappingProxyType({k: labels.text(k) for k in labels.raw})
+        labels.done()
+    sel.done()
+    return MappingProxyType(out)

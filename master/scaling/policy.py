@@ -1,0 +1,342 @@
+"""The scaling policy: `decide(spec, signals, state, now) -> (decisions, new_state)`.
+
+Pure: no clock of its own, no I/O. The leader calls it every `scaling.interval_s`, applies the
+decisions through the engine, and persists the new state. The floors (DESIGN, round 4):
+workers held within [min, max] and PS within [ps.min, ps.max]; a preempted or lost process
+replaced at the next interval; spot first (the first market listed), the next market when a
+launch there failed or stayed pending for `spot_wait_s`, and back when the first admits
+launches again; one more worker while the last one added raised records/s by at least
+`min_gain` of a worker's average (no PS hot, the budget allows), one fewer when it did not; PS
++1 when one has been hot for `ps_hot_intervals` intervals, -1 when all are cold, at most once
+per `ps_cooldown_s`; never above `budget_per_hour` (the spec guarantees the floors fit in it).
+
+Decisions come decreases first, so applying them in order never runs more than max processes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from master.job.spec import JobSpec
+
+from .decisions import Decision, Reason, Role
+from .signals import Signals
+from .state import Block, PolicyState, Probe
+
+W, PS = Role.WORKER.value, Role.PS.value
+MAX_BACKOFF_INTERVALS = 32   # a crash-looping command waits at most 32 intervals between tries
+
+
+def decide(spec: JobSpec, signals: Signals, state: PolicyState | None,
+           now: float) -> tuple[tuple[Decision, ...], PolicyState]:
+    state = _started(spec, state or PolicyState(), now)
+    plan = _Plan(spec, signals)
+    state = _watch_markets(spec, signals, state, now, plan)
+    state = _plan_ps(spec, signals, state, now, plan)
+    state = _plan_workers(spec, signals, state, now, plan)
+    return plan.decisions(), state
+
+
+def _started(spec: JobSpec, state: PolicyState, now: float) -> PolicyState:
+    if state.started is not None:
+        return state
+    return state.with_(started=now, workers=spec.workers.min, ps=spec.ps.count)
+
+
+@dataclass
+class _Plan:
+    """The changes decided so far, per (role, market), in the order their reasons arose."""
+
+    spec: JobSpec
+    signals: Signals
+    steps: list[tuple[str, str, int, Reason]] = field(default_factory=list)
+    ps_from: int | None = None
+
+    def add(self, role: str, market: str, delta: int, reason: Reason) -> None:
+        if delta:
+            self.steps.append((role, market, delta, reason))
+
+    def count(self, role: str, market: str) -> int:
+        """The live count once the steps so far are applied."""
+        base = self.signals.live(role, market)
+        return base + sum(d for r, m, d, _ in self.steps if r == role and m == market)
+
+    def cancel_launch(self, role: str, market: str) -> bool:
+        """Take one back from the last launch planned on `market`; False when none is."""
+        for i in range(len(self.steps) - 1, -1, -1):
+            r, m, delta, reason = self.steps[i]
+            if r == role and m == market and delta > 0:
+                self.steps[i] = (r, m, delta - 1, reason)
+                if delta == 1:
+                    del self.steps[i]
+                return True
+        return False
+
+    def decisions(self) -> tuple[Decision, ...]:
+        seen = self.signals.summary()
+        counts: dict[tuple[str, str], int] = {}
+        out = []
+        # Decreases first: applied in order, no prefix ever runs more than max processes.
+        for role, market, delta, reason in sorted(self.steps, key=lambda s: s[2] > 0):
+            key = (role, market)
+            if key not in counts:
+                counts[key] = (self.ps_from if role == PS and self.ps_from is not None
+                               else self.signals.live(role, market))
+            out.append(Decision(Role(role), market, counts[key], counts[key] + delta, reason,
+                                seen))
+            counts[key] += delta
+        return tuple(out)
+
+
+# ---- markets: which ones the policy launches workers on
+
+def _watch_markets(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
+                   plan: _Plan) -> PolicyState:
+    """Block a market whose launch failed or stayed pending `spot_wait_s` (its stuck pending
+    launches are cancelled, to be made on the next market); unblock it when the engine says it
+    admits launches again after having said it did not, or, when the engine cannot tell, once
+    `spot_wait_s` has passed (a probe)."""
+    wait = spec.scaling.spot_wait_s
+    pending_since, blocked = dict(state.pending_since), dict(state.blocked)
+    for market in spec.workers.market_names:
+        pending = signals.pending.get((W, market), 0)
+        if pending:
+            pending_since.setdefault(market, now)
+        else:
+            pending_since.pop(market, None)
+        stuck = bool(wait) and pending and now - pending_since[market] >= wait
+        admits = signals.admits_launches(market)
+        if signals.failed_launches.get((W, market), 0) or stuck:
+            blocked[market] = Block(since=now, saw_closed=not admits)
+            if stuck:
+                plan.add(W, market, -pending, Reason.MARKET_UNAVAILABLE)
+                pending_since.pop(market)
+        elif market in blocked:
+            block = blocked[market]
+            if not admits:
+                blocked[market] = Block(block.since, saw_closed=True)
+            elif block.saw_closed or now - block.since >= max(wait, spec.scaling.interval_s):
+                del blocked[market]
+    return state.with_(pending_since=pending_since, blocked=blocked)
+
+
+def _usable(spec: JobSpec, signals: Signals, state: PolicyState) -> list[str]:
+    return [m for m in spec.workers.market_names
+            if m not in state.blocked and signals.admits_launches(m)]
+
+
+def _fill_market(spec: JobSpec, signals: Signals, state: PolicyState) -> str:
+    """Where new workers go: the first usable market, else the last (most reliable) one."""
+    usable = _usable(spec, signals, state)
+    return usable[0] if usable else spec.workers.market_names[-1]
+
+
+# ---- the PS set
+
+def _plan_ps(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
+             plan: _Plan) -> PolicyState:
+    s, market, target = spec.scaling, spec.ps.market, state.ps
+    plan.ps_from = target
+    if state.last_ps_change is None and now == state.started and state.hot_intervals == 0:
+        plan.ps_from = 0  # the first call: the PS set is launched like any shortfall
+        plan.add(PS, market, target, Reason.BELOW_MIN)
+        return state.with_(last_ps_change=now)
+    for reason, counts in ((Reason.REPLACE_PREEMPTED, signals.preempted),
+                           (Reason.REPLACE_LOST, signals.lost)):
+        gone = min(counts.get((PS, market), 0), target)
+        if gone:  # restarted in its slot; the set's size does not change
+            plan.ps_from = target - gone
+            plan.add(PS, market, gone, reason)
+    hot = any(c > s.ps_hot_cpu for c in signals.ps_cpu)
+    hot_intervals = state.hot_intervals + 1 if hot else 0
+    cooled = now - (state.last_ps_change if state.last_ps_change is not None
+                    else state.started) >= s.ps_cooldown_s
+    cold = bool(signals.ps_cpu) and all(c < s.ps_cold_cpu for c in signals.ps_cpu)
+    new = target
+    if target < spec.ps.min:
+        new, reason = spec.ps.min, Reason.BELOW_MIN
+    elif target > spec.ps.max:
+        new, reason = spec.ps.max, Reason.ABOVE_MAX
+    elif (hot_intervals >= s.ps_hot_intervals and target < spec.ps.max and cooled
+          and _within_budget(spec, signals, _worker_counts(spec, plan), target + 1)):
+        new, reason = target + 1, Reason.PS_HOT
+    elif cold and target > spec.ps.min and cooled:
+        new, reason = target - 1, Reason.PS_COLD
+    if new == target:
+        return state.with_(hot_intervals=hot_intervals)
+    plan.add(PS, market, new - target, reason)
+    return state.with_(ps=new, hot_intervals=0, last_ps_change=now)
+
+
+# ---- cost
+
+def _price(spec: JobSpec, signals: Signals, market: str) -> float:
+    return signals.prices.get(market, spec.workers.price(market))
+
+
+def _cost(spec: JobSpec, signals: Signals, workers: dict[str, int], ps: int) -> float:
+    fixed = (1 + spec.master.standbys + ps) * _price(spec, signals, spec.ps.market)
+    return fixed + sum(n * _price(spec, signals, m) for m, n in workers.items())
+
+
+def _within_budget(spec: JobSpec, signals: Signals, workers: dict[str, int], ps: int) -> bool:
+    budget = spec.scaling.budget_per_hour
+    return not budget or _cost(spec, signals, workers, ps) <= budget + 1e-9
+
+
+def _worker_counts(spec: JobSpec, plan: _Plan) -> dict[str, int]:
+    return {m: plan.count(W, m) for m in spec.workers.market_names}
+
+
+# ---- workers
+
+def _plan_workers(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
+                  plan: _Plan) -> PolicyState:
+    state = _backoff(spec, signals, state, now)
+    returning = bool(_returns(spec, signals, state, plan))
+    state, target, growth, shrink = _target(spec, signals, state, now, plan, returning)
+    counts = _worker_counts(spec, plan)
+    have = sum(counts.values())
+    if have > target:
+        _drain(spec, plan, have - target, shrink if shrink else
+               (Reason.ABOVE_MAX if have > spec.workers.max else Reason.NO_GAIN))
+    for market, n, best in _returns(spec, signals, state, plan):
+        plan.add(W, market, -n, Reason.MARKET_RETURNED)
+        plan.add(W, best, n, Reason.MARKET_RETURNED)
+    if have < target and not _backing_off(state, now):
+        _fill(spec, signals, state, plan, target - have, growth)
+    target = _fit_budget(spec, signals, state, plan, target)
+    if growth and target <= have:
+        state = state.with_(probe=None)  # the budget took the added worker back
+    return state.with_(workers=target)
+
+
+def _backoff(spec: JobSpec, signals: Signals, state: PolicyState, now: float) -> PolicyState:
+    """A command that exits at once is relaunched after 1, 2, 4, ... intervals, not at once."""
+    crashed = signals.total(signals.crashed, W)
+    if crashed:
+        streak = state.crash_streak + 1
+        return state.with_(crash_streak=streak, backoff_until=now + _wait(spec, streak))
+    # reset once a relaunch has outlived the last wait without a crash
+    if (state.crash_streak and state.backoff_until is not None
+            and now - state.backoff_until >= _wait(spec, state.crash_streak)):
+        return state.with_(crash_streak=0, backoff_until=None)
+    return state
+
+
+def _wait(spec: JobSpec, streak: int) -> float:
+    return spec.scaling.interval_s * min(2 ** (streak - 1), MAX_BACKOFF_INTERVALS)
+
+
+def _backing_off(state: PolicyState, now: float) -> bool:
+    return state.backoff_until is not None and now < state.backoff_until
+
+
+def _target(spec: JobSpec, signals: Signals, state: PolicyState, now: float, plan: _Plan,
+            returning: bool):
+    """The worker target after judging the probe in flight and maybe starting one: (state,
+    target, the growth reason or None, the shrink reason or None)."""
+    w, s = spec.workers, spec.scaling
+    target = min(max(state.workers, w.min), w.max)
+    live = sum(signals.live(W, m) for m in w.market_names)
+    disturbed = any(signals.total(c, W) for c in (signals.preempted, signals.lost,
+                                                  signals.failed_launches))
+    pending = signals.total(signals.pending, W)
+    probe = state.probe
+    if probe is not None and (disturbed or live != target):
+        probe = None  # a preemption or a loss spoils the measurement: judge a later one
+    if probe is not None and probe.ready_at is None and not pending:
+        probe = Probe(probe.base_rps, probe.base_count, now)
+    if probe is not None and probe.ready_at is not None and now - probe.ready_at >= s.interval_s:
+        gain = signals.records_per_s - probe.base_rps
+        average = probe.base_rps / probe.base_count if probe.base_count else 0.0
+        if gain > 0 and gain >= s.min_gain * average:
+            state = state.with_(probe=None, last_gain=gain)
+            probe = None
+        else:
+            state = state.with_(probe=None, hold_until=now + s.ps_cooldown_s, hold_ps=state.ps)
+            if target - 1 >= w.min:
+                return state, target - 1, None, Reason.NO_GAIN
+            return state, target, None, None
+    state = state.with_(probe=probe)
+    held = (state.hold_until is not None and now < state.hold_until
+            and state.hold_ps == state.ps)
+    hot = any(c > s.ps_hot_cpu for c in signals.ps_cpu)
+    moving = returning or any(role == W for role, *_ in plan.steps)  # grow once settled
+    if (probe is None and not held and not hot and not disturbed and not pending and not moving
+            and live == target and target < w.max and (signals.records_per_s > 0 or not live)
+            and not _backing_off(state, now)):
+        more = _worker_counts(spec, plan)
+        more[_fill_market(spec, signals, state)] += 1
+        if _within_budget(spec, signals, more, state.ps):
+            state = state.with_(probe=Probe(signals.records_per_s, live))
+            return state, target + 1, Reason.THROUGHPUT_GAIN, None
+    return state, target, None, None
+
+
+def _returns(spec: JobSpec, signals: Signals, state: PolicyState,
+             plan: _Plan) -> list[tuple[str, int, str]]:
+    """Workers on a later market move to an earlier one that admits launches: drained (an
+    exact hand-back) and launched there in the same interval, as (from market, how many, to).
+    When the engine cannot say whether a market admits launches, one worker moves per
+    interval (a probe)."""
+    usable = _usable(spec, signals, state)
+    if not usable:
+        return []
+    order = spec.workers.market_names
+    best, moves = usable[0], []
+    budget = None if signals.admits is not None else 1
+    for market in reversed(order[order.index(best) + 1:]):
+        n = plan.count(W, market)
+        if budget is not None:
+            n = min(n, budget)
+            budget -= n
+        if n:
+            moves.append((market, n, best))
+    return moves
+
+
+def _drain(spec: JobSpec, plan: _Plan, n: int, reason: Reason) -> None:
+    """Drain from the least preferred market first."""
+    for market in reversed(spec.workers.market_names):
+        take = min(n, plan.count(W, market))
+        plan.add(W, market, -take, reason)
+        n -= take
+
+
+def _fill(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan, n: int,
+          growth: Reason | None) -> None:
+    """Launch n workers on the fill market, each attributed to what made it needed."""
+    market = _fill_market(spec, signals, state)
+    have = sum(_worker_counts(spec, plan).values())
+    causes = [
+        (Reason.MARKET_UNAVAILABLE, signals.total(signals.failed_launches, W)
+         + sum(-d for r, _, d, why in plan.steps
+               if r == W and why is Reason.MARKET_UNAVAILABLE and d < 0)),
+        (Reason.REPLACE_PREEMPTED, signals.total(signals.preempted, W)),
+        (Reason.REPLACE_LOST, signals.total(signals.lost, W)),
+        (Reason.BELOW_MIN, max(0, spec.workers.min - have)),
+        (growth or Reason.BELOW_MIN, 1 if growth else 0),
+    ]
+    for reason, count in causes:
+        take = min(n, count)
+        plan.add(W, market, take, reason)
+        n -= take
+    plan.add(W, market, n, Reason.REPLACE_LOST)  # anything else we wanted and do not have
+
+
+def _fit_budget(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan,
+                target: int) -> int:
+    """Drop workers, dearest market first, until the plan costs no more than the budget (never
+    below workers.min: the spec's budget covers that floor)."""
+    if not spec.scaling.budget_per_hour:
+        return target
+    while target > spec.workers.min:
+        counts = _worker_counts(spec, plan)
+        if _within_budget(spec, signals, counts, state.ps):
+            break
+        dearest = max((m for m, n in counts.items() if n > 0),
+                      key=lambda m: (_price(spec, signals, m), spec.workers.market_names.index(m)))
+        if not plan.cancel_launch(W, dearest):
+            plan.add(W, dearest, -1, Reason.BUDGET)
+        target = min(target, sum(counts.values()) - 1)
+    return target

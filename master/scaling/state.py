@@ -1,0 +1,68 @@
+"""What the policy remembers between intervals, as one frozen value the caller persists (a
+standby that takes over continues from it): targets, the hot-interval count, the last PS
+change, since when each market's launches have been pending, which markets it stopped
+launching on, the throughput probe in flight and the crash back-off."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Block:
+    """A market the policy stopped launching workers on: since when, and whether the engine has
+    since said it admits no launches (a return after that is a real return, not a probe)."""
+
+    since: float
+    saw_closed: bool = False
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A worker added for throughput, to be judged one interval after it runs: records/s and
+    the live count before it, and when every worker was up (None: not yet)."""
+
+    base_rps: float
+    base_count: int
+    ready_at: float | None = None
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    started: float | None = None
+    workers: int | None = None            # the worker target over all markets
+    ps: int | None = None                 # the PS set's target size
+    hot_intervals: int = 0
+    last_ps_change: float | None = None
+    pending_since: Mapping[str, float] = field(default_factory=dict)
+    blocked: Mapping[str, Block] = field(default_factory=dict)
+    probe: Probe | None = None
+    last_gain: float | None = None        # records/s the last worker added brought
+    hold_until: float | None = None       # after a no_gain: no probe before this ...
+    hold_ps: int | None = None            # ... unless the PS count moved from this
+    crash_streak: int = 0
+    backoff_until: float | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "pending_since", MappingProxyType(dict(self.pending_since)))
+        object.__setattr__(self, "blocked", MappingProxyType(dict(self.blocked)))
+
+    def with_(self, **changes) -> "PolicyState":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able, for the master's database; from_dict reads it back."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["pending_since"] = dict(self.pending_since)
+        out["blocked"] = {m: asdict(b) for m, b in self.blocked.items()}
+        out["probe"] = None if self.probe is None else asdict(self.probe)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PolicyState":
+        data = dict(data)
+        data["blocked"] = {m: Block(**b) for m, b in (data.get("blocked") or {}).items()}
+        if data.get("probe") is not None:
+            data["probe"] = Probe(**data["probe"])
+        return cls(**data)
