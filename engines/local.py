@@ -32,7 +32,9 @@ POLL_S = 0.1
 # (PID: sh's, the process the engine knows). The trap makes sh outlive a SIGTERM sent to the
 # group until the command ended (POSIX runs a trap after the foreground command), and a
 # trapped signal is reset at exec: the command itself gets the default action.
-WRAPPER = ('trap : TERM INT HUP; "$@"; rc=$?; '
+# It also writes its pid to LOG.pid first: a master that died between asking for a launch and
+# recording the process's id lets the next one find it by name (`find`).
+WRAPPER = ('echo $$ > "$0.pid"; trap : TERM INT HUP; "$@"; rc=$?; '
            'echo $rc > "$0.$$.tmp" && mv "$0.$$.tmp" "$0.$$.exit"; exit $rc')
 
 
@@ -142,6 +144,24 @@ class LocalEngine:
                                            _exit_file(handle.log, pid) if handle.log else
                                            Path("/nonexistent"))
             return process.alive(handle.id)
+
+    def find(self, role: str, name: str, market: str) -> Handle | None:
+        """The process launched as `name` (by any engine on this workdir) if it still runs:
+        for a launch whose id was never recorded."""
+        log_path = self.workdir / f"{name}.log"
+        try:
+            pid = int((self.workdir / f"{name}.log.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+        ident = process.identity(pid)
+        if not ident:
+            return None
+        return Handle(role=str(role), name=name, market=market, id=ident,
+                      started_ms=int(self.clock() * 1000), log=str(log_path))
+
+    def cpu_seconds(self, handle: Handle) -> float | None:
+        """CPU seconds the process and its children used so far (None: gone)."""
+        return process.cpu_seconds(int(handle.id.partition(":")[0]))
 
     def running(self) -> list[Handle]:
         with self._lock:

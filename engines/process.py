@@ -107,15 +107,37 @@ def signal_group(pid: int, sig: int) -> bool:
 def start_ticks(pid: int) -> int | None:
     """When process `pid` started (clock ticks since boot), or None when there is no such
     process or it has exited (a zombie)."""
+    # the command name (2nd field) is in parentheses and may hold spaces: split after it
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def _stat_fields(pid: int) -> list[str] | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    # the command name (2nd field) is in parentheses and may hold spaces: split after it
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def cpu_seconds(pid: int, depth: int = 3) -> float | None:
+    """User and system CPU seconds of `pid` and its descendants (`depth` levels: the
+    wrapper, the command, what the command starts); None when `pid` is gone."""
+    fields = _stat_fields(pid)
+    if fields is None:
         return None
-    return int(fields[19])
+    ticks = int(fields[11]) + int(fields[12])
+    total = ticks / os.sysconf("SC_CLK_TCK")
+    if depth > 0:
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            children = []
+        for child in children:
+            total += cpu_seconds(int(child), depth - 1) or 0.0
+    return total
 
 
 def identity(pid: int) -> str:

@@ -69,7 +69,7 @@ class Leading:
     any earlier leader)."""
 
     def __init__(self, settings: MasterSettings, store: Store, servicer: MasterServicer,
-                 election: Election, stop: threading.Event, fail):
+                 election: Election, stop: threading.Event, fail, address: str = ""):
         snapshot = store.load()
         self.core = MasterCore(_core_settings(settings), snapshot=snapshot)
         store.fence = election.fence
@@ -88,6 +88,13 @@ class Leading:
                                token=auth.read_token(settings.auth_token,
                                                      settings.auth_token_file))
         self.mover.start()
+        # the job this master was started with (--job); without one it launches nothing, as
+        # before (and loads none of the job's code)
+        self.driver = None
+        if settings.job:
+            from .job.leading import start_driver
+            self.driver = start_driver(settings, store, self.core, self.committer, address)
+        servicer.driver = self.driver
 
     def _tick(self) -> None:
         while not self.stop.wait(TICK_S):
@@ -100,6 +107,8 @@ class Leading:
                     return
 
     def close(self) -> None:
+        if self.driver is not None:
+            self.driver.close()
         self.monitor.stop.set()
         self.mover.stop.set()
         self.committer.stop()
@@ -176,7 +185,8 @@ def run(settings: MasterSettings) -> int:
 
     def on_elected(term: int) -> None:
         try:
-            leading.append(Leading(settings, store, servicer, election, stop, on_fatal))
+            leading.append(Leading(settings, store, servicer, election, stop, on_fatal,
+                                   address))
         except Exception as exc:  # noqa: BLE001 - cannot lead: let a standby do it
             fail(3, f"cannot load the state as the new leader: {exc}")
             return
