@@ -23,6 +23,10 @@ def main() -> None:
     p.add_argument("--records", type=int, default=400)
     p.add_argument("--shard-size", type=int, default=10)
     p.add_argument("--step-s", type=float, default=0.01)
+    p.add_argument("--slow-until", metavar="PATH",
+                   help="train at --slow-step-s a record until PATH exists (a test holds the "
+                        "job running while it kills, preempts or waits)")
+    p.add_argument("--slow-step-s", type=float, default=0.2)
     p.add_argument("--fail-at-once", action="store_true", help="exit 3 before registering")
     a = p.parse_args()
     if a.fail_at_once:
@@ -34,7 +38,8 @@ def main() -> None:
     name = os.environ.get("ELASTIC_PS_WORKER_NAME", f"worker-{os.getpid()}")
     with open(Path(a.out) / f"{name}.records", "a") as out:
         for record in ds:
-            time.sleep(a.step_s)
+            slow = a.slow_until and not os.path.exists(a.slow_until)
+            time.sleep(a.slow_step_s if slow else a.step_s)
             out.write(f"{record}\n")
             out.flush()
             ds.mark_trained()
