@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -70,7 +71,7 @@ class WorkerSpec:
                 return m.price
         raise KeyError(market)
 
-    @property
+    @cached_property
     def market_names(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.markets)
 

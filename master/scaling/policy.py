@@ -7,7 +7,8 @@ replaced at the next interval; spot first (the first market listed), the next ma
 launch there failed or stayed pending for `spot_wait_s`, and back when the first admits
 launches again; one more worker while the last one added raised records/s by at least
 `min_gain` of a worker's average (no PS hot, the budget allows), one fewer when it did not; PS
-+1 when one has been hot for `ps_hot_intervals` intervals, -1 when all are cold, at most once
++1 when one has been hot for `ps_hot_intervals` intervals, -1 when all have been cold as long,
+at most once
 per `ps_cooldown_s`; never above `budget_per_hour` (the spec guarantees the floors fit in it).
 
 Decisions come decreases first, so applying them in order never runs more than max processes.
@@ -72,6 +73,8 @@ class _Plan:
         return False
 
     def decisions(self) -> tuple[Decision, ...]:
+        if not self.steps:
+            return ()
         seen = self.signals.summary()
         counts: dict[tuple[str, str], int] = {}
         out = []
@@ -150,7 +153,15 @@ def _plan_ps(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
     hot_intervals = state.hot_intervals + 1 if hot else 0
     cooled = now - (state.last_ps_change if state.last_ps_change is not None
                     else state.started) >= s.ps_cooldown_s
-    cold = bool(signals.ps_cpu) and all(c < s.ps_cold_cpu for c in signals.ps_cpu)
+    # Cold counts only while the workers run at their target: a PS idle because workers are
+    # starting (after a preemption, a market swap) is no reason to shrink the set. And it
+    # must last as long as hot must.
+    settled = not (signals.total(signals.pending, W) or _disturbed(signals)
+                   or sum(signals.live(W, m) for m in spec.workers.market_names)
+                   < (state.workers or 0))
+    cold = (settled and bool(signals.ps_cpu)
+            and all(c < s.ps_cold_cpu for c in signals.ps_cpu))
+    cold_intervals = state.cold_intervals + 1 if cold else 0
     new = target
     if target < spec.ps.min:
         new, reason = spec.ps.min, Reason.BELOW_MIN
@@ -159,12 +170,12 @@ def _plan_ps(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
     elif (hot_intervals >= s.ps_hot_intervals and target < spec.ps.max and cooled
           and _within_budget(spec, signals, _worker_counts(spec, plan), target + 1)):
         new, reason = target + 1, Reason.PS_HOT
-    elif cold and target > spec.ps.min and cooled:
+    elif cold_intervals >= s.ps_hot_intervals and target > spec.ps.min and cooled:
         new, reason = target - 1, Reason.PS_COLD
     if new == target:
-        return state.with_(hot_intervals=hot_intervals)
+        return state.with_(hot_intervals=hot_intervals, cold_intervals=cold_intervals)
     plan.add(PS, market, new - target, reason)
-    return state.with_(ps=new, hot_intervals=0, last_ps_change=now)
+    return state.with_(ps=new, hot_intervals=0, cold_intervals=0, last_ps_change=now)
 
 
 # ---- cost
@@ -227,6 +238,12 @@ def _wait(spec: JobSpec, streak: int) -> float:
     return spec.scaling.interval_s * min(2 ** (streak - 1), MAX_BACKOFF_INTERVALS)
 
 
+def _disturbed(signals: Signals) -> bool:
+    """A worker was preempted, lost or refused since the last interval."""
+    return any(signals.total(c, W) for c in (signals.preempted, signals.lost,
+                                             signals.failed_launches))
+
+
 def _backing_off(state: PolicyState, now: float) -> bool:
     return state.backoff_until is not None and now < state.backoff_until
 
@@ -238,8 +255,7 @@ def _target(spec: JobSpec, signals: Signals, state: PolicyState, now: float, pla
     w, s = spec.workers, spec.scaling
     target = min(max(state.workers, w.min), w.max)
     live = sum(signals.live(W, m) for m in w.market_names)
-    disturbed = any(signals.total(c, W) for c in (signals.preempted, signals.lost,
-                                                  signals.failed_launches))
+    disturbed = _disturbed(signals)
     pending = signals.total(signals.pending, W)
     probe = state.probe
     if probe is not None and (disturbed or live != target):

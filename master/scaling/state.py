@@ -33,7 +33,8 @@ class PolicyState:
     started: float | None = None
     workers: int | None = None            # the worker target over all markets
     ps: int | None = None                 # the PS set's target size
-    hot_intervals: int = 0
+    hot_intervals: int = 0                # consecutive intervals with some PS hot
+    cold_intervals: int = 0               # ... with every PS cold
     last_ps_change: float | None = None
     pending_since: Mapping[str, float] = field(default_factory=dict)
     blocked: Mapping[str, Block] = field(default_factory=dict)
@@ -49,6 +50,8 @@ class PolicyState:
         object.__setattr__(self, "blocked", MappingProxyType(dict(self.blocked)))
 
     def with_(self, **changes) -> "PolicyState":
+        if all(getattr(self, k) == v for k, v in changes.items()):
+            return self  # most intervals change nothing: skip the copy
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

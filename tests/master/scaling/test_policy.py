@@ -142,7 +142,15 @@ def test_ps_minus_one_when_every_ps_is_cold_not_below_min():
     cold = signals(workers(spot=4), ps_cpu=(0.1, 0.2))
     decisions, state = decide(SPEC, cold, state, 100.0)
     assert brief(decisions) == []  # the cooldown counts from the start
-    decisions, state = decide(SPEC, cold, state, 300.0)
+    for now in (280.0, 290.0):
+        decisions, state = decide(SPEC, cold, state, now)
+        assert brief(decisions) == []
+    decisions, state = decide(SPEC, signals(workers(spot=4), ps_cpu=(0.5, 0.2)), state, 295.0)
+    assert state.cold_intervals == 0  # one warm PS ends the cold stretch
+    for now in (300.0, 310.0):
+        decisions, state = decide(SPEC, cold, state, now)
+        assert brief(decisions) == []
+    decisions, state = decide(SPEC, cold, state, 320.0)  # the third cold interval in a row
     assert brief(decisions) == [("ps", "on-demand", 2, 1, "ps_cold")]
     decisions, state = decide(SPEC, signals(workers(spot=4), ps_cpu=(0.1,)), state, 900.0)
     assert brief(decisions) == []  # ps.min = 1

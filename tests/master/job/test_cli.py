@@ -1,0 +1,129 @@
+"""`elastic-job`: simulate prints and writes DESIGN's JSON; a bad spec, trace or flag exits 2
+naming what to fix, and nothing runs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from master.job import cli
+
+SPEC = {
+    "name": "sim",
+    "workers": {"command": "train", "min": 1, "max": 3,
+                "markets": [{"name": "spot", "price": 0.3}, {"name": "on-demand", "price": 1.0}]},
+    "ps": {"count": 1},
+}
+TRACE = "# a test trace\nt_s,market,capacity\n0,spot,3\n1800,spot,0\n3600,spot,3\n"
+
+
+@pytest.fixture
+def files(tmp_path):
+    spec, trace = tmp_path / "job.yaml", tmp_path / "trace.csv"
+    spec.write_text(yaml.safe_dump(SPEC))
+    trace.write_text(TRACE)
+    return spec, trace, tmp_path
+
+
+def run(argv, capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as e:
+        cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return e.value.code, out, err
+
+
+def simulate_args(spec, trace, *more):
+    return ["simulate", spec, "--trace", trace, "--records", 300 * 2 * 3600,
+            "--worker-rps", 100, "--ps-capacity-rps", 400, *more]
+
+
+def test_simulate_prints_each_run_and_writes_the_json(files, capsys):
+    spec, trace, tmp = files
+    code, out, err = run(simulate_args(spec, trace, "--json", tmp / "r.json"), capsys)
+    assert code == 0, err
+    for name in ("policy", "on-demand-max", "spot-only-max", "fixed-start"):
+        assert f"\n{name} " in out
+    doc = json.loads((tmp / "r.json").read_text())
+    assert set(doc) == {"policy", "baselines"}
+    assert {k for k in doc["baselines"]} == {"on-demand-max", "spot-only-max", "fixed-start"}
+    for r in (doc["policy"], *doc["baselines"].values()):
+        assert set(r) == {"hours", "cost_per_million_records", "records_redone"}
+        assert r["hours"] > 0 and r["cost_per_million_records"] > 0
+    assert doc["baselines"]["spot-only-max"]["hours"] > doc["policy"]["hours"]
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"workers": {**SPEC["workers"], "min": 4}}, "workers.min"),
+    ({"scaling": {"interval_s": 0}}, "scaling.interval_s"),
+    ({"engine": "mesos"}, "engine"),
+])
+def test_a_bad_spec_exits_2_naming_the_field(files, capsys, change, field):
+    spec, trace, tmp = files
+    spec.write_text(yaml.safe_dump({**SPEC, **change}))
+    code, out, err = run(simulate_args(spec, trace, "--json", tmp / "r.json"), capsys)
+    assert code == 2 and f"{field}: " in err and out == ""
+    assert not (tmp / "r.json").exists()
+
+
+@pytest.mark.parametrize("text, where", [
+    ("t_s,market,capacity\n0,spot,3\n10,spot,many\n", "row 3, column capacity"),
+    ("t_s,market,capacity\n0,reserved,3\n", "'reserved'"),
+    ("t_s,market\n0,spot\n", "row 1"),
+])
+def test_a_bad_trace_exits_2_naming_the_row(files, capsys, text, where):
+    spec, trace, tmp = files
+    trace.write_text(text)
+    code, out, err = run(simulate_args(spec, trace, "--json", tmp / "r.json"), capsys)
+    assert code == 2 and where in err and out == ""
+    assert not (tmp / "r.json").exists()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--worker-rps", "0"], "--worker-rps"),
+    (["--ps-capacity-rps", "nan"], "--ps-capacity-rps"),
+    (["--records", "0"], "--records"),
+    (["--max-hours", "-1"], "--max-hours"),
+])
+def test_bad_flags_exit_2(files, capsys, flags, says):
+    spec, trace, _ = files
+    code, _, err = run(simulate_args(spec, trace, *flags), capsys)
+    assert code == 2 and says in err
+
+
+def test_speeds_come_from_the_flags_or_a_bench_train_json(files, capsys):
+    spec, trace, tmp = files
+    base = ["simulate", spec, "--trace", trace, "--records", 1000]
+    code, _, err = run(base, capsys)
+    assert code == 2 and "--bench-train" in err
+    bench = tmp / "bench.json"
+    bench.write_text(json.dumps({"256": {"elastic-1w": [
+        {"records_per_s": 50.0, "records": 1000, "ps_cpu_s": [1.0, 1.0]}]},
+        "1024": {"elastic-1w": [
+            {"records_per_s": 100.0, "records": 1000, "ps_cpu_s": [2.0, 3.0]},
+            {"records_per_s": 120.0, "records": 1000, "ps_cpu_s": [2.0, 2.0]}]}}))
+    code, out, err = run([*base, "--bench-train", bench], capsys)
+    assert code == 0, err
+    assert "a worker 110 records/s, a PS 225 records/s" in out  # medians of the 1024 runs
+    bench.write_text(json.dumps({"1024": {"local-tensor": []}}))
+    code, _, err = run([*base, "--bench-train", bench], capsys)
+    assert code == 2 and "elastic-1w" in err
+
+
+def test_run_and_manifests_validate_the_spec_first(files, capsys):
+    spec, _, _ = files
+    spec.write_text(yaml.safe_dump({**SPEC, "workers": {**SPEC["workers"], "command": []}}))
+    for command in ("run", "manifests"):
+        code, _, err = run([command, spec], capsys)
+        assert code == 2 and "workers.command: " in err
+
+
+def test_the_console_entry_runs_as_a_module(files):
+    spec, trace, _ = files
+    done = subprocess.run([sys.executable, "-m", "master.job.cli",
+                           *map(str, simulate_args(spec, trace))],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "policy decisions:" in done.stdout
