@@ -12,8 +12,7 @@ import yaml
 
 from cluster.launch import Launcher, Proc
 
-RUN = [sys.executable, "-c", "import sys; from master.job.run import run_job; "
-       "sys.exit(run_job(sys.argv[1], sys.argv[3]))"]
+RUN = [sys.executable, "-m", "master.job.cli", "run"]  # elastic-job run
 
 
 def write_spec(tmp: Path, *, records: int = 300, workers: tuple[int, int] = (2, 2),
