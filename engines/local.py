@@ -46,6 +46,7 @@ class _Proc:
     exit_file: Path
     deadline: float | None = None  # when SIGKILL follows a notice or a graceful stop
     noticed: bool = False          # preempted: no longer counted against its market
+    killed: bool = False           # we sent SIGKILL: an unknown status is ours, not a loss
 
 
 def _exit_file(log_path: str, pid: int) -> Path:
@@ -127,7 +128,11 @@ class LocalEngine:
                 due = self.clock() + self.stop_grace_s
                 proc.deadline = due if proc.deadline is None else min(proc.deadline, due)
             else:
-                process.signal_group(proc.pid, signal.SIGKILL)
+                self._kill(proc)
+
+    def _kill(self, proc: _Proc) -> None:
+        proc.killed = True
+        process.signal_group(proc.pid, signal.SIGKILL)
 
     def admits(self, market: str) -> bool:
         limit = self._limit(market)
@@ -186,7 +191,7 @@ class LocalEngine:
             now = self.clock()
             for proc in self._procs.values():
                 if proc.deadline is not None and now >= proc.deadline:
-                    process.signal_group(proc.pid, signal.SIGKILL)
+                    self._kill(proc)
             return list(self._events)[before:]
 
     def _reap(self) -> None:
@@ -201,6 +206,8 @@ class LocalEngine:
                 status = None
             del self._procs[ident]
             code = _code(status, proc.exit_file)
+            if code is None and proc.killed:
+                code = -signal.SIGKILL  # sh died with it: no status file, but we know
             if code is None:
                 self._emit(EventKind.LOST, proc.handle,
                            detail="gone; its exit status could not be read")
@@ -272,7 +279,7 @@ class LocalEngine:
                     return list(self._events)[before:]
                 if time.monotonic() > deadline:
                     for proc in self._procs.values():
-                        process.signal_group(proc.pid, signal.SIGKILL)
+                        self._kill(proc)
             time.sleep(0.05)
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from .driver import JobDriver
 from .spec import load_spec, parse_spec
 
 log = logging.getLogger(__name__)
+STOP_GRACE_S = 30.0
 
 
 def make_engine(spec, workdir: Path, started_s: float):
@@ -30,9 +31,10 @@ def make_engine(spec, workdir: Path, started_s: float):
     if options.get("market_trace"):
         from engines.markets import MarketTrace
         capacity = MarketTrace.load(options["market_trace"]).capacity
+    grace = float(options.get("preempt_grace_s", 30.0))
+    # a stop the job asks for waits at least STOP_GRACE_S: a PS writes its final checkpoint
     return LocalEngine(workdir, capacity=capacity, started_s=started_s,
-                       preempt_grace_s=float(options.get("preempt_grace_s", 30.0)),
-                       stop_grace_s=float(options.get("preempt_grace_s", 30.0)))
+                       preempt_grace_s=grace, stop_grace_s=max(grace, STOP_GRACE_S))
 
 
 def stored_spec(path: str) -> str:
