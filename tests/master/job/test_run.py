@@ -51,6 +51,22 @@ def test_a_job_runs_to_the_end_and_its_summary_agrees_with_the_master(tmp_path, 
         spot.worker_seconds / 3600 * 0.3, abs=1e-6)
     assert summary["records"] == sum(e.records_done for ds in master.status().datasets
                                      for e in ds.epochs)
+    ctl = ("-m", "master.ctl", "--master", master.address)
+    shown = launcher.run(*ctl, "plan", "--json", "--ended")
+    assert shown.returncode == 0, shown.stderr
+    plan_json = json.loads(shown.stdout)
+    assert plan_json["state"] == "finished"
+    assert plan_json["decisions_by_reason"] == summary["decisions_by_reason"]
+    assert {(t["role"], t["market"]) for t in plan_json["targets"]} >= {("worker", "spot")}
+    assert all(d["reason"] and "running" in d["signals"] for d in plan_json["decisions"])
+    text = launcher.run(*ctl, "plan")
+    assert text.returncode == 0 and "LAST DECISIONS" in text.stdout
+    cost = launcher.run(*ctl, "cost")  # no --price: the job's prices, by market label
+    assert cost.returncode == 0, cost.stderr
+    spot_line = next(line for line in cost.stdout.splitlines() if line.startswith("market=spot"))
+    assert spot_line.split()[2] == "0.3000"
+    assert float(spot_line.split()[3]) == pytest.approx(summary["cost_by_market"]["spot"],
+                                                        abs=1e-4)
     master.terminate()
 
     # and a master without the job launches nothing: it drives no job
