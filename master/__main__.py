@@ -203,6 +203,10 @@ def run(settings: MasterSettings) -> int:
             serving=lambda: ((servicer.core, servicer.committer) if ready.is_set()
                              else (None, None)),
             leader=lambda: (lease.role.value == "leader" and ready.is_set(), lease.term))
+        if settings.job:  # the scaler's targets and decisions (master/job/metrics.py)
+            from .job.metrics import JobCollector
+            metrics.registry.register(JobCollector(
+                lambda: leading[-1].driver if ready.is_set() and leading else None))
     election = Election(store.engine, lease,
                         on_elected, lambda why: fail(EXIT_DEPOSED, f"{why}; restart as standby"))
     server.start()

@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-from worker_sdk import ElasticDataset
-
 
 def main() -> None:
     p = argparse.ArgumentParser()
@@ -31,6 +29,8 @@ def main() -> None:
     a = p.parse_args()
     if a.fail_at_once:
         sys.exit(3)
+    from worker_sdk import ElasticDataset  # after the check: --fail-at-once exits at once
+
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ds = ElasticDataset(list(range(a.records)), name="train", shard_size=a.shard_size,

@@ -3,12 +3,15 @@ as a child process, and the master's database read after the job."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+import urllib.request
 import sys
 import time
 from pathlib import Path
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from cluster.launch import Launcher, Proc
 
@@ -80,3 +83,20 @@ def trained(tmp: Path) -> list[int]:
     """Every record id the job's workers wrote (one per line, each file a worker's)."""
     return [int(x) for f in sorted((tmp / "trained").glob("*.records"))
             for x in f.read_text().split()]
+
+
+def metrics_url(proc: Proc) -> str:
+    port = re.search(r"metrics (?:on )?http://\S+?:(\d+)/metrics", proc.output()).group(1)
+    return f"http://127.0.0.1:{port}/metrics"
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """{(sample name, sorted labels): value} of one scrape."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples, name: str, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)

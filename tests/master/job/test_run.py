@@ -15,7 +15,8 @@ from engines import process
 from protos import master_pb2 as pb
 from rpckit.errors import reason_of
 
-from .jobs import db_rows, events, start_run, trained, wait_until, write_spec
+from .jobs import (db_rows, events, metrics_url, scrape, start_run, trained, value, wait_until,
+                   write_spec)
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,8 @@ def test_a_job_runs_to_the_end_and_its_summary_agrees_with_the_master(tmp_path, 
                                                             ("worker", "spot")}
 
     # the same database under a master with the job: what it answers is what was summarized
-    master = launcher.master("--job", str(spec), db=f"sqlite:///{tmp_path / 'master.db'}")
+    master = launcher.master("--job", str(spec), "--metrics-port", "0",
+                             db=f"sqlite:///{tmp_path / 'master.db'}")
     plan = master.stub().GetPlan(pb.GetPlanRequest(ended=True), timeout=10)
     assert plan.state == "finished"
     assert dict(plan.decisions_by_reason) == summary["decisions_by_reason"]
@@ -67,6 +69,10 @@ def test_a_job_runs_to_the_end_and_its_summary_agrees_with_the_master(tmp_path, 
     assert spot_line.split()[2] == "0.3000"
     assert float(spot_line.split()[3]) == pytest.approx(summary["cost_by_market"]["spot"],
                                                         abs=1e-4)
+    samples = scrape(metrics_url(master))
+    for reason, n in summary["decisions_by_reason"].items():
+        assert value(samples, "elasticps_scaler_decisions_total", reason=reason) == n
+    assert value(samples, "elasticps_scaler_target", role="worker", market="spot") == 2
     master.terminate()
 
     # and a master without the job launches nothing: it drives no job
@@ -96,3 +102,23 @@ def test_sigterm_stops_the_job_as_a_preemption_would(tmp_path, launcher):
     workers = [e for e in ends.values() if e["role"] == "worker"]
     assert workers and all(e["cause"] == "job_stopped" for e in workers)
     assert db_rows(tmp_path, "select state from job") == [("stopped",)]
+
+
+def test_a_worker_command_that_exits_at_once_is_relaunched_ever_more_slowly(tmp_path,
+                                                                           launcher):
+    spec = write_spec(tmp_path, workers=(1, 1), extra_worker_args=" --fail-at-once")
+    run = start_run(launcher, spec, tmp_path / "summary.json")
+    wait_until(lambda: len([e for e in events(tmp_path, "node_exited")
+                            if e["cause"] == "crashed"]) >= 6, "six crashes", proc=run)
+    run.signal(signal.SIGTERM)
+    assert run.wait(120) == 143, run.output(4000)
+    launches = [t for (t, detail) in db_rows(
+        tmp_path, "select time_ms, detail from events where kind = 'node_launched' order by seq")
+        if json.loads(detail)["role"] == "worker"]
+    gaps = [b - a for a, b in zip(launches, launches[1:])]
+    assert len(gaps) >= 5 and gaps[-1] > 2 * gaps[0]  # backed off, not a tight loop
+    crashed = [e for e in events(tmp_path, "node_exited") if e["cause"] == "crashed"]
+    assert all(e["code"] == 3 for e in crashed)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["crashed_at_start"] == len(crashed) and summary["state"] == "stopped"
+    no_process_left(tmp_path)
