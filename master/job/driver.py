@@ -29,8 +29,8 @@ from .gather import Gatherer, Since, came_up, records_done
 log = logging.getLogger(__name__)
 TICK_S = 0.25
 MAX_PS_BACKOFF_S = 300.0
-FINISH_GRACE_S = 10.0
-RESIZE_REASONS = ("ps_hot", "ps_cold", "above_max", "budget")  # a finished job's workers see the end (END) and exit by themselves
+FINISH_GRACE_S = 10.0  # a finished job's workers see the end (END) and exit by themselves
+RESIZE_REASONS = ("ps_hot", "ps_cold", "above_max", "budget")  # the PS set's size changes
 
 
 class JobDriver:
