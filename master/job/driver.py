@@ -50,7 +50,6 @@ class JobDriver:
         self.draining = False         # a worker ended its work (END): launch no more workers
         self.next_decide = 0.0
         self.ps_retry: dict[int, tuple[float, int]] = {}  # index -> (not before, crashes)
-        self.last_decisions: list[dict] = []
         self.wind_down_since: float | None = None
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
@@ -225,7 +224,6 @@ class JobDriver:
                 self.core.journal.event(EventKind.SCALE_DECIDED, cause=d.reason.value,
                                         detail=json.dumps(d.as_event(), sort_keys=True))
         self._commit(record)
-        self.last_decisions = [d.as_event() for d in decisions]
         for d in decisions:
             self._apply(d)
 
