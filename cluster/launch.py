@@ -9,20 +9,20 @@ port and database, and kills whatever it started: when a start fails, and for ev
 A child's stdout and stderr go to one log file (shown when a start fails); its environment is
 this one without `ELASTIC_PS_*` settings (a child is configured by the flags it is given, not
 by the caller's shell) and with this checkout's packages on PYTHONPATH, so a checkout runs
-without being installed.
+without being installed. Starting, reading the ready line and the environment are
+engines.process's, the one launcher the master's local engine uses too.
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from signal import SIGCONT, SIGKILL, SIGSTOP, SIGTERM
 
 import grpc
 
+from engines import process
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 from rpckit import auth
@@ -41,19 +41,7 @@ class LaunchError(RuntimeError):
 def child_env(**extra: str) -> dict[str, str]:
     """The environment of a child: ours without ELASTIC_PS_* settings, unbuffered output, this
     checkout's packages first on PYTHONPATH, then `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ELASTIC_PS_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CODE_ROOT), env.get("PYTHONPATH")]))
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
-
-
-def _pin(cpus: set[int]):
-    """A preexec_fn running the child on `cpus`: set in the child before it execs, so its first
-    instruction and all its threads already run there."""
-    def pin() -> None:
-        os.sched_setaffinity(0, cpus)
-    return pin
+    return process.clean_env(extra, CODE_ROOT)
 
 
 class Proc:
@@ -108,11 +96,8 @@ class Proc:
         if self.port and "--port" in argv:  # a restart: the port it had
             argv[argv.index("--port") + 1] = str(self.port)
         self.starts += 1
-        self._offset = self.log.stat().st_size if self.log.exists() else 0
-        with open(self.log, "ab") as out:
-            self.popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                          cwd=self.cwd, env=self.env,
-                                          preexec_fn=_pin(self.cpus) if self.cpus else None)
+        self._offset = process.log_size(self.log)
+        self.popen = process.spawn(argv, self.log, cwd=self.cwd, env=self.env, cpus=self.cpus)
         if self.ready is not None:
             try:
                 self.match = self.wait_for(self.ready, timeout)
@@ -136,23 +121,11 @@ class Proc:
     def wait_for(self, pattern: str, timeout: float = START_TIMEOUT_S) -> re.Match:
         """The first match of `pattern` in a line of this start's output; LaunchError when the
         child exits or `timeout` passes first."""
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        while True:
-            exited = self.popen.poll() is not None  # before reading: its last lines count
-            with open(self.log, "rb") as f:
-                f.seek(self._offset)
-                text = f.read().decode(errors="replace")
-            for line in text.splitlines():
-                match = regex.search(line)
-                if match:
-                    return match
-            if exited or time.monotonic() > deadline:
-                why = f"exited with {self.popen.returncode}" if exited else \
-                    f"still running after {timeout:g} s"
-                raise LaunchError(f"{self.name} printed no line matching {pattern!r} ({why}): "
-                                  f"{self.argv}\n{text[-3000:]}")
-            time.sleep(0.02)
+        try:
+            return process.wait_for_line(self.popen, self.log, self._offset, pattern, timeout)
+        except process.StartTimeout as exc:
+            raise LaunchError(f"{self.name} printed no line matching {pattern!r} ({exc.why}): "
+                              f"{self.argv}\n{exc.text[-3000:]}") from None
 
     def signal(self, sig: int) -> None:
         if self.alive:

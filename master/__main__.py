@@ -69,7 +69,7 @@ class Leading:
     any earlier leader)."""
 
     def __init__(self, settings: MasterSettings, store: Store, servicer: MasterServicer,
-                 election: Election, stop: threading.Event, fail):
+                 election: Election, stop: threading.Event, fail, address: str = ""):
         snapshot = store.load()
         self.core = MasterCore(_core_settings(settings), snapshot=snapshot)
         store.fence = election.fence
@@ -88,6 +88,13 @@ class Leading:
                                token=auth.read_token(settings.auth_token,
                                                      settings.auth_token_file))
         self.mover.start()
+        # the job this master was started with (--job); without one it launches nothing, as
+        # before (and loads none of the job's code)
+        self.driver = None
+        if settings.job:
+            from .job.leading import start_driver
+            self.driver = start_driver(settings, store, self.core, self.committer, address)
+        servicer.driver = self.driver
 
     def _tick(self) -> None:
         while not self.stop.wait(TICK_S):
@@ -100,9 +107,20 @@ class Leading:
                     return
 
     def close(self) -> None:
+        if self.driver is not None:
+            self.driver.close()
         self.monitor.stop.set()
         self.mover.stop.set()
         self.committer.stop()
+
+
+def _job_metrics(settings: MasterSettings, metrics: Metrics, leading) -> None:
+    """With a job: the scaler's targets and decisions (master/job/metrics.py), read from the
+    driver of the term this master leads (`leading()`: the Leading, or None)."""
+    if settings.job:
+        from .job.metrics import JobCollector
+        metrics.registry.register(JobCollector(
+            lambda: getattr(leading(), "driver", None)))
 
 
 def run(settings: MasterSettings) -> int:
@@ -176,7 +194,8 @@ def run(settings: MasterSettings) -> int:
 
     def on_elected(term: int) -> None:
         try:
-            leading.append(Leading(settings, store, servicer, election, stop, on_fatal))
+            leading.append(Leading(settings, store, servicer, election, stop, on_fatal,
+                                   address))
         except Exception as exc:  # noqa: BLE001 - cannot lead: let a standby do it
             fail(3, f"cannot load the state as the new leader: {exc}")
             return
@@ -193,6 +212,8 @@ def run(settings: MasterSettings) -> int:
             serving=lambda: ((servicer.core, servicer.committer) if ready.is_set()
                              else (None, None)),
             leader=lambda: (lease.role.value == "leader" and ready.is_set(), lease.term))
+        _job_metrics(settings, metrics,
+                     lambda: leading[-1] if ready.is_set() and leading else None)
     election = Election(store.engine, lease,
                         on_elected, lambda why: fail(EXIT_DEPOSED, f"{why}; restart as standby"))
     server.start()

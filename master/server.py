@@ -24,11 +24,12 @@ from .core import MasterCore
 from .persistence.committer import Committer
 from rpckit import decode
 from rpckit import server as rpc_server
-from rpckit.errors import ServiceError, abort, invalid
+from rpckit.errors import Reason, ServiceError, abort, invalid, precondition
 from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
 from .datasets.drop import drop_dataset
 from .datasets.ledger import ledger
-from .limits import MAX_EVENTS_PAGE, MAX_ID, MAX_INT32, check_int, check_name
+from .job.plan import plan_view
+from .limits import MAX_EVENTS_PAGE, MAX_ID, MAX_INT32, check_int, check_name, check_reason
 from .persistence.store import Store
 from .ps import restores as ps_restores
 from .views import status_view
@@ -69,6 +70,7 @@ class MasterServicer(pb_grpc.MasterServicer):
         self.core = core
         self.committer = committer
         self.store = store
+        self.driver = None  # the job's driver while this master leads one (master/job/)
 
     @_guard
     def RegisterWorker(self, request, context):
@@ -265,6 +267,27 @@ class MasterServicer(pb_grpc.MasterServicer):
             epochs_not_shown=len(epochs) - len(shown), updates_lost=updates_lost,
             ps_updates_lost=[pb.PSUpdatesLost(**x) for x in per_ps], **found,
         )
+
+    # ---- the job a master drives (master/job/) ------------------------------------------------
+
+    def _driver(self):
+        if self.driver is None:
+            raise precondition(Reason.NO_JOB, "this master drives no job: start it with "
+                               "--job job.yaml (elastic-job run does)")
+        return self.driver
+
+    @_guard
+    def GetPlan(self, request, context):
+        if request.decisions < 0:
+            raise invalid("decisions must be >= 0")
+        driver = self._driver()
+        return plan_view(driver, self.store, request, self.core.journal.now_ms())
+
+    @_guard
+    def StopJob(self, request, context):
+        reason = check_reason(request.reason)
+        driver = self._driver()
+        return pb.StopJobResponse(state=str(driver.request_stop(reason)))
 
 
 def build_server(

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from pswire.slots import MAX_SLOTS
 from rpckit import auth, metrics
@@ -32,6 +33,9 @@ class MasterSettings:
     tls_ca: str = ""  # verifies the PS it health-checks
     auth_token: str = ""
     auth_token_file: str = ""
+    job: str = ""          # a job spec (job.yaml): the leader drives it (master/job/)
+    job_dir: str = ""      # where the job's processes log (default: next to the spec)
+    job_masters: str = ""  # every master's address, given to the processes it launches
 
     def describe(self) -> str:
         from .persistence.store import _safe_url
@@ -78,6 +82,15 @@ def parse(argv: list[str] | None = None) -> MasterSettings:
            "fixed for the job: a restart with another value on the same --db is refused")
     p.flag("--log-level", d.log_level, "log level", choices=LOG_LEVELS)
     auth.add_flags(p, server=True, client=True)  # --tls-ca: the PS health checks
+    p.flag("--job", d.job,
+           "a job spec (job.yaml): the leader launches its PS and workers through its engine "
+           "and drives them until every dataset is finished (elastic-job run starts masters "
+           "with it); without it the master launches nothing")
+    p.flag("--job-dir", d.job_dir,
+           "where the job's processes write their logs (default: JOBNAME-run next to the spec)")
+    p.flag("--job-masters", d.job_masters,
+           "host:port of every master of the job, comma-separated, given to the processes it "
+           "launches (default: this master's address)")
     return p.settings(MasterSettings, argv, check)  # bad flags: exit 2 with the reasons
 
 
@@ -109,6 +122,10 @@ def check(s: MasterSettings) -> list[str]:
         problems.append(f"--ps-lease-s must be in 0.2..60, got {s.ps_lease_s}")
     if not 1 <= s.ps_slots <= MAX_SLOTS:
         problems.append(f"--ps-slots must be in 1..{MAX_SLOTS}, got {s.ps_slots}")
+    if s.job and not Path(s.job).is_file():
+        problems.append(f"--job {s.job}: no such file")
+    if len(s.job_masters) > 4096:
+        problems.append("--job-masters is longer than 4096 characters")
     if s.threads < 4:
         problems.append("--threads must be >= 4")
     return problems

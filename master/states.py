@@ -89,6 +89,12 @@ class EventKind(Word):
     PS_RESIZE_FINISHED = "ps_resize_finished"  # the layout reached its target
     LEASE_REQUEUED = "lease_requeued"
     SHARD_QUARANTINED = "shard_quarantined"
+    # the job a master drives (master/job/driver.py): the policy's decisions, the engine's news
+    SCALE_DECIDED = "scale_decided"            # role, market, from, to, reason, signals
+    NODE_LAUNCHED = "node_launched"            # role, market, name
+    NODE_LAUNCH_FAILED = "node_launch_failed"  # the engine refused or could not start it
+    NODE_PREEMPTED = "node_preempted"          # a notice: SIGKILL at deadline_ms
+    NODE_EXITED = "node_exited"                # exit code and cause (finished, crashed, ...)
 
 
 class MovePhase(Word):

@@ -764,3 +764,135 @@ class PSUpdatesLost(_message.Message):
     from_ms: int
     to_ms: int
     def __init__(self, index: _Optional[int] = ..., records: _Optional[int] = ..., restores: _Optional[int] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ...) -> None: ...
+
+class GetPlanRequest(_message.Message):
+    __slots__ = ("decisions", "ended")
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    decisions: int
+    ended: bool
+    def __init__(self, decisions: _Optional[int] = ..., ended: _Optional[bool] = ...) -> None: ...
+
+class PlanTarget(_message.Message):
+    __slots__ = ("role", "market", "target", "running")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MARKET_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    market: str
+    target: int
+    running: int
+    def __init__(self, role: _Optional[str] = ..., market: _Optional[str] = ..., target: _Optional[int] = ..., running: _Optional[int] = ...) -> None: ...
+
+class PlanDecision(_message.Message):
+    __slots__ = ("seq", "time_ms", "role", "market", "from_count", "to_count", "reason", "signals")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MARKET_FIELD_NUMBER: _ClassVar[int]
+    FROM_COUNT_FIELD_NUMBER: _ClassVar[int]
+    TO_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SIGNALS_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    time_ms: int
+    role: str
+    market: str
+    from_count: int
+    to_count: int
+    reason: str
+    signals: str
+    def __init__(self, seq: _Optional[int] = ..., time_ms: _Optional[int] = ..., role: _Optional[str] = ..., market: _Optional[str] = ..., from_count: _Optional[int] = ..., to_count: _Optional[int] = ..., reason: _Optional[str] = ..., signals: _Optional[str] = ...) -> None: ...
+
+class PlanProcess(_message.Message):
+    __slots__ = ("name", "role", "market", "slot", "state", "engine_id", "launched_ms", "ended_ms", "exited", "exit_code", "cause")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MARKET_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHED_MS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_MS_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: str
+    market: str
+    slot: int
+    state: str
+    engine_id: str
+    launched_ms: int
+    ended_ms: int
+    exited: bool
+    exit_code: int
+    cause: str
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., market: _Optional[str] = ..., slot: _Optional[int] = ..., state: _Optional[str] = ..., engine_id: _Optional[str] = ..., launched_ms: _Optional[int] = ..., ended_ms: _Optional[int] = ..., exited: _Optional[bool] = ..., exit_code: _Optional[int] = ..., cause: _Optional[str] = ...) -> None: ...
+
+class ProcessSeconds(_message.Message):
+    __slots__ = ("role", "market", "seconds")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MARKET_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    market: str
+    seconds: float
+    def __init__(self, role: _Optional[str] = ..., market: _Optional[str] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class GetPlanResponse(_message.Message):
+    __slots__ = ("job", "state", "started_ms", "targets", "decisions", "decisions_by_reason", "processes", "processes_not_shown", "prices", "masters", "time_ms", "process_seconds", "ps_market")
+    class DecisionsByReasonEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class PricesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    TARGETS_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_BY_REASON_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_NOT_SHOWN_FIELD_NUMBER: _ClassVar[int]
+    PRICES_FIELD_NUMBER: _ClassVar[int]
+    MASTERS_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PS_MARKET_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    state: str
+    started_ms: int
+    targets: _containers.RepeatedCompositeFieldContainer[PlanTarget]
+    decisions: _containers.RepeatedCompositeFieldContainer[PlanDecision]
+    decisions_by_reason: _containers.ScalarMap[str, int]
+    processes: _containers.RepeatedCompositeFieldContainer[PlanProcess]
+    processes_not_shown: int
+    prices: _containers.ScalarMap[str, float]
+    masters: str
+    time_ms: int
+    process_seconds: _containers.RepeatedCompositeFieldContainer[ProcessSeconds]
+    ps_market: str
+    def __init__(self, job: _Optional[str] = ..., state: _Optional[str] = ..., started_ms: _Optional[int] = ..., targets: _Optional[_Iterable[_Union[PlanTarget, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[PlanDecision, _Mapping]]] = ..., decisions_by_reason: _Optional[_Mapping[str, int]] = ..., processes: _Optional[_Iterable[_Union[PlanProcess, _Mapping]]] = ..., processes_not_shown: _Optional[int] = ..., prices: _Optional[_Mapping[str, float]] = ..., masters: _Optional[str] = ..., time_ms: _Optional[int] = ..., process_seconds: _Optional[_Iterable[_Union[ProcessSeconds, _Mapping]]] = ..., ps_market: _Optional[str] = ...) -> None: ...
+
+class StopJobRequest(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class StopJobResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    def __init__(self, state: _Optional[str] = ...) -> None: ...

@@ -114,6 +114,16 @@ class MasterStub:
                 request_serializer=protos_dot_master__pb2.DropDatasetRequest.SerializeToString,
                 response_deserializer=protos_dot_master__pb2.DropDatasetResponse.FromString,
                 _registered_method=True)
+        self.GetPlan = channel.unary_unary(
+                '/elasticps.v1.Master/GetPlan',
+                request_serializer=protos_dot_master__pb2.GetPlanRequest.SerializeToString,
+                response_deserializer=protos_dot_master__pb2.GetPlanResponse.FromString,
+                _registered_method=True)
+        self.StopJob = channel.unary_unary(
+                '/elasticps.v1.Master/StopJob',
+                request_serializer=protos_dot_master__pb2.StopJobRequest.SerializeToString,
+                response_deserializer=protos_dot_master__pb2.StopJobResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServicer:
@@ -217,6 +227,22 @@ class MasterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPlan(self, request, context):
+        """The job this master drives: targets, processes, the last decisions and why. A master
+        without a job answers FAILED_PRECONDITION (reason NO_JOB).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopJob(self, request, context):
+        """End the job as a preemption would: every process stopped with SIGTERM (workers hand their
+        leases back exactly); durable before the answer, so a leader that takes over goes on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -299,6 +325,16 @@ def add_MasterServicer_to_server(servicer, server):
                     servicer.DropDataset,
                     request_deserializer=protos_dot_master__pb2.DropDatasetRequest.FromString,
                     response_serializer=protos_dot_master__pb2.DropDatasetResponse.SerializeToString,
+            ),
+            'GetPlan': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPlan,
+                    request_deserializer=protos_dot_master__pb2.GetPlanRequest.FromString,
+                    response_serializer=protos_dot_master__pb2.GetPlanResponse.SerializeToString,
+            ),
+            'StopJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopJob,
+                    request_deserializer=protos_dot_master__pb2.StopJobRequest.FromString,
+                    response_serializer=protos_dot_master__pb2.StopJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -733,6 +769,60 @@ class Master:
             '/elasticps.v1.Master/DropDataset',
             protos_dot_master__pb2.DropDatasetRequest.SerializeToString,
             protos_dot_master__pb2.DropDatasetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPlan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.Master/GetPlan',
+            protos_dot_master__pb2.GetPlanRequest.SerializeToString,
+            protos_dot_master__pb2.GetPlanResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/elasticps.v1.Master/StopJob',
+            protos_dot_master__pb2.StopJobRequest.SerializeToString,
+            protos_dot_master__pb2.StopJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

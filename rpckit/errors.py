@@ -41,6 +41,7 @@ class Reason(str, enum.Enum):
     PS_REPLICAS_FULL = "PS_REPLICAS_FULL"      # the PS index has its --ps-replicas backups
     NOT_LEADER = "NOT_LEADER"                  # a standby master: call the leader
     DATABASE_FAILED = "DATABASE_FAILED"        # the master stops after a failed commit
+    NO_JOB = "NO_JOB"                          # the master was started without a job spec
     # parameter server
     NOT_INITIALIZED = "NOT_INITIALIZED"        # InitParameters first
     UNKNOWN_TENSOR = "UNKNOWN_TENSOR"

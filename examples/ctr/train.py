@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shard-size", type=int, default=2048)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--name", default=f"{socket.gethostname()}-{os.getpid()}")
+    p.add_argument("--name", default=os.environ.get("ELASTIC_PS_WORKER_NAME")
+                   or f"{socket.gethostname()}-{os.getpid()}")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="worker label, e.g. market=spot (repeatable)")
     p.add_argument("--num-workers", type=int, default=0,

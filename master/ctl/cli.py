@@ -8,6 +8,7 @@
     elastic-ctl --master HOST:PORT requeue DATASET --quarantined
     elastic-ctl --master HOST:PORT drop DATASET [--force]
     elastic-ctl --master HOST:PORT resize-ps N
+    elastic-ctl --master HOST:PORT plan [--json]
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from rpckit import auth
 from rpckit.channels import LeaderStub
 from rpckit.errors import ServiceError
 
+from .plan import add_parser as add_plan_parser, job_prices
 from .tables import table_lines
 from .views import PS_HEADERS, ago, cost_rows, dataset_rows, layout_lines, ps_rows
 
@@ -190,7 +192,8 @@ def cmd_report(stub, args) -> int:
 
 
 def cmd_cost(stub, args) -> int:
-    prices = parse_prices(args.price)
+    # no --price: the job's own prices per market, when the master drives a job
+    prices = parse_prices(args.price) or job_prices(stub, args.timeout)
     ledger = stub.GetLedger(pb.GetLedgerRequest(dataset=args.dataset), timeout=args.timeout)
     print(format_cost(ledger, prices, args.default_price))
     return 0
@@ -335,6 +338,7 @@ def parser() -> argparse.ArgumentParser:
                     "--index K), fewer moves the slots of the indices >= N away (those PS "
                     "then exit)")
     rz.set_defaults(fn=cmd_resize_ps)
+    add_plan_parser(sub)
     return p
 
 

@@ -8,7 +8,7 @@ handed out and finished before the commit costs one insert.
 from __future__ import annotations
 
 TABLES = ("datasets", "epochs", "leases", "pieces", "workers", "ps", "ps_generations",
-          "ps_backups", "ps_layout", "ps_slot_ranges", "ps_slot_moves")
+          "ps_backups", "ps_layout", "ps_slot_ranges", "ps_slot_moves", "job", "job_processes")
 DATASET_TABLES = ("leases", "pieces", "epochs", "datasets")  # what a dropped dataset had
 
 

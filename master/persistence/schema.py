@@ -168,6 +168,42 @@ events = Table(
     Index("ix_events_kind", "kind"),  # the ledger reads the few ps_restored events
 )
 
+# The job a master drives (master/job/book.py), when it was started with a spec: one row (id
+# 1) with the spec's text, the job's state, the policy's state, targets and decision counts
+# (JSON), and one row per process launched for it, from the moment before its launch
+# ('launching') to how it ended, so a master that takes over adopts or replaces each.
+job = Table(
+    "job", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("name", String(64), nullable=False),
+    Column("spec", Text, nullable=False),
+    Column("state", String(16), nullable=False),  # running, finished, stopping, stopped
+    Column("started_ms", BigInteger, nullable=False),  # t = 0 of the market trace
+    Column("changed_ms", BigInteger, nullable=False),
+    Column("policy", Text, nullable=False),     # master.scaling PolicyState, JSON
+    Column("targets", Text, nullable=False),    # {"role/market": count}, JSON
+    Column("decisions", Text, nullable=False),  # {reason: count}, JSON
+    Column("launches", BigInteger, nullable=False),  # processes named so far
+    Column("masters", Text, nullable=False),    # what launched processes are given
+)
+
+job_processes = Table(
+    "job_processes", metadata,
+    Column("name", String(128), primary_key=True),
+    Column("role", String(16), nullable=False),    # master, ps, worker
+    Column("market", String(64), nullable=False),
+    Column("slot", Integer, nullable=False),       # a PS's index; -1 for a worker
+    Column("engine_id", String(128), nullable=False),  # '' while launching
+    Column("log", String(1024), nullable=False),
+    # launching, running, preempting, stopping, exited, lost, failed (its launch)
+    Column("state", String(16), nullable=False),
+    Column("launched_ms", BigInteger, nullable=False),
+    Column("ended_ms", BigInteger, nullable=False),
+    Column("exit_code", Integer, nullable=True),
+    Column("cause", String(64), nullable=False),  # why it ended: preempted, stopped, crashed, ...
+    Index("ix_job_processes_state", "state"),
+)
+
 # The leader lease (one row, id 1): which master may commit. See master/ha/leader.py and
 # master/ha/election.py; not written through batches, so not in TABLES.
 leader = Table(
@@ -181,7 +217,8 @@ leader = Table(
 )
 
 TABLES = {t.name: t for t in (datasets, epochs, leases, pieces, workers, ps, ps_generations,
-                                ps_backups, ps_layout, ps_slot_ranges, ps_slot_moves)}
+                                ps_backups, ps_layout, ps_slot_ranges, ps_slot_moves, job,
+                                job_processes)}
 
 
 def drop_dataset(conn, name: str) -> None:

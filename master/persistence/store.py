@@ -261,6 +261,15 @@ class Store:
         with self.engine.connect() as conn:
             return conn.scalar(select(schema.ps_layout.c.ps_slots)) or 0
 
+    def job(self) -> tuple[dict | None, list[dict]]:
+        """The job row (None: this master drives no job) and its processes, every one ever
+        launched (a job launches a bounded number: master/job/book.py)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(schema.job)).first()
+            procs = conn.execute(select(schema.job_processes)
+                                 .order_by(schema.job_processes.c.launched_ms))
+            return (dict(row._mapping) if row else None), [dict(r._mapping) for r in procs]
+
     def workers_all(self) -> list[dict]:
         with self.engine.connect() as conn:
             return [dict(r._mapping) for r in conn.execute(select(schema.workers))]

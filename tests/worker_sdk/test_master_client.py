@@ -68,3 +68,24 @@ def test_bad_input_is_raised_with_the_masters_message(master):
     with pytest.raises(MasterError, match="unknown dataset 'nope'"):
         client.get_shard("nope", 1)
     client.close()
+
+
+def test_a_launched_worker_registers_with_the_master_name_and_labels_of_its_environment(
+        master, monkeypatch):
+    """What a launching master sets (ELASTIC_PS_MASTER, ELASTIC_PS_WORKER_NAME,
+    ELASTIC_PS_LABELS) is how the worker registers; labels given in code are added over them."""
+    monkeypatch.setenv("ELASTIC_PS_MASTER", master.address)
+    monkeypatch.setenv("ELASTIC_PS_WORKER_NAME", "job-worker-3")
+    monkeypatch.setenv("ELASTIC_PS_LABELS", "market=spot")
+    monkeypatch.setenv("ELASTIC_PS_WORKER_LABELS", "zone=a")
+    plain = MasterClient(heartbeat=False)
+    extra = MasterClient(name="by-hand", labels={"zone": "b"}, heartbeat=False)
+    try:
+        plain.register()
+        extra.register()
+        workers = {w.name: dict(w.labels) for w in master.status().workers}
+        assert workers == {"job-worker-3": {"market": "spot", "zone": "a"},
+                           "by-hand": {"market": "spot", "zone": "b"}}
+    finally:
+        plain.close()
+        extra.close()

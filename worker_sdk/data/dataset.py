@@ -98,8 +98,9 @@ class ElasticDataset(IterableDataset):
             on the master (the same spec again is a no-op; a different one under the same name
             raises DatasetSpecMismatch). lease_timeout_s 0 means the master's default (600 s).
         max_shards: leases asked for per GetShard call.
-        worker_name, labels: how the worker registers (labels default to
-            $ELASTIC_PS_WORKER_LABELS, e.g. "market=spot").
+        worker_name, labels: how the worker registers (the name defaults to
+            $ELASTIC_PS_WORKER_NAME, else host-pid; the labels of $ELASTIC_PS_LABELS and
+            $ELASTIC_PS_WORKER_LABELS, e.g. "market=spot", are registered with those given).
         ack: "auto", "push" or "next": see the module docstring.
         handle_sigterm: install the SIGTERM handler (worker_sdk/data/preempt.py).
         retry_timeout_s: give up on an unreachable master after this long (default 120 s).

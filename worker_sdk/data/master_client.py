@@ -63,14 +63,28 @@ def default_master() -> str:
     return os.environ.get("ELASTIC_PS_MASTER", "localhost:50051")
 
 
+# A worker the master launched gets ELASTIC_PS_LABELS (e.g. "market=spot", the market it runs
+# on, which `elastic-ctl cost` prices); ELASTIC_PS_WORKER_LABELS is a person's. Both count,
+# the person's last.
+LABEL_VARIABLES = ("ELASTIC_PS_LABELS", "ELASTIC_PS_WORKER_LABELS")
+
+
 def labels_from_env() -> dict[str, str]:
-    """`ELASTIC_PS_WORKER_LABELS="market=spot,zone=a"` -> {"market": "spot", "zone": "a"}."""
+    """`ELASTIC_PS_LABELS="market=spot,zone=a"` -> {"market": "spot", "zone": "a"} (and
+    ELASTIC_PS_WORKER_LABELS after it)."""
     labels = {}
-    for item in os.environ.get("ELASTIC_PS_WORKER_LABELS", "").split(","):
-        if "=" in item:
-            key, value = item.split("=", 1)
-            labels[key.strip()] = value.strip()
+    for variable in LABEL_VARIABLES:
+        for item in os.environ.get(variable, "").split(","):
+            if "=" in item:
+                key, value = item.split("=", 1)
+                labels[key.strip()] = value.strip()
     return labels
+
+
+def default_name() -> str:
+    """$ELASTIC_PS_WORKER_NAME (the master names the workers it launches), else host-pid."""
+    return os.environ.get("ELASTIC_PS_WORKER_NAME", "").strip() or \
+        f"{socket.gethostname()}-{os.getpid()}"
 
 
 def gave_up(address: str, method: str, elapsed: float, last: str, budget_s: float) -> str:
@@ -118,8 +132,10 @@ class MasterClient:
         notice.ensure_visible()  # recoveries are logged at INFO: shown unless logging is set up
         metrics.maybe_serve()  # ELASTIC_PS_METRICS_PORT
         self.address = master or default_master()  # host:port[,host:port...]: see rpckit.channels
-        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
-        self.labels = dict(labels) if labels is not None else labels_from_env()
+        self.name = name or default_name()
+        # the environment's labels (the market a launching master put it on) and the caller's
+        # over them
+        self.labels = {**labels_from_env(), **(labels or {})}
         self.policy = policy or default_policy()
         self.tls_ca, token, self.token_source = auth.client_security(tls_ca, auth_token)
         if stub is None:  # follows the leader of the list; a wrong token or TLS raises at once

@@ -1,0 +1,102 @@
+"""The port between the master and an engine: what the master may ask, what it is told.
+
+An engine launches a process of a role (`master`, `ps`, `worker`) on a market under a name,
+stops it (gracefully: SIGTERM, the worker hands its leases back exactly; or at once), says
+whether a market admits launches now, and reports what happened to the processes it runs as
+`EngineEvent`s: started, exited (with its code), preempted (a notice with the deadline after
+which it is killed), lost (gone without a word: its code is unknown). Handles are plain values
+the master stores, so a master that takes over can hand them to its own engine (`adopt`).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+
+class Role(str, enum.Enum):
+    MASTER = "master"
+    PS = "ps"
+    WORKER = "worker"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EventKind(str, enum.Enum):
+    STARTED = "started"
+    EXITED = "exited"        # code: its exit status (negative: killed by that signal)
+    PREEMPTED = "preempted"  # a notice (SIGTERM); deadline: when it is killed if still running
+    LOST = "lost"            # gone without an exit status the engine could read
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Refusal(str, enum.Enum):
+    """Why a launch failed: the reasons the master branches on."""
+
+    NO_CAPACITY = "no_capacity"      # the market admits no more processes now
+    START_FAILED = "start_failed"    # the command could not be started (not found, ...)
+    CLOSED = "closed"                # the engine is shutting down
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Handle:
+    """One launched process. `id` is the engine's own (local: "PID:START_TICKS", so a pid the
+    system reused is never taken for ours); `started_ms` wall-clock Unix ms."""
+
+    role: str
+    name: str
+    market: str
+    id: str
+    started_ms: int = 0
+    log: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, row: dict) -> "Handle":
+        return cls(**{k: row[k] for k in cls.__dataclass_fields__ if k in row})
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    kind: EventKind
+    handle: Handle
+    time_ms: int
+    code: int | None = None        # EXITED
+    deadline_ms: int | None = None  # PREEMPTED
+    detail: str = ""
+
+
+class LaunchFailed(Exception):
+    """A launch the engine refused or could not carry out; `reason` is a `Refusal`."""
+
+    def __init__(self, reason: Refusal, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+class Engine(Protocol):
+    """What the master needs of an engine. Every method is safe to call from one thread at a
+    time; `events()` returns each event once."""
+
+    def launch(self, role: str, name: str, market: str, command: list[str],
+               env: dict[str, str]) -> Handle: ...
+
+    def stop(self, handle: Handle, graceful: bool = True) -> None: ...
+
+    def admits(self, market: str) -> bool: ...
+
+    def adopt(self, handle: Handle) -> bool: ...
+
+    def running(self) -> list[Handle]: ...
+
+    def events(self) -> list[EngineEvent]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,168 @@
+"""`elastic-job run job.yaml [--json PATH]`: start the job's masters through the engine and
+follow the job until it is finished, then print its summary.
+
+The masters (1 + `master.standbys`, on `master.port` and free ports after it, or all free
+with port 0) get the spec (`--job`), the job's folder (`--job-dir`, logs) and every master's
+address (`--job-masters`, what the processes they launch are given); the leader launches the
+PS set and the workers and drives them (master/job/driver.py). This command only watches
+(`GetPlan`): once the job is finished it reads the summary, stops the masters, prints it and
+exits 0 if every record of every epoch was counted once (1 otherwise). Ctrl-C or SIGTERM asks
+the leader to stop the job as a preemption would (`StopJob`: workers hand their leases back
+exactly), waits for it, and exits 130 / 143; a second one stops the masters at once.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import grpc
+
+from engines import process
+from engines.local import LocalEngine
+from engines.port import EventKind
+from protos import master_pb2 as pb
+from protos import master_pb2_grpc as pb_grpc
+from rpckit.channels import LeaderStub
+
+from .spec import load_spec
+from .summary import epochs_exact, format_summary, summarize, write_json
+
+log = logging.getLogger("elastic-job")
+HOST = "127.0.0.1"
+POLL_S = 0.5
+EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def free_ports(n: int, first: int = 0) -> list[int]:
+    """`first` (when not 0) and free ports for the rest."""
+    ports = [first] if first else []
+    socks = []
+    while len(ports) < n:
+        s = socket.socket()
+        s.bind((HOST, 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+class JobRun:
+    """One `elastic-job run`: its masters' engine, the leader's stub, the signal it got."""
+
+    def __init__(self, spec_path: str, out=print):
+        self.spec_path = str(Path(spec_path).resolve())
+        self.spec = load_spec(spec_path)  # SpecError: the caller exits 2, nothing started
+        self.workdir = Path(self.spec_path).parent / f"{self.spec.name}-run"
+        self.out = out
+        self.engine = LocalEngine(self.workdir / "masters")
+        self.got: int | None = None  # the signal that asked us to stop
+        self.started = time.monotonic()
+        self.master_started: dict[str, float] = {}
+        self.master_seconds = 0.0
+        ports = free_ports(1 + self.spec.master.standbys, self.spec.master.port)
+        self.addresses = [f"{HOST}:{p}" for p in ports]
+        self.stub = LeaderStub(",".join(self.addresses), pb_grpc.MasterStub)
+
+    def start_masters(self) -> None:
+        market = self.spec.ps.market
+        for n, address in enumerate(self.addresses):
+            name = "master" if n == 0 else f"master-standby{n}"
+            argv = [sys.executable, "-m", "master", "--host", HOST,
+                    "--port", address.rsplit(":", 1)[1], "--db", self.spec.master.db,
+                    "--job", self.spec_path, "--job-dir", str(self.workdir),
+                    "--job-masters", ",".join(self.addresses)]
+            handle = self.engine.launch("master", name, market, argv, process.clean_env())
+            self.master_started[handle.id] = time.monotonic()
+        self.out(f"elastic-job: job {self.spec.name}: masters at {','.join(self.addresses)}; "
+                 f"logs in {self.workdir}")
+
+    def plan(self, ended: bool = False) -> pb.GetPlanResponse | None:
+        try:
+            return self.stub.GetPlan(pb.GetPlanRequest(ended=ended), timeout=5)
+        except grpc.RpcError:
+            return None  # starting, or a standby taking over
+
+    def _account_masters(self) -> bool:
+        """Note the masters that ended; False once none runs."""
+        for event in self.engine.poll():
+            if event.kind in (EventKind.EXITED, EventKind.LOST):
+                began = self.master_started.pop(event.handle.id, None)
+                if began is not None:
+                    self.master_seconds += time.monotonic() - began
+                    self.out(f"elastic-job: {event.handle.name} ended ({event.code})")
+        return bool(self.engine.running())
+
+    def follow(self) -> pb.GetPlanResponse | None:
+        """Until the job is finished or stopped (None: every master is gone)."""
+        asked = False
+        last_state = ""
+        while True:
+            if not self._account_masters():
+                return None
+            if self.got is not None and not asked:
+                try:
+                    self.stub.StopJob(pb.StopJobRequest(reason="stopped-by-user"), timeout=10)
+                    asked = True
+                    self.out("elastic-job: stopping the job (workers hand their leases back)")
+                except grpc.RpcError as exc:
+                    log.warning("StopJob: %s; asking again", exc.code())
+            plan = self.plan()
+            if plan is not None:
+                if plan.state != last_state:
+                    self.out(f"elastic-job: job {plan.job} {plan.state}")
+                    last_state = plan.state
+                if plan.state in ("finished", "stopped"):
+                    return plan
+            time.sleep(POLL_S)
+
+    def summary(self) -> tuple[dict, pb.GetStatusResponse]:
+        status = self.stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+        ledger = self.stub.GetLedger(pb.GetLedgerRequest(), timeout=30)
+        plan = self.stub.GetPlan(pb.GetPlanRequest(ended=True), timeout=10)
+        now = time.monotonic()
+        running = sum(now - began for began in self.master_started.values())
+        return summarize(status, ledger, plan, self.master_seconds + running,
+                         now - self.started), status
+
+    def close(self) -> None:
+        self.engine.stop_all(graceful=True, timeout=30)
+        self.stub.close()
+        self.engine.close()
+
+
+def run_job(spec_path: str, json_path: str | None = None, out=print) -> int:
+    """The whole command; SpecError propagates (the CLI exits 2 naming the field)."""
+    job = JobRun(spec_path, out)
+
+    def on_signal(sig, _frame):
+        if job.got is not None:  # a second one: stop the masters now
+            raise KeyboardInterrupt
+        job.got = sig
+    previous = {s: signal.signal(s, on_signal) for s in EXIT_SIGNAL}
+    try:
+        job.start_masters()
+        plan = job.follow()
+        if plan is None:
+            out("elastic-job: every master exited; see their logs in "
+                f"{job.workdir / 'masters'}")
+            return 1
+        summary, status = job.summary()
+        job.close()
+        out(format_summary(summary))
+        if json_path:
+            write_json(json_path, summary)
+        if job.got is not None:
+            return EXIT_SIGNAL[job.got]
+        exact = all(epochs_exact(ds) for ds in status.datasets) and bool(status.datasets)
+        return 0 if plan.state == "finished" and exact else 1
+    except KeyboardInterrupt:
+        return EXIT_SIGNAL.get(job.got, 130)
+    finally:
+        job.close()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
