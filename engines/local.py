@@ -34,7 +34,7 @@ POLL_S = 0.1
 # trapped signal is reset at exec: the command itself gets the default action.
 # It also writes its pid to LOG.pid first: a master that died between asking for a launch and
 # recording the process's id lets the next one find it by name (`find`).
-WRAPPER = ('echo $$ > "$0.pid"; trap : TERM INT HUP; "$@"; rc=$?; '
+WRAPPER = ('echo $$ > "$0.pid.$$.sh" && mv "$0.pid.$$.sh" "$0.pid"; trap : TERM INT HUP; "$@"; rc=$?; '
            'echo $rc > "$0.$$.tmp" && mv "$0.$$.tmp" "$0.$$.exit"; exit $rc')
 
 
@@ -47,6 +47,16 @@ class _Proc:
     deadline: float | None = None  # when SIGKILL follows a notice or a graceful stop
     noticed: bool = False          # preempted: no longer counted against its market
     killed: bool = False           # we sent SIGKILL: an unknown status is ours, not a loss
+
+
+def _write_pid(log_path: Path, pid: int) -> None:
+    tmp = Path(f"{log_path}.pid.{pid}.tmp")
+    try:
+        tmp.write_text(f"{pid}\n")
+        tmp.replace(f"{log_path}.pid")
+    except OSError:
+        log.warning("could not write %s.pid; a master taking over finds it once sh has",
+                    log_path)
 
 
 def _exit_file(log_path: str, pid: int) -> Path:
@@ -109,6 +119,9 @@ class LocalEngine:
                                       cwd=self.cwd, env=env, session=True)
             except OSError as exc:
                 raise LaunchFailed(Refusal.START_FAILED, f"{name}: cannot start: {exc}") from exc
+            # sh writes it too, but only once it runs: under load a master taking over a moment
+            # after this launch would not find the process by name yet
+            _write_pid(log_path, popen.pid)
             exit_file = _exit_file(str(log_path), popen.pid)
             ident = process.identity(popen.pid) or f"{popen.pid}:0"
             handle = Handle(role=str(role), name=name, market=market, id=ident,
