@@ -154,8 +154,10 @@ class KubernetesEngine:
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": int(self.stop_grace_s),
             "containers": [self.container(command, self._pod_env(env))],
-            "volumes": [{"name": "token", "secret": {"secretName": token_secret(self.job),
-                                                     "optional": True}}],
+            # the token only: the job's other secrets are not the workers' business
+            "volumes": [{"name": "token", "secret": {
+                "secretName": token_secret(self.job), "optional": True,
+                "items": [{"key": TOKEN_KEY, "path": TOKEN_KEY}]}}],
         }
         if self.workdir:
             spec["volumes"].append({"name": "job", "emptyDir": {}})
