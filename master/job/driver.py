@@ -29,7 +29,8 @@ from .gather import Gatherer, Since, came_up, records_done
 log = logging.getLogger(__name__)
 TICK_S = 0.25
 MAX_PS_BACKOFF_S = 300.0
-FINISH_GRACE_S = 10.0  # a finished job's workers see the end (END) and exit by themselves
+FINISH_GRACE_S = 10.0
+RESIZE_REASONS = ("ps_hot", "ps_cold", "above_max", "budget")  # a finished job's workers see the end (END) and exit by themselves
 
 
 class JobDriver:
@@ -241,7 +242,9 @@ class JobDriver:
 
     def _apply(self, d) -> None:
         if d.role.value == "ps":
-            if d.to_count != d.from_count:
+            # the set's size moves by a live resize; a missing PS process (the start, a
+            # preemption, a loss) is launched again for its index by _keep_ps
+            if d.reason.value in RESIZE_REASONS and d.to_count != d.from_count:
                 self._commit(lambda: self.core.resize_ps(d.to_count))
             return
         if d.delta > 0:
