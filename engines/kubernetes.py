@@ -55,13 +55,14 @@ def master_name(job: str) -> str:
 
 
 def api_client(config_file: str | None = None):
-    """A CoreV1Api from the pod's service account, else from a kubeconfig."""
+    """A CoreV1Api from the pod's service account, else from a kubeconfig ($KUBECONFIG as it is
+    now: the client reads it once, at its import)."""
     from kubernetes import client, config
 
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config(config_file)
+        config.load_kube_config(config_file or os.environ.get("KUBECONFIG") or None)
     return client.CoreV1Api()
 
 

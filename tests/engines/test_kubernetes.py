@@ -8,14 +8,12 @@ exit code), the scheduler (a pod Unschedulable), the eviction and node lifecycle
 """
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections import Counter
 
 import pytest
 
-kmock = pytest.importorskip("kmock")
-kubernetes = pytest.importorskip("kubernetes")
+pytest.importorskip("kmock")
+pytest.importorskip("kubernetes")
 
 from kubernetes import client  # noqa: E402
 
@@ -25,52 +23,13 @@ from engines.port import EventKind, LaunchFailed, Refusal  # noqa: E402
 from master.job.spec import parse_spec  # noqa: E402
 from master.scaling.policy import decide  # noqa: E402
 from master.scaling.signals import Signals  # noqa: E402
+from tests.engines.fake_kube import FakeApiServer  # noqa: E402
 
 NS = "jobs"
 JOB = "ctr"
 SELECTORS = {"spot": {"node.kubernetes.io/capacity-type": "spot"},
              "on-demand": {"node.kubernetes.io/capacity-type": "on-demand"}}
 COMMAND = ["python", "-m", "examples.ctr.train"]
-
-
-class FakeApiServer:
-    """kmock's emulator on a port of 127.0.0.1, its event loop on a thread of its own."""
-
-    def __init__(self):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="fake-k8s",
-                                       daemon=True)
-        self.thread.start()
-        self._call(self._start())
-
-    def _call(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
-
-    async def _start(self):
-        self.emulator = kmock.KubernetesEmulator()
-        # what a real API server serves from the start (the emulator learns a resource from
-        # its first object otherwise, and answers 404 to a listing before it)
-        for resource in ("v1/pods", "v1/secrets", "apps/v1/deployments"):
-            self.emulator.resources[resource] = kmock.ResourceInfo()
-        await self.emulator.__aenter__()
-        self.server = kmock.Server(self.emulator)
-        await self.server.__aenter__()
-        self.url = str(self.server.url).rstrip("/")
-
-    async def _stop(self):
-        await self.server.__aexit__(None, None, None)
-        await self.emulator.__aexit__(None, None, None)
-
-    def api_client(self) -> client.ApiClient:
-        config = client.Configuration()
-        config.host = self.url
-        return client.ApiClient(config)
-
-    def close(self):
-        self._call(self._stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
-        self.loop.close()
 
 
 class Clock:
@@ -116,10 +75,12 @@ def engine(core, clock, owner=None, **kw) -> KubernetesEngine:
                             clock=clock, **kw)
 
 
-def pods(core, **labels) -> dict[str, client.V1Pod]:
-    selector = ",".join(f"{k}={v}" for k, v in {LABEL_JOB: JOB, **labels}.items())
-    return {p.metadata.name: p for p in core.list_namespaced_pod(NS, label_selector=selector)
-            .items}
+def pods(api, **labels) -> dict[str, client.V1Pod]:
+    """The job's pods with these labels (filtered here: the emulator serves every pod of the
+    namespace, label selectors aside; the engine looks only at the pods it launched)."""
+    want = {LABEL_JOB: JOB, **labels}
+    return {p.metadata.name: p for p in api.list_namespaced_pod(NS).items
+            if want.items() <= (p.metadata.labels or {}).items()}
 
 
 def set_status(core, name: str, status: dict) -> None:
