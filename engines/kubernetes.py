@@ -70,6 +70,7 @@ def api_client(config_file: str | None = None):
 class _Pod:
     handle: Handle
     stopping: bool = False      # we deleted it: its end is ours, not a preemption
+    grace_s: int = 0            # the grace period we asked for
     noticed: bool = False       # a preempted event was sent
     code: int | None = None     # the container's exit code, once seen terminated
     unschedulable: bool = False
@@ -190,6 +191,7 @@ class KubernetesEngine:
     def launch(self, role: str, name: str, market: str, command: list[str],
                env: dict[str, str]) -> Handle:
         from kubernetes.client.rest import ApiException
+        from urllib3.exceptions import HTTPError
 
         if not command:
             raise LaunchFailed(Refusal.START_FAILED, f"{name}: the command is empty")
@@ -205,7 +207,7 @@ class KubernetesEngine:
             except ApiException as exc:
                 raise LaunchFailed(Refusal.START_FAILED, f"{name}: the API server refused "
                                    f"the pod: {exc.status} {exc.reason}") from exc
-            except OSError as exc:  # urllib3's connection errors are OSErrors
+            except (OSError, HTTPError) as exc:  # urllib3: refused, timed out, retries spent
                 raise LaunchFailed(Refusal.START_FAILED,
                                    f"{name}: the API server is unreachable: {exc}") from exc
             handle = Handle(role=str(role), name=name, market=market, id=name,
@@ -217,13 +219,16 @@ class KubernetesEngine:
     def stop(self, handle: Handle, graceful: bool = True) -> None:
         """Delete the pod (its container gets SIGTERM, SIGKILL after the grace period; 0: now);
         an exit (or lost) event follows once it is gone."""
+        grace_s = int(self.stop_grace_s) if graceful else 0
         with self._lock:
             pod = self._pods.get(handle.id)
             if pod is not None:
-                pod.stopping = True
-        self._delete(handle.id, int(self.stop_grace_s) if graceful else 0)
+                pod.stopping, pod.grace_s = True, grace_s
+        self._delete(handle.id, grace_s)
 
     def _delete(self, name: str, grace_s: int) -> None:
+        """Ask for the deletion; one that failed is asked again by the next poll that still
+        sees the pod without a deletionTimestamp (`_observe`)."""
         from kubernetes.client.rest import ApiException
 
         try:
@@ -232,6 +237,8 @@ class KubernetesEngine:
             if exc.status != 404:
                 log.warning("kubernetes engine: deleting pod %s: %s %s", name, exc.status,
                             exc.reason)
+        except Exception as exc:  # noqa: BLE001 - unreachable: the next poll asks again
+            log.warning("kubernetes engine: deleting pod %s: %s", name, exc)
 
     def admits(self, market: str) -> bool:
         with self._lock:
@@ -320,6 +327,8 @@ class KubernetesEngine:
                 self._emit(EventKind.EXITED, tracked.handle, code=tracked.code)
             self._delete(tracked.handle.id, 0)  # the record of its end is ours now
             return
+        if tracked.stopping and pod.metadata.deletion_timestamp is None:
+            self._delete(tracked.handle.id, tracked.grace_s)  # the last ask failed
         if tracked.stopping or tracked.noticed:
             return
         disrupted = _condition(pod, "DisruptionTarget")

@@ -274,3 +274,12 @@ def test_a_pod_the_engine_creates_is_valid_for_kubernetes():
     for version in VERSIONS:
         kubernetes_validate.validate(pod, version, strict=True)
     assert pod["spec"]["nodeSelector"] == options["market_selectors"]["spot"]
+
+
+def test_run_points_a_kubernetes_spec_at_manifests(capsys):
+    from master.job.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(JOB_SPEC)])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and "elastic-job manifests" in err and "kubectl apply" in err

@@ -38,7 +38,10 @@ def _spec(path: str) -> JobSpec:
 
 
 def run_job(args) -> int:
-    _spec(args.spec)  # a bad spec exits 2 before anything starts
+    spec = _spec(args.spec)  # a bad spec exits 2 before anything starts
+    if spec.engine == "kubernetes":  # its masters run in the cluster, not on this machine
+        raise UsageError(f"run: engine kubernetes starts in the cluster: elastic-job manifests "
+                         f"{args.spec} | kubectl apply -f -")
     from .run import run_job as run  # the engine and gRPC only when asked for
 
     return run(args.spec, args.json)

@@ -352,3 +352,23 @@ def test_a_reclaimed_spot_pod_is_replaced_on_demand_through_the_policy(core, own
     assert replacement.metadata.owner_references[0].uid == "uid-of-the-master"
     assert any(r.startswith("replace_preempted:") for r in run.reasons), run.reasons
     assert any(r.startswith("market_unavailable:") for r in run.reasons), run.reasons
+
+
+def test_an_unreachable_api_server_fails_a_launch_and_a_stop_is_asked_again(core, fake):
+    clock = Clock()
+    eng = engine(core, clock)
+    h = eng.launch("worker", f"{JOB}-worker-1", "spot", COMMAND, {})
+    config = client.Configuration()
+    config.host = "http://127.0.0.1:1"  # nothing listens there
+    eng.api = client.CoreV1Api(client.ApiClient(config))
+    with pytest.raises(LaunchFailed) as e:
+        eng.launch("worker", f"{JOB}-worker-2", "spot", COMMAND, {})
+    assert e.value.reason == Refusal.START_FAILED and "unreachable" in str(e.value)
+    eng.stop(h)  # its deletion fails: the pod stays
+    assert eng.poll() == []  # a failed listing reports nothing
+    eng.api = core
+    assert set(pods(core)) == {h.name}
+    eng.poll()  # it sees the pod not deleted and asks again
+    assert pods(core) == {}
+    (ev,) = eng.poll()
+    assert (ev.kind, ev.handle.name) == (EventKind.LOST, h.name)
