@@ -175,12 +175,16 @@ def test_without_a_token_each_run_makes_a_new_one_and_stays_valid(capsys):
     assert tokens[0] != tokens[1] and min(map(len, tokens)) >= 32
 
 
-def test_manifests_refuse_a_spec_of_another_engine_and_a_bad_token(tmp_path, capsys):
+def test_manifests_refuse_another_engine_sqlite_and_a_bad_token(tmp_path, capsys):
     local = tmp_path / "job.yaml"
     spec = yaml.safe_load(JOB_SPEC.read_text())
     local.write_text(yaml.safe_dump({**spec, "engine": "local", "engine_options": {}}))
     code, out, err = _manifests(capsys, str(local))
     assert code == 2 and out == "" and "engine: " in err and "kubernetes" in err
+    sqlite = tmp_path / "sqlite.yaml"
+    sqlite.write_text(yaml.safe_dump({**spec, "master": {"db": "sqlite:///m.db"}}))
+    code, out, err = _manifests(capsys, str(sqlite))
+    assert code == 2 and out == "" and "master.db: is SQLite" in err
     code, out, err = _manifests(capsys, str(JOB_SPEC), "--token", "short")
     assert code == 2 and out == "" and "--token" in err
 

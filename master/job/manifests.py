@@ -150,6 +150,10 @@ def manifests(spec: JobSpec, spec_text: str, token: str | None = None) -> list[d
     `token`: the job's token (default: a new random one)."""
     if spec.engine != "kubernetes":
         raise SpecError("engine", f"is {spec.engine!r}; manifests are for engine: kubernetes")
+    if spec.master.db.startswith("sqlite"):
+        raise SpecError("master.db", "is SQLite: in a pod it is a file of that pod alone (a "
+                                     "standby could not share it, a restart would lose the job); "
+                                     "give a database URL every master pod reaches (PostgreSQL)")
     token = token if token is not None else secrets.token_urlsafe(32)
     return [*rbac(spec), *secrets_and_spec(spec, spec_text, token), *master(spec)]
 
