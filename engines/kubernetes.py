@@ -11,8 +11,8 @@ What the engine reports, from one listing of the job's pods per `poll()`:
 - a pod with the `DisruptionTarget` condition (a node drained, spot reclaimed, preempted by
   the scheduler) or with a `deletionTimestamp` it was not asked for (deleted: the container
   gets SIGTERM) -> `preempted`, its deadline the deletion's (or now + its grace period);
-- phase `Succeeded` / `Failed` -> `exited` with the container's exit code (the pod is then
-  deleted);
+- phase `Succeeded` / `Failed` -> `exited` with the container's exit code (137: -9, killed by
+  SIGKILL, as the port counts it; the pod is then deleted);
 - a pod gone from the listing -> `exited` with the last exit code seen, else `lost`.
 A market admits launches while none of its pods is Pending as `Unschedulable`, and for
 `hold_s` after the last one was seen (a market with no room would otherwise look free again
@@ -77,9 +77,12 @@ class _Pod:
 
 
 def _terminated_code(pod) -> int | None:
+    """The container's exit code as the port counts it: 128+N (what a runtime reports for a
+    process killed by signal N) is -N, as on the local engine."""
     for status in (pod.status.container_statuses or []) if pod.status else []:
         if status.name == CONTAINER and status.state and status.state.terminated:
-            return status.state.terminated.exit_code
+            code = status.state.terminated.exit_code
+            return -(code - 128) if 128 < code < 160 else code
     return None
 
 
