@@ -157,6 +157,8 @@ class KubernetesEngine:
             metadata["ownerReferences"] = [{**self.owner, "blockOwnerDeletion": True}]
         spec: dict[str, Any] = {
             "restartPolicy": "Never",
+            # a PS or a worker never calls the Kubernetes API: no credentials for it
+            "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": int(self.stop_grace_s),
             "containers": [self.container(command, self._pod_env(env))],
             # the token only: the job's other secrets are not the workers' business

@@ -110,6 +110,7 @@ def test_a_pod_per_process_with_its_market_selector_owner_and_token(core, owner)
     (ref,) = worker.metadata.owner_references
     assert (ref.kind, ref.name, ref.uid) == ("Deployment", f"{JOB}-master", "uid-of-the-master")
     assert worker.spec.restart_policy == "Never"  # the master replaces, Kubernetes does not
+    assert worker.spec.automount_service_account_token is False
     (c,) = worker.spec.containers
     assert c.image == "registry/elastic-ps:1" and c.command == COMMAND
     values = {e.name: e.value for e in c.env}
