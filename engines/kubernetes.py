@@ -123,6 +123,7 @@ class KubernetesEngine:
                  image: str = "elastic-ps:latest",
                  market_selectors: Mapping[str, Mapping[str, str]] | None = None,
                  owner: Mapping[str, str] | None = None, workdir: str = "",
+                 resources: Mapping[str, Mapping[str, str]] | None = None,
                  service_account: str = "", stop_grace_s: float = 30.0,
                  hold_s: float = HOLD_S, poll_s: float = POLL_S,
                  env_base: Mapping[str, str] | None = None,
@@ -130,6 +131,7 @@ class KubernetesEngine:
         self.job, self.api, self.namespace, self.image = job, api, namespace, image
         self.selectors = {m: dict(s) for m, s in (market_selectors or {}).items()}
         self.owner = dict(owner) if owner else None
+        self.resources = {r: dict(v) for r, v in (resources or {}).items()}
         self.workdir, self.service_account = workdir, service_account
         self.stop_grace_s, self.hold_s, self.poll_s = stop_grace_s, hold_s, poll_s
         self.env_base = dict(os.environ if env_base is None else env_base)
@@ -160,7 +162,8 @@ class KubernetesEngine:
             # a PS or a worker never calls the Kubernetes API: no credentials for it
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": int(self.stop_grace_s),
-            "containers": [self.container(command, self._pod_env(env))],
+            "containers": [self.container(command, self._pod_env(env),
+                                          self.resources.get(str(role)))],
             # the token only: the job's other secrets are not the workers' business
             "volumes": [{"name": "token", "secret": {
                 "secretName": token_secret(self.job), "optional": True,
@@ -174,12 +177,16 @@ class KubernetesEngine:
             spec["serviceAccountName"] = self.service_account
         return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
-    def container(self, command: list[str], env: list[dict]) -> dict:
+    def container(self, command: list[str], env: list[dict],
+                  requests: Mapping[str, str] | None = None) -> dict:
         mounts = [{"name": "token", "mountPath": TOKEN_DIR, "readOnly": True}]
         if self.workdir:
             mounts.append({"name": "job", "mountPath": self.workdir})
-        return {"name": CONTAINER, "image": self.image, "command": list(command),
-                "env": env, "volumeMounts": mounts}
+        out = {"name": CONTAINER, "image": self.image, "command": list(command),
+               "env": env, "volumeMounts": mounts}
+        if requests:
+            out["resources"] = {"requests": dict(requests)}
+        return out
 
     def _pod_env(self, env: Mapping[str, str]) -> list[dict]:
         """The launch's own variables (what the master's environment does not hold alike: a
@@ -385,13 +392,14 @@ class KubernetesEngine:
 def in_cluster(job: str, options: Mapping[str, Any], *, workdir: str, stop_grace_s: float,
                hold_s: float) -> KubernetesEngine:
     """The engine a master running in the job's Deployment makes from `engine_options`
-    (namespace, image, market_selectors), its pods owned by that Deployment."""
+    (namespace, image, market_selectors, resources), its pods owned by that Deployment."""
     api = api_client()
     return KubernetesEngine(job, api, namespace=options.get("namespace", "default"),
                             image=options.get("image", "elastic-ps:latest"),
                             market_selectors=options.get("market_selectors") or {},
                             owner=owner_of(api.api_client, options.get("namespace", "default"),
                                            job),
+                            resources=options.get("resources") or {},
                             workdir=workdir, stop_grace_s=stop_grace_s, hold_s=hold_s)
 
 

@@ -272,12 +272,34 @@ def test_a_pod_the_engine_creates_is_valid_for_kubernetes():
                            market_selectors=options["market_selectors"],
                            owner={"apiVersion": "apps/v1", "kind": "Deployment",
                                   "name": "ctr-master", "uid": "0000"},
+                           resources=options["resources"],
                            workdir="/var/lib/elastic-ps/ctr", env_base={})
     pod = eng.pod("worker", "ctr-worker-1", "spot", spec["workers"]["command"],
                   {"ELASTIC_PS_MASTER": "ctr-master:50051"})
     for version in VERSIONS:
         kubernetes_validate.validate(pod, version, strict=True)
     assert pod["spec"]["nodeSelector"] == options["market_selectors"]["spot"]
+    (c,) = pod["spec"]["containers"]
+    assert c["resources"]["requests"] == options["resources"]["worker"]
+    master = generated("ctr-master", "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert master["resources"]["requests"] == options["resources"]["master"]
+
+
+@pytest.mark.parametrize("resources, field", [
+    ({"gpu-box": {"cpu": "1"}}, "engine_options.resources.gpu-box"),
+    ({"worker": {"cpu": "four"}}, "engine_options.resources.worker.cpu"),
+    ({"worker": {"CPU!": "1"}}, "engine_options.resources.worker.CPU!"),
+    ({"ps": {"memory": True}}, "engine_options.resources.ps.memory"),
+])
+def test_a_bad_resource_request_is_refused_naming_its_field(resources, field):
+    from master.job.errors import SpecError
+    from master.job.spec import parse_spec
+
+    spec = yaml.safe_load(JOB_SPEC.read_text())
+    spec["engine_options"] = {**spec["engine_options"], "resources": resources}
+    with pytest.raises(SpecError) as e:
+        parse_spec(spec)
+    assert e.value.field == field
 
 
 def test_run_points_a_kubernetes_spec_at_manifests(capsys):

@@ -32,6 +32,7 @@ LEADER_LEASE_S = 5       # a standby takes over within it (docs/master.md)
 GRACE_S = 20             # SIGTERM: finish calls, commit, free the leader lease
 # what the engine does with pods, and the two objects it reads
 POD_VERBS = ["create", "get", "list", "watch", "delete"]
+MASTER_REQUESTS = {"cpu": "1", "memory": "512Mi"}  # unless engine_options.resources.master
 
 
 def spec_config(spec: JobSpec) -> str:
@@ -112,7 +113,8 @@ def _container(spec: JobSpec) -> dict:
         "volumeMounts": [{"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
                          {"name": "token", "mountPath": TOKEN_DIR, "readOnly": True},
                          {"name": "job", "mountPath": JOB_DIR}],
-        "resources": {"requests": {"cpu": "1", "memory": "512Mi"}},
+        "resources": {"requests": dict(spec.engine_options["resources"].get(
+            "master", MASTER_REQUESTS))},
     }
 
 

@@ -94,7 +94,7 @@ def kinds(events) -> list[tuple[str, str]]:
 
 def test_a_pod_per_process_with_its_market_selector_owner_and_token(core, owner):
     clock = Clock()
-    eng = engine(core, clock, owner)
+    eng = engine(core, clock, owner, resources={"worker": {"cpu": "2", "memory": "4Gi"}})
     env = {"PATH": "/usr/bin", "ELASTIC_PS_LABELS": "market=spot", "SEED": "7"}
     h1 = eng.launch("worker", f"{JOB}-worker-1", "spot", COMMAND, env)
     h2 = eng.launch("ps", f"{JOB}-ps0-2", "on-demand", ["python", "-m", "ps"], {})
@@ -113,6 +113,8 @@ def test_a_pod_per_process_with_its_market_selector_owner_and_token(core, owner)
     assert worker.spec.automount_service_account_token is False
     (c,) = worker.spec.containers
     assert c.image == "registry/elastic-ps:1" and c.command == COMMAND
+    assert c.resources.requests == {"cpu": "2", "memory": "4Gi"}
+    assert got[h2.name].spec.containers[0].resources is None  # none asked for the PS
     values = {e.name: e.value for e in c.env}
     # the master's own PATH stays out of the pod; the launch's variables and the pod's IP go in
     assert values == {"ELASTIC_PS_LABELS": "market=spot", "SEED": "7", "POD_IP": None,
