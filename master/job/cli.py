@@ -42,6 +42,9 @@ def run_job(args) -> int:
     if spec.engine == "kubernetes":  # its masters run in the cluster, not on this machine
         raise UsageError(f"run: engine kubernetes starts in the cluster: elastic-job manifests "
                          f"{args.spec} | kubectl apply -f -")
+    if spec.engine != "local":
+        raise UsageError(f"run: engine {spec.engine!r} is not available in this build yet; "
+                         "use engine: local")
     from .run import run_job as run  # the engine and gRPC only when asked for
 
     return run(args.spec, args.json)
