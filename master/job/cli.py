@@ -4,7 +4,7 @@ the Kubernetes objects the kubernetes engine starts from. One function per subco
     elastic-job run job.yaml [--json PATH]
     elastic-job simulate job.yaml --trace TRACE.csv --records N [--json PATH]
                 [--worker-rps X --ps-capacity-rps Y | --bench-train BENCH.json]
-    elastic-job manifests job.yaml
+    elastic-job manifests job.yaml [--token TOKEN]
 
 A bad spec or trace exits 2 with a message naming the field (or the row and column), before
 anything starts.
@@ -39,6 +39,9 @@ def _spec(path: str) -> JobSpec:
 
 def run_job(args) -> int:
     spec = _spec(args.spec)  # a bad spec exits 2 before anything starts
+    if spec.engine == "kubernetes":  # its masters run in the cluster, not on this machine
+        raise UsageError(f"run: engine kubernetes starts in the cluster: elastic-job manifests "
+                         f"{args.spec} | kubectl apply -f -")
     if spec.engine != "local":
         raise UsageError(f"run: engine {spec.engine!r} is not available in this build yet; "
                          "use engine: local")
@@ -47,9 +50,22 @@ def run_job(args) -> int:
     return run(args.spec, args.json)
 
 
+MAX_TOKEN = 4096
+
+
 def manifests(args) -> int:
-    _spec(args.spec)
-    raise UsageError("manifests: this build has no kubernetes engine yet")
+    from .manifests import manifests as objects, render  # yaml only, no client
+
+    spec = _spec(args.spec)
+    token = args.token
+    if token is not None and not (16 <= len(token) <= MAX_TOKEN and token.isprintable()
+                                  and not any(c.isspace() for c in token)):
+        raise UsageError(f"--token must be 16 to {MAX_TOKEN} printable characters, no spaces")
+    try:
+        print(render(objects(spec, Path(args.spec).read_text(), token)), end="")
+    except SpecError as e:
+        raise UsageError(f"{args.spec}: {e}") from None
+    return 0
 
 
 def simulate_job(args) -> int:
@@ -136,7 +152,8 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=simulate_job)
     m = sub.add_parser("manifests", help="the Kubernetes objects the kubernetes engine creates "
                        "first, as YAML")
-    m.add_argument("spec", help="the job spec (YAML)")
+    m.add_argument("spec", help="the job spec (YAML; engine: kubernetes)")
+    m.add_argument("--token", help="the job's token in its Secret (default: a new random one)")
     m.set_defaults(fn=manifests)
     return p
 

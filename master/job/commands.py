@@ -44,12 +44,16 @@ def worker(spec, name: str, market: str, masters: str,
 
 
 def ps(spec, name: str, index: int, masters: str, workdir: Path, *, num_ps: int = 0,
-       security: Security = Security()) -> tuple[list[str], dict[str, str]]:
-    """`num_ps`: the PS set's size for the job's first PS set (0: the master's layout says).
+       security: Security = Security(),
+       host_flags: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """`num_ps`: the PS set's size for the job's first PS set (0: the master's layout says);
+    `host_flags` where it listens and what it advertises (the engine's `ps_host_flags`: a pod
+    listens on every address and advertises its IP; default: this machine's loopback).
     Without replicas every process of an index restores from the index's checkpoints; with
     them each has its own (a backup copies its primary)."""
     ckpt = workdir / (f"ps{index}-ckpt" if not spec.ps.replicas else f"{name}-ckpt")
-    argv = [sys.executable, "-m", "ps", "--host", HOST, "--port", "0", "--data-port", "0",
+    argv = [sys.executable, "-m", "ps", *(host_flags or ["--host", HOST]),
+            "--port", "0", "--data-port", "0",
             "--index", str(index), *(["--num-ps", str(num_ps)] if num_ps else []),
             "--checkpoint-dir", str(ckpt), "--master", masters, *security.ps_flags(),
             *spec.ps.args]

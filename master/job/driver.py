@@ -292,7 +292,8 @@ class JobDriver:
         proc = self._commit(lambda: self.book.launching(role, market, slot))
         if role == "ps":
             argv, env = commands.ps(self.spec, proc.name, slot, self.masters, self.workdir,
-                                    num_ps=num_ps, security=self.security)
+                                    num_ps=num_ps, security=self.security,
+                                    host_flags=getattr(self.engine, "ps_host_flags", None))
         else:
             argv, env = commands.worker(self.spec, proc.name, market, self.masters,
                                         self.security)
