@@ -4,7 +4,7 @@ Start-up: without --num-ps, ask the master's PS layout for the count (ps/set_siz
 with the message when this index has no place in it); restore the newest good checkpoint, bind
 the data plane and the gRPC port (exit 1 with a message when either is taken), print one line
 with both addresses, register with the master (a refusal no retry mends: exit 1) while the
-compiled loops and torch's optimizer machinery load in the background (`_warm_up`). SIGTERM:
+compiled loops load in the background (`_warm_up`). SIGTERM:
 refuse new mutations (clients retry elsewhere in time), write a checkpoint with everything
 applied so far, stop, exit 0 (exit 1 when that checkpoint could not be written, so a
 supervisor sees the loss).
@@ -136,9 +136,10 @@ def _start(settings: PSSettings, token: str, credentials, stop: threading.Event,
     """Restore, bind, serve, say so, then register in the background: the running PS, or
     the exit code of a start that failed (its message printed).
 
-    Only what serving needs comes before the ready line: the compiled loops and torch's
-    optimizer machinery (seconds on a busy machine) load in a thread after it
-    (`_warm_up`), while the registration goes out."""
+    Only what serving needs comes before the ready line: the compiled loops (seconds on a
+    busy machine) load in a thread after it (`_warm_up`), while the registration goes out.
+    torch._dynamo, which torch.optim imports on its first call, is never imported
+    (ps.optim)."""
     import torch
 
     from .registrar import connect
@@ -337,22 +338,18 @@ def _shut_down(ps: _Running, fatal: list[str]) -> int:
 
 
 def _warm_up(done: threading.Event) -> None:
-    """Build and step one throwaway optimizer, and run each compiled loop once: torch's first
-    optimizer imports torch._dynamo (about a second, several on a busy machine), a loop's
-    first call its load from numba's cache (or its compilation, once after a change); either
-    would otherwise fall inside the first slot move this PS takes, while the old owner's
-    slots are frozen (docs/benchmarks.md, "Live PS resize"). Run in a thread once the PS
-    listens: the registration need not wait for it, and a request that needs one of these
-    first waits for its import (Python's import lock) instead of repeating it."""
-    import torch
-
+    """Step one throwaway optimizer of each kind and run each compiled loop once: a loop's
+    first call loads it from numba's cache (or compiles it, once after a change), which would
+    otherwise fall inside the first requests, or the first slot move this PS takes
+    (docs/benchmarks.md, "Live PS resize"). Run in a thread once the PS listens: the
+    registration need not wait for it, a request that needs a loop meanwhile waits for its
+    load (numba's lock) instead of repeating it, and a slot import waits for `done`."""
     from . import flat_dense
+    from .replication.backup import warm_up as warm_optimizers
     from .tables import kernels
 
     try:
-        p = torch.zeros(1, requires_grad=True)
-        p.grad = torch.zeros(1)
-        torch.optim.Adagrad([p]).step()
+        warm_optimizers()
         kernels.warm_up()  # the compiled loops of the request path, from numba's cache
         flat_dense.warm_up()
     except Exception:  # noqa: BLE001 - only a head start: the first request does the same
