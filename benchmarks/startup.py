@@ -11,17 +11,20 @@ Each repetition starts, one after the other on an otherwise idle job:
 - `elastic-ps --help`, `elastic-master --help`, `elastic-ctl --help`: to their exit.
 
 and stops them. Times are from just before the process is spawned (the driver's clock);
-logs are polled every 10 ms. Printed: per measure the median, min and max over the
+logs are polled every 10 ms. With each of the three, the CPU seconds the process used until
+then (`cpu s`, from /proc): what a busy machine's wall times hide. Printed: per measure the median, min and max over the
 repetitions. `--code-root DIR` times another checkout's processes with this same driver (its
-packages on PYTHONPATH, run from DIR): the before/after numbers in docs/benchmarks.md come from
-one script.
+packages on PYTHONPATH, run from DIR); given twice, the repetitions alternate between the two
+checkouts and their tables print side by side (the same load for both): the before/after
+numbers in docs/benchmarks.md come from one run of one script.
 
-    python scripts/bench_startup.py                       # 5 repetitions
-    python scripts/bench_startup.py --reps 3 --code-root ../elastic-ps-main --json base.json
+    python scripts/bench_startup.py                       # 5 repetitions of this checkout
+    python scripts/bench_startup.py --reps 3 --code-root ../elastic-ps-main --code-root .
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -66,7 +69,8 @@ class Rep:
         listening = time.monotonic() - t0
         proc.port = int(match["port"])
         _until(lambda: _answers(proc), proc)
-        return proc, {"master listening": listening, "master serving": time.monotonic() - t0}
+        return proc, {"master listening": listening, "master serving": time.monotonic() - t0,
+                      "master serving, cpu s": _cpu_s(proc)}
 
     def ps(self, master: Proc) -> tuple[Proc, dict]:
         log = self.launcher.log_path("ps0")
@@ -78,7 +82,8 @@ class Rep:
         match = _wait_line(proc, PS_LISTENING)
         listening = time.monotonic() - t0
         _until(lambda: _listed(master, match["grpc"]), proc)
-        return proc, {"ps listening": listening, "ps registered": time.monotonic() - t0}
+        return proc, {"ps listening": listening, "ps registered": time.monotonic() - t0,
+                      "ps registered, cpu s": _cpu_s(proc)}
 
     def worker(self, master: Proc) -> tuple[Proc, dict]:
         argv = [sys.executable, "-m", "examples.ctr.train", "--master", master.address,
@@ -88,7 +93,8 @@ class Rep:
                     env=self.env)
         t0 = self._spawn(proc)
         _wait_line(proc, FIRST_BATCH)
-        return proc, {"worker first batch": time.monotonic() - t0}
+        return proc, {"worker first batch": time.monotonic() - t0,
+                      "worker first batch, cpu s": _cpu_s(proc)}
 
     def helps(self) -> dict:
         out = {}
@@ -100,6 +106,14 @@ class Rep:
             if done.returncode != 0:
                 raise RuntimeError(f"{name} exited {done.returncode}: {done.stderr[-2000:]}")
         return out
+
+
+def _cpu_s(proc: Proc) -> float:
+    """The CPU seconds (user + system, all its threads) `proc` used so far: on a busy machine
+    close to what its wall time would be on a quiet one (its start runs mostly on one
+    thread), where the wall times above count the waits for a core too."""
+    fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_line(proc: Proc, pattern: str) -> re.Match:
@@ -171,16 +185,18 @@ def make_data(root: Path, out: Path, records: int) -> None:
 
 
 def run(args, workdir: Path) -> dict:
-    root = Path(args.code_root).resolve()
+    roots = [Path(r).resolve() for r in args.code_root]
     data = workdir / "ctr"
-    make_data(root, data, args.records)
-    reps = []
+    make_data(roots[0], data, args.records)
+    reps: dict[int, list] = {k: [] for k in range(len(roots))}
     for i in range(args.reps):
-        times = repetition(workdir / f"rep{i}", root, data)
-        print(f"  rep {i + 1}: " + ", ".join(f"{k} {v:.2f}s" for k, v in times.items()),
-              flush=True)
-        reps.append(times)
-    return {"code_root": str(root), "reps": reps, "summary": summary(reps)}
+        for k, root in enumerate(roots):  # alternating: both see the same load
+            times = repetition(workdir / f"root{k}-rep{i}", root, data)
+            print(f"  {k}: rep {i + 1}: " + ", ".join(f"{n} {v:.2f}s"
+                                                     for n, v in times.items()), flush=True)
+            reps[k].append(times)
+    return {"runs": [{"code_root": str(root), "commit": git_commit_at(root), "reps": reps[k],
+                      "summary": summary(reps[k])} for k, root in enumerate(roots)]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,27 +204,42 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=5, help="repetitions (each a fresh job)")
     p.add_argument("--records", type=int, default=20_000, help="CTR records the worker reads")
-    p.add_argument("--code-root", default=str(CODE_ROOT),
-                   help="the checkout whose processes are timed (default: this one)")
+    p.add_argument("--code-root", action="append", default=[],
+                   help="the checkout whose processes are timed (default: this one); twice: "
+                        "both, alternating")
     p.add_argument("--workdir", default="", help="keep logs here (default: a temporary dir)")
     p.add_argument("--json", default="", help="also write the results here")
     args = p.parse_args(argv)
     if args.reps < 1:
         p.error("--reps must be >= 1")
-    commit = git_commit_at(Path(args.code_root))
-    print(f"machine: {machine()}; commit {commit}", flush=True)
+    args.code_root = args.code_root or [str(CODE_ROOT)]
+    if len(args.code_root) > 2:
+        p.error("--code-root: at most two checkouts")
+    commits = [git_commit_at(Path(r)) for r in args.code_root]
+    print(f"machine: {machine()}; commits {', '.join(commits)}", flush=True)
     if args.workdir:
         results = run(args, Path(args.workdir))
     else:
         with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
             results = run(args, Path(tmp))
-    results.update(machine=machine(), commit=commit, reps_n=args.reps)
-    print(f"{'seconds from start':<24} {'median':>7} {'min':>7} {'max':>7}")
-    for key, s in results["summary"].items():
-        print(f"{key:<24} {s['median']:>7.2f} {s['min']:>7.2f} {s['max']:>7.2f}")
+    results.update(machine=machine(), reps_n=args.reps)
+    print("\n".join(table(results["runs"])))
     if args.json:
         write_json(args.json, results)
     return 0
+
+
+def table(runs: list[dict]) -> list[str]:
+    """Seconds from start, median (min-max), one column per checkout."""
+    head = f"{'seconds from start':<24}" + "".join(f" {r['commit'][:20]:>22}" for r in runs)
+    lines = [head]
+    for key in runs[0]["summary"]:
+        cells = []
+        for r in runs:
+            s = r["summary"][key]
+            cells.append(f" {s['median']:>7.2f} ({s['min']:.2f}-{s['max']:.2f})".rjust(23))
+        lines.append(f"{key:<24}" + "".join(cells))
+    return lines
 
 
 def git_commit_at(root: Path) -> str:
