@@ -25,6 +25,27 @@ from pswire.optimizers import DENSE, make_dense
 from .tables import kernels
 
 
+def _without_dynamo() -> None:
+    """Let this process's optimizers skip torch._dynamo: torch.optim wraps add_param_group,
+    state_dict, load_state_dict and zero_grad so that torch.compile does not trace them, and
+    the wrapper's first call imports torch._dynamo (1-3 s of CPU: a fresh PS's first
+    InitParameters, restore or checkpoint waited for it). The PS compiles nothing, so each
+    method's own "disabled" form is the method itself: set where the wrapper caches it (a
+    torch without that cache imports torch._dynamo as before). A PS process only: a worker's
+    own torch.compile keeps torch's behaviour."""
+    for name in ("add_param_group", "state_dict", "load_state_dict", "zero_grad"):
+        wrapper = getattr(torch.optim.Optimizer, name, None)
+        inner = getattr(wrapper, "__wrapped__", None)
+        code = getattr(wrapper, "__code__", None)
+        if (inner is not None and code is not None and code.co_name == "inner"
+                and code.co_filename == getattr(torch._compile, "__file__", None)
+                and getattr(inner, "__dynamo_disable", None) is None):
+            setattr(inner, "__dynamo_disable", inner)
+
+
+_without_dynamo()
+
+
 def restore_dense(cfg: dict, param: torch.Tensor, state_dict: dict) -> torch.optim.Optimizer:
     """`make_dense` with the state of a checkpoint loaded, without first allocating a fresh
     state (Adagrad makes its `sum`, as large as the tensor, in its constructor): the optimizer

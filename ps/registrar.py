@@ -30,6 +30,7 @@ from protos import master_pb2, master_pb2_grpc
 from rpckit.auth import CredentialsRefused, credentials_refused
 from rpckit.channels import LeaderStub
 from rpckit.errors import Reason, reason_of
+from rpckit.logs import Repeated
 from rpckit.retry import NEVER_RETRIED, RETRYABLE, Backoff, RetryPolicy
 from rpckit.tls_check import TLSMismatch
 
@@ -78,6 +79,8 @@ class Registrar:
         self.incarnation = 0
         self.registrations = 0
         self._last_error = ""
+        # the master down: its first failure logged, then a count (rpckit.logs)
+        self._unreachable = Repeated(log)
         self.node = node
         self._wake = threading.Event()
         if node is not None:
@@ -125,8 +128,8 @@ class Registrar:
                 return self.interval
             if code in RETRYABLE:
                 delay = self._backoff.next_delay()
-                self._note(f"master unreachable ({code.name if code else '?'}): {detail}; "
-                           f"retrying in {delay:.1f}s", logging.WARNING)
+                self._unreachable.event(f"master unreachable ({code.name if code else '?'}): "
+                                        f"{detail}; retrying", key=code)
                 return delay
             self._note(f"the master refused this PS ({code.name if code else '?'}): {detail}",
                        logging.ERROR)
@@ -147,6 +150,7 @@ class Registrar:
         self.registrations += 1
         self._backoff = Backoff(self._policy)
         self._last_error = ""
+        self._unreachable.ended("the master answers again")
         log.info("registered with the master as PS %d/%d (incarnation %d): grpc %s data %s",
                  self.index, self.num_ps, resp.incarnation, self.address, self.data_address)
         self._layout(resp.layout_version, resp.ps_slots, resp.primary.slots)
@@ -157,6 +161,7 @@ class Registrar:
     def _check(self) -> float:
         resp = self.stub.ListPS(master_pb2.ListPSRequest(), timeout=RPC_TIMEOUT_S)
         self._backoff = Backoff(self._policy)
+        self._unreachable.ended("the master answers again")
         # an index a resize adds is listed as joining until slots move to it
         mine = [p for p in (*resp.ps, *resp.joining) if p.index == self.index]
         if (resp.layout_version and self.index >= max(resp.num_ps, resp.target_num_ps)

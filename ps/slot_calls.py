@@ -36,13 +36,19 @@ EXPORT_TIMEOUT_S = 15.0  # a batch of 64 slots of a million-row table: tens of M
 # slots waits this long between the old owner's export and writing it, the old owner frozen
 # meanwhile. Never set in production.
 PAUSE_ENV = "ELASTIC_PS_FAILPOINT_MOVE_PAUSE_S"
+WARM_WAIT_S = 60.0  # the longest an IMPORT waits for the PS's warm-up (then it goes on cold)
 
 
 class SlotCalls:
-    def __init__(self, store, chain, ctx: zmq.Context, token: str = ""):
+    def __init__(self, store, chain, ctx: zmq.Context, token: str = "",
+                 warm: threading.Event | None = None):
         """chain: what serves this PS's data-plane requests after auth (a
         ps.replication.ReplicaNode, or the Handlers of a standalone PS): the slot_import
-        goes through it as a client's mutation would."""
+        goes through it as a client's mutation would. warm: set once the PS loaded its
+        compiled loops and torch's optimizers (ps/__main__.py's warm-up, after it listens);
+        an IMPORT waits for it before it asks the owner for anything, so that loading never
+        falls inside a hand-over, while the old owner's slots are frozen."""
+        self.warm = warm
         self.store = store
         self.chain = chain
         self.ctx = ctx
@@ -84,6 +90,9 @@ class SlotCalls:
         with self._lock:
             for slot in req.slots:
                 self._newest[slot] = max(self._newest.get(slot, 0), req.attempt)
+        if self.warm is not None and not self.warm.wait(WARM_WAIT_S):
+            log.info("slot import: the warm-up is still running after %.0f s; going on",
+                     WARM_WAIT_S)
         sock = dealer(self.ctx, req.src_data_address, req.src_public_key)
         try:
             # the copy, while the slots serve; then the hand-over: only what changed since,

@@ -75,9 +75,23 @@ def validate_dense(cfg: dict) -> None:
     if "betas" in cfg and len(cfg["betas"]) != 2:
         raise invalid(f"adam betas must be two numbers, got {list(cfg['betas'])}")
     try:  # torch.optim's own checks (lr >= 0, nesterov needs momentum, ...)
-        make_dense(cfg, torch.zeros(1))
+        DENSE[name](_ChecksPassed.params(), foreach=False, **_hyper(cfg))
+    except _ChecksPassed:
+        pass
     except (ValueError, TypeError) as exc:
         raise invalid(f"optimizer {name}: {exc}") from None
+
+
+class _ChecksPassed(Exception):
+    """Raised by the parameters handed to a torch.optim class to check a config: its
+    constructor checks every hyperparameter before it first looks at the parameters, and
+    stopping there leaves out the base class's add_param_group, whose first call imports
+    torch._dynamo (1-3 s: most of a worker's start before its first batch)."""
+
+    @classmethod
+    def params(cls):
+        yield from ()
+        raise cls()
 
 
 def make_dense(cfg: dict, param: torch.Tensor) -> torch.optim.Optimizer:

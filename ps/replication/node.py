@@ -152,16 +152,20 @@ class ReplicaNode:
                 self.primary = Primary(self.store, self.ctx, self.token, generation,
                                        self._report, self.ack_timeout)
                 self.urgent.clear()
-                log.warning("PS %d is the primary of generation %d (was %s)", self.store.index,
-                            generation, was.value)
+                # a start's first role is news, not a warning; a promotion (a backup's primary
+                # lost) or a return after a fence is
+                log.log(logging.INFO if was == Role.PENDING else logging.WARNING,
+                        "PS %d is the primary of generation %d (was %s)", self.store.index,
+                        generation, was.value)
             elif role == Role.BACKUP:
                 if self.primary is not None:
                     self.primary.fence()
                     self.primary.close()
                     self.primary = None
                 if self.role != Role.BACKUP or self.generation != generation:
-                    log.warning("PS %d is a backup of %s (generation %d)", self.store.index,
-                                primary.data_address, generation)
+                    log.log(logging.INFO if self.role in (Role.PENDING, Role.BACKUP)
+                            else logging.WARNING, "PS %d is a backup of %s (generation %d)",
+                            self.store.index, primary.data_address, generation)
                     self.urgent.clear()
                 self.generation, self.role = generation, Role.BACKUP
                 if self.backup is None:

@@ -44,6 +44,7 @@ from protos import ps_pb2
 from pswire.connection import dealer, send_parts
 
 from rpckit.errors import Reason, ServiceError, unavailable
+from rpckit.logs import Repeated, one_line
 from ..params import ParamStore
 from .lease import PrimaryLease
 
@@ -156,6 +157,9 @@ class Primary:
         self._ids = itertools.count(1)
         self._cond = threading.Condition()
         self._report_lock = threading.Lock()
+        # a renewal fails every quarter lease while the master is down: said once, then
+        # counted (rpckit.logs)
+        self._unreported = Repeated(log, clock=clock)
         self.fenced = False
         self.lease = PrimaryLease(clock)
         self._stop = threading.Event()
@@ -336,8 +340,11 @@ class Primary:
                 self.fence()
                 return
             except Exception as exc:  # noqa: BLE001 - try again on the next round
-                log.warning("cannot tell the master which backups are in sync: %s", exc)
+                self._unreported.event(f"cannot renew the primary lease with the master (nor "
+                                       f"tell it which backups are in sync): {one_line(exc)}",
+                                       key=type(exc))
                 return
+            self._unreported.ended("the master renews the primary lease again")
             if f is None:
                 return
             f.confirmed = True

@@ -142,3 +142,28 @@ def test_a_backup_following_as_the_context_closes_ends_quietly():
     backup.upstream = Upstream(1, "tcp://127.0.0.1:9")
     backup._run()  # raises nothing
     assert backup.attach_id == 0 and backup._sock is None
+
+
+def test_renewals_failing_while_the_master_is_down_are_one_line_and_a_count(setup, caplog):
+    """Every quarter lease a renewal fails while the master is down: the first failure is one
+    WARNING line (no multi-line gRPC repr), the rest are counted, and the renewal that works
+    again says how many there were, at INFO."""
+    import logging
+
+    clock, master, primary = setup
+    with caplog.at_level(logging.INFO, logger="ps.replication.primary"):
+        for _ in range(12):
+            primary._confirm(None)
+            clock.advance(0.5)
+        master.lease_s = 2.0
+        primary._confirm(None)
+    lines = [r for r in caplog.records if r.name == "ps.replication.primary"]
+    warnings = [r for r in lines if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in lines]
+    assert "cannot renew the primary lease" in warnings[0].getMessage()
+    assert "master unreachable" in warnings[0].getMessage()
+    assert all("\n" not in r.getMessage() for r in lines)
+    again = [r.getMessage() for r in lines if "renews the primary lease again" in r.getMessage()]
+    assert len(again) == 1 and lines[-1].levelno == logging.INFO
+    count = int(again[0].split("(after ")[1].split(" times")[0])
+    assert count >= 12  # the watch thread may have failed a renewal of its own meanwhile

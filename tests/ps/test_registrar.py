@@ -178,3 +178,31 @@ def test_a_step_that_raises_a_bug_is_logged_and_tried_again(monkeypatch, caplog)
         r._wake.set()  # out of its wait at once
         thread.join(5)
     assert not thread.is_alive()
+
+
+def test_the_master_down_is_one_warning_and_one_line_when_it_answers_again(caplog):
+    """Registering, then checking, against a master that is down: one WARNING for each
+    outage, not one per try, and one INFO line with the count when the master answers."""
+    import logging
+
+    master = FakeMaster()
+    master.down = True
+    r = _registrar(master)
+    with caplog.at_level(logging.INFO, logger="ps.registrar"):
+        for _ in range(10):
+            r.step()
+        master.down = False
+        r.step()
+        assert r.registered
+        master.down = True  # down again while registered: the checks fail
+        for _ in range(6):
+            r.step()
+        master.down = False
+        r.step()
+    lines = [(rec.levelno, rec.getMessage()) for rec in caplog.records
+             if rec.name == "ps.registrar"]
+    warnings = [m for level, m in lines if level >= logging.WARNING]
+    assert len(warnings) == 2 and all("master unreachable (UNAVAILABLE)" in m for m in warnings)
+    again = [m for level, m in lines if level == logging.INFO and "answers again" in m]
+    assert len(again) == 2
+    assert "after 10 times" in again[0] and "after 6 times" in again[1]

@@ -21,6 +21,7 @@ from pswire.frames import buffer_of, code_name
 from pswire.slots import DEFAULT_SLOTS, Layout
 from rpckit import auth
 from rpckit.errors import Reason, ServiceError, invalid
+from rpckit.logs import Repeated
 from rpckit.retry import NEVER_RETRIED_NAMES, RETRYABLE, Backoff, RetryPolicy
 
 from .. import metrics, notice
@@ -118,6 +119,9 @@ class Exchange:
         self._prefer_local = prefer_local
         self._client_keys = None
         self._conns: dict[int, Connection] = {}  # PS index -> its connection
+        # calls that needed more than one try: the first of a run said, the rest counted
+        # (a resize's hand-overs make a dozen in a second: INFO; anything else: WARNING)
+        self._recoveries = Repeated(log)
         self.layout: Layout | None = None  # what requests are routed by (set by _adopt)
         if endpoints is not None and not endpoints:
             raise ValueError("no PS endpoints")
@@ -269,9 +273,12 @@ class Exchange:
                                              self.retry.total_s))
         why = ""
         attempt = tries = 0
+        unexpected = False  # a try failed otherwise than on a slot hand-over
+        sent_to: dict[int, str] = {}  # where this try's request went (a re-route moves conns)
         while True:
             attempt += 1
             moving = set()  # answered SLOT_MOVING this try: the socket works, the slot waits
+            rerouted = False
             waiting = {}
             for index in pending:
                 req, frames = requests[index]
@@ -286,6 +293,7 @@ class Exchange:
                         head + ps_pb2.DataRequest(frame_sizes=got[0]).SerializeToString(),
                         got[1]])
                 waiting[conn.send(wire[index][1])] = index
+                sent_to[index] = conn.current
             if attempt == 1:
                 yield  # sent: the caller may compute until it needs the answers
             poller = zmq.Poller()
@@ -306,6 +314,7 @@ class Exchange:
                     if (time.monotonic() - started >= REROUTE_AFTER_S
                             and self._primary_moved(set(waiting.values()))):
                         why = "a new PS primary was promoted"
+                        unexpected = rerouted = True
                         break
                     left_ms = min(left_ms, int(REROUTE_AFTER_S * 1000))
                 for sock, _ in poller.poll(left_ms):
@@ -315,6 +324,7 @@ class Exchange:
                     except (OSError, ValueError):  # a same-host socket broken (pswire.unix):
                         poller.unregister(sock)    # as a PS that does not answer, but
                         why = f"PS {waiting[sock]}'s same-host socket broke"
+                        unexpected = True
                         continue                   # known at once: no waiting for it
                     resp = ps_pb2.DataResponse()
                     try:
@@ -344,6 +354,8 @@ class Exchange:
                         why = f"PS {index} answered {code}: {resp.message}"
                         if resp.reason == Reason.SLOT_MOVING:
                             moving.add(index)
+                        else:
+                            unexpected = True
                         continue
                     pending.discard(index)
                     offers[index] = resp.local_endpoint
@@ -358,15 +370,15 @@ class Exchange:
             if not pending:
                 for index, local in offers.items():
                     self._conns[index].offer(local)
-                if attempt > 1:  # one line per recovery, not one per try
-                    log.warning("PS call recovered on try %d after %.1fs; the tries before "
-                                "failed with: %s", attempt, backoff.elapsed, why)
+                self._answered(attempt, backoff.elapsed, why, unexpected)
                 self.answered_at = time.monotonic()
                 return results
             for sock, index in waiting.items():
                 if (sock, zmq.POLLIN) in poller.sockets:  # else broken, and said so
-                    why = (f"no answer from PS {index} at {self._conns[index].current} "
-                           f"within {self.timeout_s:.1f}s")
+                    promoted = "; a new PS primary was promoted" if rerouted else ""
+                    why = (f"no answer from PS {index} at {sent_to[index]} within "
+                           f"{time.monotonic() - started:.1f}s{promoted}")
+                    unexpected = True
             if moving == pending:  # only hand-overs in the way: soon, and not a try spent
                 delay = moving_backoff.next_delay()
                 if delay is None or backoff.elapsed >= self.retry.total_s:
@@ -389,6 +401,17 @@ class Exchange:
             f"{backoff.elapsed:.1f}s ({attempt} tries; retry budget {self.retry.total_s:.0f}s, "
             f"{self.max_attempts} tries); last: {why}. Is the PS running? A PS restarted from "
             "its checkpoint is found again through the master while the budget lasts")
+
+    def _answered(self, attempt: int, elapsed: float, why: str, unexpected: bool) -> None:
+        """Log a call answered on try `attempt`: a run of calls that needed more than one try
+        is one line and a count (rpckit.logs.Repeated), at INFO when only slot hand-overs
+        were in the way (a resize: expected), else at WARNING."""
+        if attempt == 1:
+            self._recoveries.ended("PS calls answer on the first try again")
+            return
+        self._recoveries.event(f"PS call recovered on try {attempt} after {elapsed:.1f}s; the "
+                               f"tries before failed with: {why}", key=unexpected,
+                               level=logging.WARNING if unexpected else logging.INFO)
 
     def _primary_moved(self, indexes: set[int]) -> bool:
         """Whether the master names another primary for one of `indexes` (asked at most every
