@@ -1,19 +1,25 @@
-"""Whether a declared model is the one a PS holds: the first difference, in words.
+"""Whether a declared model is the one a PS holds: the differences, named field by field.
 
 A second `InitParameters` must declare the same tensors (shapes, dtypes), optimizer and tables
-as the first; `first_difference` names what differs so the refusal (MODEL_MISMATCH) says it.
+as the first; `first_difference` names what differs so the refusal (MODEL_MISMATCH) says it
+(`max_rows 1000 -> 2000`: held here -> declared). A table's `max_rows`, `ttl_s`, `ttl_steps`
+and `evict` (pswire.tables.RETUNABLE) do not change what a row means, so they are no
+mismatch: `retuned` lists the tables declared with new values of those alone, which the PS
+adopts.
 """
 from __future__ import annotations
 
 import torch
 
 from pswire.frames import DTYPE_NAMES
+from pswire.tables import RETUNABLE, TableSpec, spec_changes
 from rpckit.errors import quote
 
 
 def first_difference(store, tensors, optimizer, tables) -> str:
     """The first difference between the model `store` holds and the one declared ('' if
-    none), quoting at most a short prefix of the client's names."""
+    none) that a running job cannot take, quoting at most a short prefix of the client's
+    names."""
     theirs = dict(tensors)
     for name in sorted(set(store.dense) | set(theirs)):
         d, t = store.dense.get(name), theirs.get(name)
@@ -24,7 +30,8 @@ def first_difference(store, tensors, optimizer, tables) -> str:
         if t.shape != d.value.shape or t.dtype != d.value.dtype:
             return f"tensor {quote(name)} is {shape_of(d.value)} here, declared {shape_of(t)}"
     if optimizer != store.optimizer_cfg:
-        return f"the optimizer is {store.optimizer_cfg} here, declared {optimizer}"
+        return (f"the optimizer differs: {changes_text(dict_changes(store.optimizer_cfg, optimizer))}"
+                " (held here -> declared)")
     declared = {spec.name: (spec, cfg) for spec, cfg in tables}
     for name in sorted(set(store.tables) | set(declared)):
         if name not in declared:
@@ -32,12 +39,43 @@ def first_difference(store, tensors, optimizer, tables) -> str:
         spec, cfg = declared[name]
         if name not in store.tables:
             return f"table {quote(name)} is not held here"
-        if spec != store.tables[name].spec:
-            return f"table {quote(name)} is {store.tables[name].spec} here, declared {spec}"
+        fixed = [c for c in spec_changes(store.tables[name].spec, spec) if c[0] not in RETUNABLE]
+        if fixed:
+            return (f"table {quote(name)} differs: {changes_text(fixed)} (held here -> "
+                    f"declared); of a table only {', '.join(RETUNABLE)} may change on a "
+                    "running job")
         if cfg != store.table_cfgs[name]:
-            return (f"table {quote(name)} has optimizer {store.table_cfgs[name]} here, "
-                    f"declared {cfg}")
+            return (f"the optimizer of table {quote(name)} differs: "
+                    f"{changes_text(dict_changes(store.table_cfgs[name], cfg))} "
+                    "(held here -> declared)")
     return ""
+
+
+def retuned(store, tables) -> list[tuple[TableSpec, list[tuple]]]:
+    """The declared tables (of a model `first_difference` passed) whose `RETUNABLE` fields
+    differ from those held, with the changes."""
+    out = []
+    for spec, _ in tables:
+        changes = spec_changes(store.tables[spec.name].spec, spec)
+        if changes:
+            out.append((spec, changes))
+    return out
+
+
+def dict_changes(held: dict | None, declared: dict | None) -> list[tuple]:
+    held, declared = held or {}, declared or {}
+    return [(k, held.get(k), declared.get(k)) for k in sorted(set(held) | set(declared))
+            if held.get(k) != declared.get(k)]
+
+
+def changes_text(changes: list[tuple]) -> str:
+    """`max_rows 1000 -> 2000, evict 'lru' -> 'lfu'` (at most 8 fields)."""
+    text = ", ".join(f"{field} {_value(a)} -> {_value(b)}" for field, a, b in changes[:8])
+    return text + (f" and {len(changes) - 8} more" if len(changes) > 8 else "")
+
+
+def _value(v) -> str:
+    return repr(v) if isinstance(v, (bool, int, float, type(None))) else quote(v)
 
 
 def shape_of(t: torch.Tensor) -> str:

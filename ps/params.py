@@ -5,8 +5,10 @@ messages into these calls. What it promises:
 
 - The first `init_parameters` wins; a later call declaring the same model (tensors, shapes,
   dtypes, tables, optimizers) changes nothing and answers the versions; one declaring another
-  model or optimizer is refused (FAILED_PRECONDITION, MODEL_MISMATCH, naming the first
-  difference), so a worker never trains a model the PS does not hold.
+  model or optimizer is refused (FAILED_PRECONDITION, MODEL_MISMATCH, naming the differing
+  fields), so a worker never trains a model the PS does not hold. A table's bounds
+  (`max_rows`, `ttl_s`, `ttl_steps`, `evict`) may differ: the PS adopts the declared ones
+  (ps/model_match.py) and files them before it answers (`file_tables`).
 - A dense tensor has a version (pushes applied to it). A push applies the gradient with the
   tensor's own `torch.optim` optimizer (Adagrad: the push's tensors in one foreach update, or
   the packed ones over flat buffers, the same arithmetic: ps/optim.py, ps/flat_dense.py) under
@@ -30,9 +32,10 @@ messages into these calls. What it promises:
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -53,7 +56,7 @@ from .snapshots import Snapshots
 from .steps import StepParts, Steps
 from .reads import Export, Reads, _copy_export
 from .limits import Limits, check_names
-from .model_match import first_difference, shape_of
+from .model_match import changes_text, first_difference, retuned, shape_of
 from .optim import RowOptimizer, make_dense
 from pswire.optimizers import row_config, validate_dense
 from pswire.partition import MAX_ROW_ID
@@ -64,6 +67,10 @@ STALENESS_BUCKET_CAP = 64
 # Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still
 # sending the tensor at most as long as copying the tensor would take, then copies.
 COPY_BYTES_PER_S = 2e9
+
+log = logging.getLogger(__name__)
+
+
 class ParamStore:
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
                  applied_capacity: int = 100_000, limits: Limits | None = None):
@@ -88,6 +95,10 @@ class ParamStore:
         self.steps = Steps(self)
         self.reads = Reads(self)
         self.restores = 0  # snapshots restored over the state (a checkpoint, a primary's copy)
+        # writes a checkpoint file of the state (ps.checkpoint.Checkpointer sets it): a change
+        # of a table's bounds is filed with it before it is acknowledged
+        self.file_tables: Callable[[], object] | None = None
+        self._tables_unfiled = False  # a bounds change not in a file yet (its write failed)
         # the hash slots this PS serves (the master's layout says; ps/ownership.py)
         self.ownership = Ownership.initial(index, num_ps)
 
@@ -125,9 +136,9 @@ class ParamStore:
 
     def init_parameters(self, tensors: Sequence[tuple[str, torch.Tensor]], optimizer: dict,
                         tables: Sequence[tuple[TableSpec, dict | None]] = ()
-                        ) -> tuple[bool, dict[str, int], str]:
+                        ) -> tuple[bool, dict[str, int], str, bool]:
         """Declare the tensors, optimizer and tables. Returns (initialized_now, versions,
-        message); only the first call changes anything."""
+        message, tables_changed); only the first call changes anything but tables' bounds."""
         names = [name for name, _ in tensors]
         check_names(names, self.limits, "InitParameters")
         for name, t in tensors:
@@ -149,26 +160,67 @@ class ParamStore:
             checked.append((spec, row_config(cfg, optimizer, spec.name)))
         with self.gate.shared(), self._init_lock:
             self._refuse_if_stopping()
-            if self.initialized:
-                mismatch = first_difference(self, tensors, optimizer, checked)
-                if mismatch:
-                    raise precondition(Reason.MODEL_MISMATCH, f"PS {self.index} holds another "
-                                       f"model: {mismatch}. The first InitParameters won; "
-                                       "declare the same model and optimizer, or start the job "
-                                       "with a fresh --checkpoint-dir for a new model")
-                return False, self.versions(), "already initialized with this model"
-            dense = {}
-            for name, t in tensors:
-                value = t.detach().clone().contiguous()
-                dense[name] = Dense(name, value, make_dense(optimizer, value))
-            self.dense = dense
-            self.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg),
-                                            row_cap=row_share(spec.max_rows, self.num_ps))
-                           for spec, cfg in checked}
-            self.table_cfgs = {spec.name: cfg for spec, cfg in checked}
-            self.optimizer_cfg = dict(optimizer)
-            self.initialized = True
-            return True, self.versions(), "initialized"
+            if not self.initialized:
+                self._initialize(tensors, optimizer, checked)
+                return True, self.versions(), "initialized", False
+            mismatch = first_difference(self, tensors, optimizer, checked)
+            if mismatch:
+                raise precondition(Reason.MODEL_MISMATCH, f"PS {self.index} holds another "
+                                   f"model: {mismatch}. The first InitParameters won; declare "
+                                   "the model it holds, or start the job with a fresh "
+                                   "--checkpoint-dir for a new model")
+            changed = self._retune(checked)
+            # a change whose filing failed is reported again, so a primary forwards it
+            unfiled = self._tables_unfiled
+        if unfiled and not self.gate.held_here():
+            self.file_tables_now()
+        message = (f"already initialized; adopted {changed}" if changed
+                   else "already initialized with this model")
+        return False, self.versions(), message, unfiled
+
+    def _initialize(self, tensors, optimizer: dict, checked) -> None:
+        """Under the init lock: the first InitParameters' model becomes the PS's."""
+        dense = {}
+        for name, t in tensors:
+            value = t.detach().clone().contiguous()
+            dense[name] = Dense(name, value, make_dense(optimizer, value))
+        self.dense = dense
+        self.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg),
+                                        row_cap=row_share(spec.max_rows, self.num_ps))
+                       for spec, cfg in checked}
+        self.table_cfgs = {spec.name: cfg for spec, cfg in checked}
+        self.optimizer_cfg = dict(optimizer)
+        self.initialized = True
+
+    def _retune(self, checked) -> str:
+        """Under the init lock and the gate (shared, so no snapshot sees half of it): adopt the
+        declared bounds of tables that differ in those alone (ps/model_match.py); returns what
+        changed, in words ('' if nothing)."""
+        changes = retuned(self, checked)
+        for spec, _ in changes:
+            self.tables[spec.name].retune(spec, row_share(spec.max_rows, self.num_ps))
+        if not changes:
+            return ""
+        self._tables_unfiled = True
+        text = "; ".join(f"table {quote(spec.name)}: {changes_text(c)}" for spec, c in changes)
+        log.info("PS %d adopted new table bounds: %s", self.index, text)
+        return text
+
+    def file_tables_now(self) -> None:
+        """Before a bounds change is acknowledged: a checkpoint file holds it (where this PS
+        writes them), so a restart keeps it. A failed write is retried by the next
+        InitParameters, even one that changes nothing. Call it holding no gate (the snapshot
+        takes it exclusive): `init_parameters` does, unless its caller holds the gate, which
+        then calls this after releasing it, before it answers (ps/dataplane/handlers.py)."""
+        if not self._tables_unfiled:
+            return
+        if self.file_tables is not None:
+            try:
+                self.file_tables()
+            except OSError as exc:
+                raise unavailable(Reason.UNAVAILABLE, f"PS {self.index} adopted the tables' new bounds but could "
+                                  f"not write them to a checkpoint file ({exc}); retry") from exc
+        self._tables_unfiled = False
 
     # -- dense --------------------------------------------------------------------------------
 

@@ -179,7 +179,11 @@ class Snapshots:
                                           capacity=0,
                                           row_cap=row_share(spec.max_rows, self.store.num_ps))
                 self.store.table_cfgs[name] = dict(row["optimizer"])
-            self.store.tables[name].apply_delta(row)
+            table = self.store.tables[name]
+            spec = TableSpec(**row["spec"])
+            if spec != table.spec:  # new bounds filed with this delta (ParamStore._retune)
+                table.retune(spec, row_share(spec.max_rows, self.store.num_ps), settle=False)
+            table.apply_delta(row)
 
 
 def _delta_not_smaller(rows: list[dict], tables: dict) -> str:

@@ -214,6 +214,27 @@ class Table:
             estimate = self.sketch.estimate(absent)
             return int(np.count_nonzero(estimate + 1 >= self.spec.admit_after))
 
+    def retune(self, spec: TableSpec, row_cap: int, settle: bool = True) -> None:
+        """Adopt `spec`, which differs from this table's in `RETUNABLE` fields alone (the cap,
+        the TTLs, the eviction policy), and this PS's `row_cap` of it. With `settle` (a change
+        on a running job, not a restore, whose files hold its effects) the new values take
+        effect at once: rows past a lower cap are evicted, and a table gaining `ttl_s` counts
+        its rows as touched now (their touch times were not kept before: the rows would
+        expire by their creation times), marked changed for the next delta."""
+        spec.check()
+        with self.lock:
+            gained_ttl_s = spec.ttl_s and not self.spec.ttl_s
+            self.spec, self.row_cap = spec, row_cap
+            if settle:
+                live = self._live()
+                if gained_ttl_s and live.size:
+                    self.touched[live] = self.clock()
+                    self.dirty[live] = True
+                if row_cap and live.size > row_cap:
+                    self._evict(victims(live, live.size - row_cap, spec.evict, self.counts,
+                                        self.ticks, self.ids), Cause.CAP)
+            self._reset_deadlines()
+
     def expire(self) -> None:
         """Evict the rows whose TTL passed (the lazy expiry, run from outside a request)."""
         with self.lock:
