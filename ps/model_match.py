@@ -30,8 +30,8 @@ def first_difference(store, tensors, optimizer, tables) -> str:
         if t.shape != d.value.shape or t.dtype != d.value.dtype:
             return f"tensor {quote(name)} is {shape_of(d.value)} here, declared {shape_of(t)}"
     if optimizer != store.optimizer_cfg:
-        return (f"the optimizer differs: {changes_text(dict_changes(store.optimizer_cfg, optimizer))}"
-                " (held here -> declared)")
+        changes = dict_changes(store.optimizer_cfg, optimizer)
+        return f"the optimizer differs: {changes_text(changes)} (held here -> declared)"
     declared = {spec.name: (spec, cfg) for spec, cfg in tables}
     for name in sorted(set(store.tables) | set(declared)):
         if name not in declared:

@@ -218,8 +218,9 @@ class ParamStore:
             try:
                 self.file_tables()
             except OSError as exc:
-                raise unavailable(Reason.UNAVAILABLE, f"PS {self.index} adopted the tables' new bounds but could "
-                                  f"not write them to a checkpoint file ({exc}); retry") from exc
+                raise unavailable(Reason.UNAVAILABLE, f"PS {self.index} adopted the tables' new "
+                                  f"bounds but could not write them to a checkpoint file "
+                                  f"({exc}); retry") from exc
         self._tables_unfiled = False
 
     # -- dense --------------------------------------------------------------------------------

@@ -42,7 +42,8 @@ def test_a_new_cap_is_adopted_at_once_and_named():
 @pytest.mark.parametrize("kw, named", [
     (dict(dim=8), "dim 4 -> 8"),
     (dict(seed=2, max_rows=50), "seed 1 -> 2"),
-    (dict(admit_after=3, initializer="zeros"), "initializer 'normal' -> 'zeros', admit_after 1 -> 3"),
+    (dict(admit_after=3, initializer="zeros"),
+     "initializer 'normal' -> 'zeros', admit_after 1 -> 3"),
 ])
 def test_any_other_field_refuses_naming_the_fields_and_changes_nothing(kw, named):
     store = ParamStore()
