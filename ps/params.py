@@ -32,7 +32,6 @@ messages into these calls. What it promises:
 """
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import Callable, Iterable, Sequence
@@ -48,7 +47,6 @@ from pswire.tables import TableSpec
 
 from .tables.index import keys_of
 from .tables.table import Table
-from .tables.table import row_share
 from rpckit.errors import (Reason, ServiceError, invalid, not_found, precondition, quote,
                            unavailable)
 from .gate import Gate
@@ -56,20 +54,16 @@ from .snapshots import Snapshots
 from .steps import StepParts, Steps
 from .reads import Export, Reads, _copy_export
 from .limits import Limits, check_names
-from .model_match import changes_text, first_difference, retuned, shape_of
-from .optim import RowOptimizer, make_dense
-from pswire.optimizers import row_config, validate_dense
+from . import declare
+from .model_match import file_bounds, shape_of
 from pswire.partition import MAX_ROW_ID
 from pswire.jit import min_max
-from pswire.frames import DTYPE_NAMES, FLOAT_DTYPES, require_finite, require_row_grads
+from pswire.frames import DTYPE_NAMES, require_finite, require_row_grads
 
 STALENESS_BUCKET_CAP = 64
 # Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still
 # sending the tensor at most as long as copying the tensor would take, then copies.
 COPY_BYTES_PER_S = 2e9
-
-log = logging.getLogger(__name__)
-
 
 class ParamStore:
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
@@ -138,90 +132,15 @@ class ParamStore:
                         tables: Sequence[tuple[TableSpec, dict | None]] = ()
                         ) -> tuple[bool, dict[str, int], str, bool]:
         """Declare the tensors, optimizer and tables. Returns (initialized_now, versions,
-        message, tables_changed); only the first call changes anything but tables' bounds."""
-        names = [name for name, _ in tensors]
-        check_names(names, self.limits, "InitParameters")
-        for name, t in tensors:
-            if not name:
-                raise invalid("every tensor needs a name")
-            if DTYPE_NAMES.get(t.dtype) not in FLOAT_DTYPES:
-                raise invalid(f"tensor {name!r}: dtype {t.dtype} cannot be trained; use "
-                              f"{', '.join(FLOAT_DTYPES)}")
-            require_finite(t, f"tensor {quote(name)}")
-        if len(set(names)) != len(names):
-            raise invalid(f"tensor names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
-        validate_dense(optimizer)
-        table_names = [spec.name for spec, _ in tables]
-        if len(set(table_names)) != len(table_names):
-            raise invalid(f"table names repeat: {table_names}")
-        checked = []
-        for spec, cfg in tables:
-            spec.check()
-            checked.append((spec, row_config(cfg, optimizer, spec.name)))
-        with self.gate.shared(), self._init_lock:
-            self._refuse_if_stopping()
-            if not self.initialized:
-                self._initialize(tensors, optimizer, checked)
-                return True, self.versions(), "initialized", False
-            mismatch = first_difference(self, tensors, optimizer, checked)
-            if mismatch:
-                raise precondition(Reason.MODEL_MISMATCH, f"PS {self.index} holds another "
-                                   f"model: {mismatch}. The first InitParameters won; declare "
-                                   "the model it holds, or start the job with a fresh "
-                                   "--checkpoint-dir for a new model")
-            changed = self._retune(checked)
-            # a change whose filing failed is reported again, so a primary forwards it
-            unfiled = self._tables_unfiled
-        if unfiled and not self.gate.held_here():
-            self.file_tables_now()
-        message = (f"already initialized; adopted {changed}" if changed
-                   else "already initialized with this model")
-        return False, self.versions(), message, unfiled
-
-    def _initialize(self, tensors, optimizer: dict, checked) -> None:
-        """Under the init lock: the first InitParameters' model becomes the PS's."""
-        dense = {}
-        for name, t in tensors:
-            value = t.detach().clone().contiguous()
-            dense[name] = Dense(name, value, make_dense(optimizer, value))
-        self.dense = dense
-        self.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg),
-                                        row_cap=row_share(spec.max_rows, self.num_ps))
-                       for spec, cfg in checked}
-        self.table_cfgs = {spec.name: cfg for spec, cfg in checked}
-        self.optimizer_cfg = dict(optimizer)
-        self.initialized = True
-
-    def _retune(self, checked) -> str:
-        """Under the init lock and the gate (shared, so no snapshot sees half of it): adopt the
-        declared bounds of tables that differ in those alone (ps/model_match.py); returns what
-        changed, in words ('' if nothing)."""
-        changes = retuned(self, checked)
-        for spec, _ in changes:
-            self.tables[spec.name].retune(spec, row_share(spec.max_rows, self.num_ps))
-        if not changes:
-            return ""
-        self._tables_unfiled = True
-        text = "; ".join(f"table {quote(spec.name)}: {changes_text(c)}" for spec, c in changes)
-        log.info("PS %d adopted new table bounds: %s", self.index, text)
-        return text
+        message, tables_changed); only the first call changes anything but tables' bounds
+        (ps/declare.py)."""
+        return declare.init_parameters(self, tensors, optimizer, tables)
 
     def file_tables_now(self) -> None:
-        """Before a bounds change is acknowledged: a checkpoint file holds it (where this PS
-        writes them), so a restart keeps it. A failed write is retried by the next
-        InitParameters, even one that changes nothing. Call it holding no gate (the snapshot
-        takes it exclusive): `init_parameters` does, unless its caller holds the gate, which
-        then calls this after releasing it, before it answers (ps/dataplane/handlers.py)."""
-        if not self._tables_unfiled:
-            return
-        if self.file_tables is not None:
-            try:
-                self.file_tables()
-            except OSError as exc:
-                raise unavailable(Reason.UNAVAILABLE, f"PS {self.index} adopted the tables' new "
-                                  f"bounds but could not write them to a checkpoint file "
-                                  f"({exc}); retry") from exc
-        self._tables_unfiled = False
+        """File a bounds change not in a file yet (model_match.file_bounds), holding no gate:
+        the data plane calls it after releasing the gate it held for an InitParameters."""
+        if self._tables_unfiled:
+            file_bounds(self)
 
     # -- dense --------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from pswire.tables import TableSpec
 
 from .tables.table import Table
 from .tables.table import row_share
+from .tables import files
 from .optim import RowOptimizer, restore_dense
 from .ownership import Ownership, mask_ranges, ranges_mask
 
@@ -191,7 +192,7 @@ def _delta_not_smaller(rows: list[dict], tables: dict) -> str:
     hold is no smaller than the tables' rows and sketches, a full file costs no more and
     starts a new chain."""
     delta = sum(_tensor_bytes(row) for row in rows)
-    full = sum(t.file_bytes() for t in tables.values())
+    full = sum(files.file_bytes(t) for t in tables.values())
     if delta < full or not delta:
         return ""
     return (f"the tables' changes since the last file ({delta} bytes) are no smaller than "

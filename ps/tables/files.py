@@ -75,6 +75,30 @@ def delta(table) -> dict:
                 **scalars(table, changes=True)}
 
 
+def left(table, slots: np.ndarray, gone: np.ndarray) -> None:
+    """Under table.lock: rows at `slots` (of ids `gone`, out of the index) left the table.
+    Those the last checkpoint file holds are listed for the next delta; a row created since
+    is in no file and needs no mention (so the list never outgrows that file's rows)."""
+    filed = table.filed[slots]
+    if filed.any():
+        listed = gone[filed]
+        table.evicted_ids.append(listed)
+        table._evicted_pending += listed.size
+    table.ids[slots] = -1
+    table.dirty[slots] = False
+    table.filed[slots] = False
+
+
+def mark_filed(table) -> None:
+    """Under table.lock: the table as it is now is what the checkpoint files hold."""
+    table.dirty[:] = False
+    table.filed[:] = False
+    table.filed[: table.high] = table.ids[: table.high] >= 0
+    table.evicted_ids, table._evicted_pending = [], 0
+    if table.sketch is not None:
+        table.sketch.mark_filed()
+
+
 def restore(table, state: dict) -> None:
     """Adopt a full export (a checkpoint's tensors become the table's: no second copy)."""
     ids = state["ids"].numpy().astype(np.int64, copy=True)
@@ -106,7 +130,7 @@ def restore(table, state: dict) -> None:
     table.free = np.flatnonzero(ids < 0)[::-1].copy()
     table.index = RowIndex(live.size)
     table.index.insert(ids[live], live)
-    table._filed_now()  # what the file holds
+    mark_filed(table)  # what the file holds
     table._reset_deadlines()
 
 
@@ -124,7 +148,7 @@ def apply_delta(table, state: dict) -> None:
             table.free = np.concatenate([table.free, slots])
         _write_rows(table, state["ids"].numpy().astype(np.int64), state)
         restore_scalars(table, state)
-        table._filed_now()  # what the files hold, the next delta's starting point
+        mark_filed(table)  # what the files hold, the next delta's starting point
         table._reset_deadlines()
 
 
@@ -258,6 +282,6 @@ def _drop_at(table, at: np.ndarray) -> int:
     gone = table.ids[at].copy()
     table.index.delete(gone)
     table.free = np.concatenate([table.free, at])
-    table.left(at, gone)
+    left(table, at, gone)
     table._reset_deadlines()
     return int(at.size)

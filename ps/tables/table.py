@@ -48,7 +48,7 @@ from pswire.tables import TableSpec
 from ..embedding import initial_rows
 from ..limits import too_large
 from ..optim import RowOptimizer, gather_rows
-from . import files, kernels, one_pass
+from . import bounds, files, kernels, one_pass
 from .admission import AdmissionSketch
 from .eviction import Cause, expired, next_expiry, victims
 from .index import RowIndex, distinct_in_order, keys_of
@@ -215,25 +215,8 @@ class Table:
             return int(np.count_nonzero(estimate + 1 >= self.spec.admit_after))
 
     def retune(self, spec: TableSpec, row_cap: int, settle: bool = True) -> None:
-        """Adopt `spec`, which differs from this table's in `RETUNABLE` fields alone (the cap,
-        the TTLs, the eviction policy), and this PS's `row_cap` of it. With `settle` (a change
-        on a running job, not a restore, whose files hold its effects) the new values take
-        effect at once: rows past a lower cap are evicted, and a table gaining `ttl_s` counts
-        its rows as touched now (their touch times were not kept before: the rows would
-        expire by their creation times), marked changed for the next delta."""
-        spec.check()
-        with self.lock:
-            gained_ttl_s = spec.ttl_s and not self.spec.ttl_s
-            self.spec, self.row_cap = spec, row_cap
-            if settle:
-                live = self._live()
-                if gained_ttl_s and live.size:
-                    self.touched[live] = self.clock()
-                    self.dirty[live] = True
-                if row_cap and live.size > row_cap:
-                    self._evict(victims(live, live.size - row_cap, spec.evict, self.counts,
-                                        self.ticks, self.ids), Cause.CAP)
-            self._reset_deadlines()
+        """Adopt new bounds (ps.tables.bounds.retune)."""
+        bounds.retune(self, spec, row_cap, settle)
 
     def expire(self) -> None:
         """Evict the rows whose TTL passed (the lazy expiry, run from outside a request)."""
@@ -319,20 +302,7 @@ class Table:
         self.index.delete(gone)
         self.free = np.concatenate([self.free, slots])
         self.evicted[cause] += int(slots.size)
-        self.left(slots, gone)
-
-    def left(self, slots: np.ndarray, gone: np.ndarray) -> None:
-        """Under self.lock: rows at `slots` (of ids `gone`, out of the index) left the table.
-        Those the last checkpoint file holds are listed for the next delta; a row created since
-        is in no file and needs no mention."""
-        filed = self.filed[slots]
-        if filed.any():
-            listed = gone[filed]
-            self.evicted_ids.append(listed)
-            self._evicted_pending += listed.size
-        self.ids[slots] = -1
-        self.dirty[slots] = False
-        self.filed[slots] = False
+        files.left(self, slots, gone)
 
     def _touch(self, slots: np.ndarray, keys: np.ndarray, now: float) -> None:
         """Rows `slots` (of ids `keys`) were touched by one request: one count each (an id
@@ -428,23 +398,10 @@ class Table:
         (files.delta)."""
         return files.delta(self)
 
-    def file_bytes(self) -> int:
-        """About what `export` of the table writes to a file (files.file_bytes)."""
-        return files.file_bytes(self)
-
     def mark_clean(self) -> None:
         """Everything up to now is in a checkpoint file."""
         with self.lock:
-            self._filed_now()
-
-    def _filed_now(self) -> None:
-        """Under self.lock: the table as it is now is what the checkpoint files hold."""
-        self.dirty[:] = False
-        self.filed[:] = False
-        self.filed[: self.high] = self.ids[: self.high] >= 0
-        self.evicted_ids, self._evicted_pending = [], 0
-        if self.sketch is not None:
-            self.sketch.mark_filed()
+            files.mark_filed(self)
 
     def restore(self, state: dict) -> None:
         """Adopt a full export (files.restore)."""
