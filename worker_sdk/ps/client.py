@@ -25,6 +25,7 @@ acknowledged.
 from __future__ import annotations
 
 import logging
+import numbers
 import time
 from typing import Callable, Iterator
 
@@ -64,7 +65,7 @@ class ElasticEmbedding(nn.Module):
                  evict: str = "lru"):
         super().__init__()
         if num_embeddings is not None and (isinstance(num_embeddings, bool)
-                                           or not isinstance(num_embeddings, int)
+                                           or not isinstance(num_embeddings, numbers.Integral)
                                            or num_embeddings <= 0):
             raise SpecError("num_embeddings", f"num_embeddings must be a positive integer (or "
                                               f"None for unbounded ids), got {num_embeddings!r}")
