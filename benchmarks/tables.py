@@ -16,6 +16,7 @@ without the network, which does not change with the table's size):
   second half), capped at 2, 1 and 0.5 times the ids live at a time against unbounded.
   Target: within 0.005.
 - delta: a delta checkpoint after 1 % of a `--delta-rows` table changed against a full one,
+  and the files of a small capped table with admission (its 2 MiB sketch) under a stream,
   bytes and seconds. Target: at most 5 %.
 """
 from __future__ import annotations
@@ -206,6 +207,29 @@ def delta_cost(rows: int, dim: int, changed: float = 0.01) -> dict:
             "seconds_ratio": delta.seconds / min(full.seconds, full2.seconds)}
 
 
+def sketch_delta_cost(cap: int, dim: int, files: int = 8, steps: int = 20) -> dict:
+    """A small capped table with admission (`admit_after=2`: a 2 MiB sketch) under a Zipf
+    stream: the bytes of each file written as a delta where one is due, against the full
+    first one (a full file where a delta is no smaller, which the log line says)."""
+    store = _store(TableSpec("emb", dim, max_rows=cap, admit_after=2), "adagrad", 0.1)
+    rng = np.random.default_rng(5)
+    written, seq = [], 0
+    with tempfile.TemporaryDirectory() as d:
+        cp = Checkpointer(store, CheckpointDir(d, 0, 1))
+        for _ in range(files):
+            for _ in range(steps):
+                seq += 1
+                ids = torch.from_numpy(np.unique(rng.zipf(1.2, 256) % 100_000))
+                store.pull_rows("emb", ids)
+                store.push_rows("bench", seq, "emb", ids, torch.full((ids.numel(), dim), 0.01))
+            info = cp.write(delta=True)
+            written.append({"delta": info.delta, "bytes": info.bytes})
+    full = written[0]["bytes"]
+    deltas = [w["bytes"] / full for w in written[1:] if w["delta"]]
+    return {"cap": cap, "files": written, "deltas": len(deltas),
+            "max_ratio": max(deltas, default=0.0)}
+
+
 # -- the command ------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{d['delta_s']:.3f} s against full {d['full_bytes']} bytes in {d['full_s']:.3f} s"
               f" ({100 * d['bytes_ratio']:.2f} % of the bytes, {100 * d['seconds_ratio']:.1f} % "
               "of the time)", flush=True)
+        out["sketch_delta"] = k = sketch_delta_cost(1000, a.dim)
+        print(f"deltas of a capped table ({k['cap']} rows) with admit_after=2: "
+              f"{k['deltas']} of {len(k['files']) - 1} files after the first are deltas, at "
+              f"most {100 * k['max_ratio']:.1f} % of its {k['files'][0]['bytes']} bytes",
+              flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=2)

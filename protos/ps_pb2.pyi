@@ -234,7 +234,7 @@ class ReplicateResult(_message.Message):
     def __init__(self, seq: _Optional[int] = ...) -> None: ...
 
 class InitParametersResult(_message.Message):
-    __slots__ = ("initialized", "versions", "staleness_checked")
+    __slots__ = ("initialized", "versions", "staleness_checked", "tables_changed")
     class VersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -245,10 +245,12 @@ class InitParametersResult(_message.Message):
     INITIALIZED_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     STALENESS_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    TABLES_CHANGED_FIELD_NUMBER: _ClassVar[int]
     initialized: bool
     versions: _containers.ScalarMap[str, int]
     staleness_checked: bool
-    def __init__(self, initialized: _Optional[bool] = ..., versions: _Optional[_Mapping[str, int]] = ..., staleness_checked: _Optional[bool] = ...) -> None: ...
+    tables_changed: bool
+    def __init__(self, initialized: _Optional[bool] = ..., versions: _Optional[_Mapping[str, int]] = ..., staleness_checked: _Optional[bool] = ..., tables_changed: _Optional[bool] = ...) -> None: ...
 
 class PullResult(_message.Message):
     __slots__ = ("tensors", "versions", "staleness_checked", "packed_count")

@@ -331,8 +331,14 @@ class Checkpointer:
         self._last_mutations = -1
         self._next_number = 1
         self._base: int | None = None  # the full checkpoint the live state's deltas chain from
+        self._why_no_base = "no full checkpoint was written or restored yet"
         self._restores = store.restores  # a restore over the state means: write a full next
         self.deltas_written = 0
+        store.file_tables = self.file_now  # a change of tables' bounds is filed at once
+
+    def file_now(self) -> CheckpointInfo | None:
+        """Write what the store holds now: a delta (a full file when no chain is open)."""
+        return self.write(delta=True)
 
     def restore(self) -> CheckpointInfo | None:
         self.dir.clean_temporaries()
@@ -365,7 +371,7 @@ class Checkpointer:
             except (CorruptCheckpoint, OSError) as exc:
                 self.dir.deltas.orphan([p for _, p in chain[at:]],
                                        f"{path.name} does not verify: {exc}")
-                self._base = None  # the chain is broken here: the next checkpoint is full
+                self._unchain(f"delta {path.name} did not verify at restore")
                 break
             self.store.apply_delta(state)
             info = CheckpointInfo(path, number, path.stat().st_size,
@@ -373,6 +379,10 @@ class Checkpointer:
             info.applied = {str(cid): int(seq) for cid, seq, _ in state.get("applied", [])}
             log.info("applied delta %s", path.name)
         return info
+
+    def _unchain(self, why: str) -> None:
+        """No delta can follow the files written so far: the next file is full, for `why`."""
+        self._base, self._why_no_base = None, why
 
     def _mutations(self) -> int:
         s, tables = self.store.stats, self.store.tables.values()  # + reads that change a table
@@ -382,7 +392,8 @@ class Checkpointer:
     def write(self, only_if_changed: bool = False, delta: bool = False) -> CheckpointInfo | None:
         """Write a full checkpoint, or with `delta` only what changed since the last file
         (a full one when there is no chain to add to: none written or restored yet, a
-        restore over the state since, or a failed write)."""
+        restore over the state since, a failed write, a broken chain at restore; or when the
+        changes are no smaller than the tables: the log line says which)."""
         with self._lock:
             mutations = self._mutations()
             if only_if_changed and mutations == self._last_mutations:
@@ -392,10 +403,13 @@ class Checkpointer:
             taken_ms = int(time.time() * 1000)
             number = self._next_number
             if self.store.restores != self._restores:
-                self._base, self._restores = None, self.store.restores
-            delta = delta and self._base is not None
+                self._restores = self.store.restores
+                self._unchain("the state was replaced since the last file (a restore)")
+            asked, why = delta, "" if self._base is not None else self._why_no_base
+            delta = delta and not why
             with self.store.snapshot_view(delta=delta, clean=True) as state:
-                delta = state["delta"]  # a table that needs a full file makes it full
+                delta = state["delta"]  # no smaller than the tables: a full file
+                why = state.pop("why_full", why)
                 state["taken_ms"] = taken_ms
                 try:
                     if delta:
@@ -405,7 +419,8 @@ class Checkpointer:
                     else:
                         info = self.dir.write(state, number)
                 except BaseException:
-                    self._base = None  # what this file held is in no file: write a full next
+                    # what this file held is in no file: write a full next
+                    self._unchain(f"writing file {number} failed")
                     raise
             if not delta:
                 self._base = number
@@ -415,8 +430,9 @@ class Checkpointer:
             self.deltas_written += int(delta)
             self.last = info
             self._last_mutations = mutations
-            log.info("%s %s: %d bytes in %.3fs", "delta" if delta else "checkpoint",
-                     info.path.name, info.bytes, info.seconds)
+            log.info("%s %s: %d bytes in %.3fs%s", "delta" if delta else "checkpoint",
+                     info.path.name, info.bytes, info.seconds,
+                     f" (full, not a delta: {why})" if asked and not delta else "")
             return info
 
     def run_periodic(self, interval: float, stop: threading.Event, delta: bool = False) -> None:

@@ -2,7 +2,8 @@
 
 A full checkpoint (`ps-I-of-N-<number>.ckpt`, ps.checkpoint) holds the whole partition. A
 delta holds the dense tensors, the at-most-once table and, per embedding table, only the rows
-touched and the ids evicted since the previous file (full or delta); it is named
+touched since the previous file (full or delta), the ids of that file's rows that left since,
+and the admission sketch's changed counters (ps.tables.files.delta); it is named
 
     ps-I-of-N-<number>-base-<base>.delta
 

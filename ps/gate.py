@@ -34,6 +34,10 @@ class Gate:
         """Hold the gate shared inside a `with` (nests within a thread)."""
         return self._shared_hold
 
+    def held_here(self) -> bool:
+        """Whether this thread holds the gate shared (it must not wait for `exclusive`)."""
+        return bool(getattr(self._held, "depth", 0))
+
     @contextmanager
     def exclusive(self):
         with self._cond:

@@ -5,8 +5,10 @@ messages into these calls. What it promises:
 
 - The first `init_parameters` wins; a later call declaring the same model (tensors, shapes,
   dtypes, tables, optimizers) changes nothing and answers the versions; one declaring another
-  model or optimizer is refused (FAILED_PRECONDITION, MODEL_MISMATCH, naming the first
-  difference), so a worker never trains a model the PS does not hold.
+  model or optimizer is refused (FAILED_PRECONDITION, MODEL_MISMATCH, naming the differing
+  fields), so a worker never trains a model the PS does not hold. A table's bounds
+  (`max_rows`, `ttl_s`, `ttl_steps`, `evict`) may differ: the PS adopts the declared ones
+  (ps/model_match.py) and files them before it answers (`file_tables`).
 - A dense tensor has a version (pushes applied to it). A push applies the gradient with the
   tensor's own `torch.optim` optimizer (Adagrad: the push's tensors in one foreach update, or
   the packed ones over flat buffers, the same arithmetic: ps/optim.py, ps/flat_dense.py) under
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -45,7 +47,6 @@ from pswire.tables import TableSpec
 
 from .tables.index import keys_of
 from .tables.table import Table
-from .tables.table import row_share
 from rpckit.errors import (Reason, ServiceError, invalid, not_found, precondition, quote,
                            unavailable)
 from .gate import Gate
@@ -53,17 +54,17 @@ from .snapshots import Snapshots
 from .steps import StepParts, Steps
 from .reads import Export, Reads, _copy_export
 from .limits import Limits, check_names
-from .model_match import first_difference, shape_of
-from .optim import RowOptimizer, make_dense
-from pswire.optimizers import row_config, validate_dense
+from . import declare
+from .model_match import file_bounds, shape_of
 from pswire.partition import MAX_ROW_ID
 from pswire.jit import min_max
-from pswire.frames import DTYPE_NAMES, FLOAT_DTYPES, require_finite, require_row_grads
+from pswire.frames import DTYPE_NAMES, require_finite, require_row_grads
 
 STALENESS_BUCKET_CAP = 64
 # Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still
 # sending the tensor at most as long as copying the tensor would take, then copies.
 COPY_BYTES_PER_S = 2e9
+
 class ParamStore:
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
                  applied_capacity: int = 100_000, limits: Limits | None = None):
@@ -88,6 +89,10 @@ class ParamStore:
         self.steps = Steps(self)
         self.reads = Reads(self)
         self.restores = 0  # snapshots restored over the state (a checkpoint, a primary's copy)
+        # writes a checkpoint file of the state (ps.checkpoint.Checkpointer sets it): a change
+        # of a table's bounds is filed with it before it is acknowledged
+        self.file_tables: Callable[[], object] | None = None
+        self._tables_unfiled = False  # a bounds change not in a file yet (its write failed)
         # the hash slots this PS serves (the master's layout says; ps/ownership.py)
         self.ownership = Ownership.initial(index, num_ps)
 
@@ -125,50 +130,17 @@ class ParamStore:
 
     def init_parameters(self, tensors: Sequence[tuple[str, torch.Tensor]], optimizer: dict,
                         tables: Sequence[tuple[TableSpec, dict | None]] = ()
-                        ) -> tuple[bool, dict[str, int], str]:
+                        ) -> tuple[bool, dict[str, int], str, bool]:
         """Declare the tensors, optimizer and tables. Returns (initialized_now, versions,
-        message); only the first call changes anything."""
-        names = [name for name, _ in tensors]
-        check_names(names, self.limits, "InitParameters")
-        for name, t in tensors:
-            if not name:
-                raise invalid("every tensor needs a name")
-            if DTYPE_NAMES.get(t.dtype) not in FLOAT_DTYPES:
-                raise invalid(f"tensor {name!r}: dtype {t.dtype} cannot be trained; use "
-                              f"{', '.join(FLOAT_DTYPES)}")
-            require_finite(t, f"tensor {quote(name)}")
-        if len(set(names)) != len(names):
-            raise invalid(f"tensor names repeat: {sorted(n for n in set(names) if names.count(n) > 1)}")
-        validate_dense(optimizer)
-        table_names = [spec.name for spec, _ in tables]
-        if len(set(table_names)) != len(table_names):
-            raise invalid(f"table names repeat: {table_names}")
-        checked = []
-        for spec, cfg in tables:
-            spec.check()
-            checked.append((spec, row_config(cfg, optimizer, spec.name)))
-        with self.gate.shared(), self._init_lock:
-            self._refuse_if_stopping()
-            if self.initialized:
-                mismatch = first_difference(self, tensors, optimizer, checked)
-                if mismatch:
-                    raise precondition(Reason.MODEL_MISMATCH, f"PS {self.index} holds another "
-                                       f"model: {mismatch}. The first InitParameters won; "
-                                       "declare the same model and optimizer, or start the job "
-                                       "with a fresh --checkpoint-dir for a new model")
-                return False, self.versions(), "already initialized with this model"
-            dense = {}
-            for name, t in tensors:
-                value = t.detach().clone().contiguous()
-                dense[name] = Dense(name, value, make_dense(optimizer, value))
-            self.dense = dense
-            self.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg),
-                                            row_cap=row_share(spec.max_rows, self.num_ps))
-                           for spec, cfg in checked}
-            self.table_cfgs = {spec.name: cfg for spec, cfg in checked}
-            self.optimizer_cfg = dict(optimizer)
-            self.initialized = True
-            return True, self.versions(), "initialized"
+        message, tables_changed); only the first call changes anything but tables' bounds
+        (ps/declare.py)."""
+        return declare.init_parameters(self, tensors, optimizer, tables)
+
+    def file_tables_now(self) -> None:
+        """File a bounds change not in a file yet (model_match.file_bounds), holding no gate:
+        the data plane calls it after releasing the gate it held for an InitParameters."""
+        if self._tables_unfiled:
+            file_bounds(self)
 
     # -- dense --------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from pswire.tables import TableSpec
 
 from .tables.table import Table
 from .tables.table import row_share
+from .tables import files
 from .optim import RowOptimizer, restore_dense
 from .ownership import Ownership, mask_ranges, ranges_mask
 
@@ -70,17 +71,25 @@ class Snapshots:
         """A consistent view of everything a restart needs, valid inside the `with`: its
         tensors are the live ones, pinned (a push copies a pinned tensor or table before
         changing it). Taken under the exclusive gate, which it holds only for that.
-        `delta`: tables hold only the rows changed and evicted since the last checkpoint file
-        (ps.tables.table.Table.delta), unless a table needs a full one (more evicted than it
-        could list): the view's "delta" says which it is; `clean`: this view becomes that
-        file (a checkpoint's). Decided, taken and marked clean under the exclusive gate, which
-        every change to a table holds shared (pushes, and the reads that change it)."""
+        `delta`: tables hold only what changed since the last checkpoint file
+        (ps.tables.table.Table.delta), unless that would be no smaller than their rows: the
+        view's "delta" says which it is, and "why_full" (then) why it is a full view though a
+        delta was asked (no part of the state: pop it before writing); `clean`: this view
+        becomes that file (a checkpoint's). Decided, taken and marked clean under the
+        exclusive gate, which every change to a table holds shared (pushes, and the reads
+        that change it)."""
         pin = SnapshotPin()
         try:
             with self.store.gate.exclusive():
-                delta = delta and not any(t.needs_full for t in self.store.tables.values())
                 state = self._view_locked(pin, delta)
-                state["delta"] = delta
+                why = ""
+                if delta:
+                    why = _delta_not_smaller(state["tables"], self.store.tables)
+                    if why:
+                        state = self._view_locked(pin, False)
+                state["delta"] = delta and not why
+                if why:
+                    state["why_full"] = why
                 if clean:
                     for t in self.store.tables.values():
                         t.mark_clean()
@@ -171,7 +180,33 @@ class Snapshots:
                                           capacity=0,
                                           row_cap=row_share(spec.max_rows, self.store.num_ps))
                 self.store.table_cfgs[name] = dict(row["optimizer"])
-            self.store.tables[name].apply_delta(row)
+            table = self.store.tables[name]
+            spec = TableSpec(**row["spec"])
+            if spec != table.spec:  # new bounds filed with this delta (ParamStore._retune)
+                table.retune(spec, row_share(spec.max_rows, self.store.num_ps), settle=False)
+            table.apply_delta(row)
+
+
+def _delta_not_smaller(rows: list[dict], tables: dict) -> str:
+    """Why the tables' delta `rows` should be a full view instead ('' if not): when what they
+    hold is no smaller than the tables' rows and sketches, a full file costs no more and
+    starts a new chain."""
+    delta = sum(_tensor_bytes(row) for row in rows)
+    full = sum(files.file_bytes(t) for t in tables.values())
+    if delta < full or not delta:
+        return ""
+    return (f"the tables' changes since the last file ({delta} bytes) are no smaller than "
+            f"their rows ({full} bytes)")
+
+
+def _tensor_bytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
 
 
 def _cloned(obj):

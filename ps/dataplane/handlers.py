@@ -17,7 +17,7 @@ from protos import ps_pb2
 from pswire.frames import (DTYPES, FLOAT_DTYPES, Decoder, as_buffer, buffer_of, check_meta,
                            code_number, decode, dtype_name, frames_of, ids_of, rows_of)
 from pswire.optimizers import config_from_pb
-from pswire.tables import TableSpec
+from pswire.tables import spec_from_pb
 from rpckit.errors import invalid
 
 from .. import moves
@@ -79,7 +79,7 @@ class Handlers:
         # the answer is made (a slot move's freeze and release take the gate exclusive)
         with self.store.gate.shared():
             try:
-                return getattr(self, "_" + kind)(req, frames)
+                reply = getattr(self, "_" + kind)(req, frames)
             except MovedAfterApplied as exc:
                 resp = ps_pb2.DataResponse(code=code_number(exc.code), reason=exc.reason,
                                            message=exc.message, seq=req.seq,
@@ -89,6 +89,9 @@ class Handlers:
                 if body is not None:
                     body.duplicate = True
                 return [resp.SerializeToString()]
+        if kind == "init_parameters":  # new table bounds: filed before the answer, gate released
+            self.store.file_tables_now()
+        return reply
 
     def _owns(self, req, tensors_w=(), rows_w=(), tensors_r=(), rows_r=(),
               mutation: bool = True) -> None:
@@ -176,18 +179,13 @@ class Handlers:
         tables = []
         for spec in body.tables:
             cfg = config_from_pb(spec.optimizer) if spec.optimizer.name else None
-            tables.append((TableSpec(name=spec.name, dim=spec.dim,
-                                     initializer=spec.initializer or "normal",
-                                     init_a=spec.init_a, init_b=spec.init_b, seed=spec.seed,
-                                     num_embeddings=spec.num_embeddings,
-                                     max_rows=spec.max_rows, admit_after=spec.admit_after or 1,
-                                     ttl_s=spec.ttl_s, ttl_steps=spec.ttl_steps,
-                                     evict=spec.evict or "lru"), cfg))
+            tables.append((spec_from_pb(spec), cfg))
         self._owns(req, tensors_w=[n for n, _ in tensors], mutation=False)
-        initialized, versions, message = self.store.init_parameters(
+        initialized, versions, message, changed = self.store.init_parameters(
             tensors, config_from_pb(body.optimizer), tables)
         resp = ps_pb2.DataResponse(code=0, message=message, seq=req.seq)
         resp.init_parameters.initialized = initialized
+        resp.init_parameters.tables_changed = changed
         resp.init_parameters.staleness_checked = self.store.max_staleness >= 0
         resp.init_parameters.versions.update(versions)
         return [resp.SerializeToString()]

@@ -392,8 +392,8 @@ def _changed(req: ps_pb2.DataRequest, reply: list, reads_change: bool = False) -
         return not resp.push_rows.duplicate and resp.code == 0
     if kind == "step":  # as a push: OK, or refused stale (kept in the at-most-once table)
         return (reads_change or not resp.step.push.duplicate) and resp.code in (0, 9)
-    if kind == "init_parameters":
-        return resp.init_parameters.initialized
+    if kind == "init_parameters":  # the first, or one changing tables' bounds
+        return resp.init_parameters.initialized or resp.init_parameters.tables_changed
     if kind == "pull_rows":  # of a table whose reads change it (ReplicaNode forwards only those)
         return resp.code == 0
     return False

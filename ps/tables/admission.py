@@ -6,6 +6,10 @@ an id seen K times is always admitted at its K-th sighting; a collision can only
 early. Memory is `depth * width * 2` bytes whatever the number of distinct ids. After every
 `8 * width` sightings all counters are halved (TinyLFU's reset), so a long stream of one-off
 ids cannot saturate the sketch and admit everything.
+
+Checkpoints: `export` is the whole sketch; `changes` only the counters that differ from those
+of the last file (`mark_filed` keeps a copy of them), so a delta file carries a few cells
+instead of the whole sketch (`restore` takes either).
 """
 from __future__ import annotations
 
@@ -30,10 +34,11 @@ class AdmissionSketch:
         self.sightings = 0
         self.halvings = 0
         self._bits = width.bit_length() - 1
+        self._filed: np.ndarray | None = None  # the counters the last file holds (None: none)
 
     @property
     def nbytes(self) -> int:
-        return self.counters.nbytes
+        return self.counters.nbytes + (self._filed.nbytes if self._filed is not None else 0)
 
     def _cells(self, ids: np.ndarray) -> np.ndarray:
         """[DEPTH, n] column of each id in each row."""
@@ -74,11 +79,45 @@ class AdmissionSketch:
         return {"counters": torch.from_numpy(self.counters.view(np.int16).copy()),
                 "sightings": self.sightings, "halvings": self.halvings}
 
+    def changes(self) -> dict:
+        """The counters changed since `mark_filed` (their flat positions and values), or the
+        whole sketch (`export`) when there is no filed copy or listing them would be larger.
+        A position and its value take 6 bytes, a counter of the whole sketch 2."""
+        if self._filed is None:
+            return self.export()
+        flat = self.counters.reshape(-1)
+        at = np.flatnonzero(flat != self._filed.reshape(-1))
+        if at.size * 6 >= flat.nbytes:
+            return self.export()
+        return {"changed_at": torch.from_numpy(at.astype(np.int32)),
+                "values": torch.from_numpy(flat[at].view(np.int16)),
+                "sightings": self.sightings, "halvings": self.halvings}
+
+    def mark_filed(self) -> None:
+        """The counters as they are now are in a checkpoint file: `changes` is relative to
+        them from now on."""
+        if self._filed is None:
+            self._filed = self.counters.copy()
+        else:
+            np.copyto(self._filed, self.counters)
+
     def restore(self, state: dict) -> None:
-        counters = state["counters"]
-        counters = (counters.numpy() if isinstance(counters, torch.Tensor)
-                    else np.asarray(counters)).view(np.uint16)
-        if counters.shape == self.counters.shape:
+        """Adopt an `export` (the whole sketch) or apply `changes` on top of this one."""
+        if "changed_at" in state:
+            at = _numpy(state["changed_at"]).astype(np.int64)
+            values = _numpy(state["values"]).view(np.uint16)
+            if at.size and (at.min() < 0 or at.max() >= self.counters.size
+                            or at.size != values.size):
+                raise ValueError("the sketch changes do not fit this sketch")
+            self.counters.reshape(-1)[at] = values
+        else:
+            counters = _numpy(state["counters"]).view(np.uint16)
+            if counters.shape != self.counters.shape:
+                return
             self.counters = counters.copy()
-            self.sightings = int(state.get("sightings", 0))
-            self.halvings = int(state.get("halvings", 0))
+        self.sightings = int(state.get("sightings", 0))
+        self.halvings = int(state.get("halvings", 0))
+
+
+def _numpy(value) -> np.ndarray:
+    return value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)

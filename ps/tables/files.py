@@ -3,7 +3,8 @@
 Functions over a `ps.tables.table.Table` (its methods `export`, `delta`, `restore`,
 `apply_delta` and `rows` call them), kept apart from the request path: what a file holds (the
 rows of slots [0, high) with their metadata and the table's counters, or only the rows touched
-and the ids evicted since the last file) and how a table adopts it.
+and the ids of filed rows gone since the last file, with the admission counters changed) and
+how a table adopts it.
 """
 from __future__ import annotations
 
@@ -16,11 +17,28 @@ from .index import RowIndex, distinct_in_order
 _META = ("counts", "steps", "ticks", "touched")
 
 
-def scalars(table) -> dict:
+def scalars(table, changes: bool = False) -> dict:
+    """The table's counters and its admission sketch (with `changes`: only the counters of
+    the sketch changed since the last file, AdmissionSketch.changes)."""
+    sketch = table.sketch
+    if sketch is not None:
+        sketch = sketch.changes() if changes else sketch.export()
     return {"step": table.step, "pushes": table.pushes, "tick": table.tick,
             "admitted": table.admitted, "filtered": table.filtered,
-            "evictions": {c.value: n for c, n in table.evicted.items()},
-            "sketch": None if table.sketch is None else table.sketch.export()}
+            "evictions": {c.value: n for c, n in table.evicted.items()}, "sketch": sketch}
+
+
+def row_bytes(table) -> int:
+    """What one row takes in a file: its weights (and accumulator), id and metadata."""
+    floats = table.spec.dim * (1 if table.accum is None else 2)
+    return 4 * floats + 8 * (1 + len(_META))
+
+
+def file_bytes(table) -> int:
+    """About what `export` writes: every used slot's row and the whole sketch."""
+    with table.lock:
+        return table.high * row_bytes(table) + (
+            0 if table.sketch is None else table.sketch.counters.nbytes)
 
 
 def export(table, pin=None) -> dict:
@@ -41,8 +59,9 @@ def export(table, pin=None) -> dict:
 
 
 def delta(table) -> dict:
-    """The rows touched and the ids evicted since the last `mark_clean` (call under the
-    store's exclusive gate, then `mark_clean`). The rows are copied: a few of them."""
+    """The rows touched since the last `mark_clean`, the ids of rows that file holds
+    that left since, and the sketch's changed counters (call under the store's exclusive
+    gate, then `mark_clean`). The rows are copied: a few of them."""
     with table.lock:
         slots = np.flatnonzero(table.dirty[: table.high] & (table.ids[: table.high] >= 0))
         at = torch.from_numpy(slots)
@@ -52,7 +71,32 @@ def delta(table) -> dict:
         return {"delta": True, "ids": torch.from_numpy(table.ids[slots]),
                 "weights": table.weights.index_select(0, at),
                 "accum": None if table.accum is None else table.accum.index_select(0, at),
-                "evicted_ids": torch.from_numpy(evicted), **meta, **scalars(table)}
+                "evicted_ids": torch.from_numpy(evicted), **meta,
+                **scalars(table, changes=True)}
+
+
+def left(table, slots: np.ndarray, gone: np.ndarray) -> None:
+    """Under table.lock: rows at `slots` (of ids `gone`, out of the index) left the table.
+    Those the last checkpoint file holds are listed for the next delta; a row created since
+    is in no file and needs no mention (so the list never outgrows that file's rows)."""
+    filed = table.filed[slots]
+    if filed.any():
+        listed = gone[filed]
+        table.evicted_ids.append(listed)
+        table._evicted_pending += listed.size
+    table.ids[slots] = -1
+    table.dirty[slots] = False
+    table.filed[slots] = False
+
+
+def mark_filed(table) -> None:
+    """Under table.lock: the table as it is now is what the checkpoint files hold."""
+    table.dirty[:] = False
+    table.filed[:] = False
+    table.filed[: table.high] = table.ids[: table.high] >= 0
+    table.evicted_ids, table._evicted_pending = [], 0
+    if table.sketch is not None:
+        table.sketch.mark_filed()
 
 
 def restore(table, state: dict) -> None:
@@ -81,11 +125,12 @@ def restore(table, state: dict) -> None:
             setattr(table, name, np.full(n, fill, dtype=np.float64 if name == "touched"
                                         else np.int64))
     table.dirty = np.zeros(n, dtype=bool)
-    table.evicted_ids, table._evicted_pending, table.needs_full = [], 0, False
+    table.filed = np.zeros(n, dtype=bool)
     live = np.flatnonzero(ids >= 0)
     table.free = np.flatnonzero(ids < 0)[::-1].copy()
     table.index = RowIndex(live.size)
     table.index.insert(ids[live], live)
+    mark_filed(table)  # what the file holds
     table._reset_deadlines()
 
 
@@ -103,6 +148,7 @@ def apply_delta(table, state: dict) -> None:
             table.free = np.concatenate([table.free, slots])
         _write_rows(table, state["ids"].numpy().astype(np.int64), state)
         restore_scalars(table, state)
+        mark_filed(table)  # what the files hold, the next delta's starting point
         table._reset_deadlines()
 
 
@@ -235,11 +281,7 @@ def _drop_at(table, at: np.ndarray) -> int:
         return 0
     gone = table.ids[at].copy()
     table.index.delete(gone)
-    table.ids[at] = -1
-    table.dirty[at] = False
     table.free = np.concatenate([table.free, at])
-    if not table.needs_full:
-        table.evicted_ids.append(gone)
-        table._evicted_pending += gone.size
+    left(table, at, gone)
     table._reset_deadlines()
     return int(at.size)

@@ -24,8 +24,11 @@ What it promises (docs/ps.md, "Bounded embedding tables"):
   the first request after the oldest row's deadline (pushes are exact; time sweeps run at most
   twice a second), and by `expire()` (status and metrics call it).
 - An evicted row is gone: seen again, it is admitted again from its initial value.
-- Everything changed (touched) or evicted since the last checkpoint file is tracked, so a
-  delta file holds only those rows (`delta`, `mark_clean`, `apply_delta`).
+- Everything changed (touched) since the last checkpoint file is tracked, and the ids of
+  rows that file holds and that left since (evicted or moved away: at most the rows it holds,
+  however many rows came and went in between), so a delta file holds only those rows and ids,
+  and of the admission sketch the counters that changed (`delta`, `mark_clean`,
+  `apply_delta`).
 - Thread-safe: one lock per table, held for the whole of a pull (so a pull sees whole pushes)
   or a push. Snapshot views (`export(pin)`) read the live weights; a change to a pinned table
   copies them first (copy on write), as before.
@@ -45,7 +48,7 @@ from pswire.tables import TableSpec
 from ..embedding import initial_rows
 from ..limits import too_large
 from ..optim import RowOptimizer, gather_rows
-from . import files, kernels, one_pass
+from . import bounds, files, kernels, one_pass
 from .admission import AdmissionSketch
 from .eviction import Cause, expired, next_expiry, victims
 from .index import RowIndex, distinct_in_order, keys_of
@@ -82,6 +85,7 @@ class Table:
         self.ticks = np.zeros(capacity, dtype=np.int64)
         self.touched = np.zeros(capacity, dtype=np.float64)
         self.dirty = np.zeros(capacity, dtype=bool)
+        self.filed = np.zeros(capacity, dtype=bool)  # the row is in the last checkpoint file
         self.weights = torch.empty(capacity, spec.dim)
         self.accum = (torch.empty(capacity, spec.dim) if optimizer.has_accumulator else None)
         self._np = None  # (weights, accum, their numpy views): ps/tables/one_pass.py
@@ -92,9 +96,10 @@ class Table:
         self.admitted = 0
         self.filtered = 0
         self.evicted = {cause: 0 for cause in Cause}
-        self.evicted_ids: list[np.ndarray] = []  # since the last checkpoint file
+        # ids of rows the last checkpoint file holds that left since (one entry per row: a
+        # row leaves `filed` when it goes, so at most the rows that file holds)
+        self.evicted_ids: list[np.ndarray] = []
         self._evicted_pending = 0
-        self.needs_full = False  # more evicted since the last file than rows: write a full one
         self.snaps: list = []  # SnapshotPins of open snapshot views reading the rows
         # while a slot move copies rows out (ps/moves.py): the positions written and the ids
         # evicted since its copy, so the hand-over sends only those; None when none is
@@ -114,7 +119,7 @@ class Table:
         """Memory held by the table's arrays (allocated capacity, index and sketch)."""
         n = self.weights.nbytes + (self.accum.nbytes if self.accum is not None else 0)
         n += sum(a.nbytes for a in (self.ids, self.counts, self.steps, self.ticks, self.touched,
-                                    self.dirty, self.free))
+                                    self.dirty, self.filed, self.free))
         n += self.index.nbytes + (self.sketch.nbytes if self.sketch is not None else 0)
         return n + 8 * self._evicted_pending
 
@@ -209,6 +214,10 @@ class Table:
             estimate = self.sketch.estimate(absent)
             return int(np.count_nonzero(estimate + 1 >= self.spec.admit_after))
 
+    def retune(self, spec: TableSpec, row_cap: int, settle: bool = True) -> None:
+        """Adopt new bounds (ps.tables.bounds.retune)."""
+        bounds.retune(self, spec, row_cap, settle)
+
     def expire(self) -> None:
         """Evict the rows whose TTL passed (the lazy expiry, run from outside a request)."""
         with self.lock:
@@ -291,18 +300,9 @@ class Table:
         if self.watch is not None:
             self.watch_gone.append(gone)
         self.index.delete(gone)
-        self.ids[slots] = -1
-        self.dirty[slots] = False
         self.free = np.concatenate([self.free, slots])
         self.evicted[cause] += int(slots.size)
-        if self.needs_full:
-            return
-        self.evicted_ids.append(gone)
-        self._evicted_pending += gone.size
-        if self._evicted_pending > max(len(self), 1024):
-            # a delta would hold more evicted ids than a full file holds rows, and a PS that
-            # writes no deltas would keep them forever: forget them, the next file is full
-            self.evicted_ids, self._evicted_pending, self.needs_full = [], 0, True
+        files.left(self, slots, gone)
 
     def _touch(self, slots: np.ndarray, keys: np.ndarray, now: float) -> None:
         """Rows `slots` (of ids `keys`) were touched by one request: one count each (an id
@@ -380,7 +380,7 @@ class Table:
         if self.row_cap:
             capacity = max(needed, min(capacity, self.row_cap))
         self.ids = _grown_np(self.ids, capacity, -1)
-        for name in _META + ("dirty",):
+        for name in _META + ("dirty", "filed"):
             setattr(self, name, _grown_np(getattr(self, name), capacity, 0))
         self._np = None
         self.weights = _grown(self.weights, capacity)
@@ -394,14 +394,14 @@ class Table:
         return files.export(self, pin)
 
     def delta(self) -> dict:
-        """The rows touched and the ids evicted since the last `mark_clean` (files.delta)."""
+        """The rows touched and the filed ids gone since the last `mark_clean`
+        (files.delta)."""
         return files.delta(self)
 
     def mark_clean(self) -> None:
         """Everything up to now is in a checkpoint file."""
         with self.lock:
-            self.dirty[:] = False
-            self.evicted_ids, self._evicted_pending, self.needs_full = [], 0, False
+            files.mark_filed(self)
 
     def restore(self, state: dict) -> None:
         """Adopt a full export (files.restore)."""

@@ -2,6 +2,7 @@
 while a delta is written loses nothing that was in the previous file."""
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from ps.checkpoint import CheckpointDir, Checkpointer
 from pswire.tables import TableSpec
 from pswire.optimizers import make_config
 from ps.params import ParamStore
+from ps.tables.eviction import Cause
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,6 +49,11 @@ def _same(a: ParamStore, b: ParamStore) -> None:
         assert ra[k][2:] == rb[k][2:]
     assert (ta.pushes, ta.admitted, ta.filtered, ta.evicted) == \
         (tb.pushes, tb.admitted, tb.filtered, tb.evicted)
+    assert (ta.sketch is None) == (tb.sketch is None)
+    if ta.sketch is not None:
+        assert np.array_equal(ta.sketch.counters, tb.sketch.counters)
+        assert (ta.sketch.sightings, ta.sketch.halvings) == \
+            (tb.sketch.sightings, tb.sketch.halvings)
     assert torch.equal(a.dense["w"].value, b.dense["w"].value)
     assert a.applied.export() == b.applied.export()
 
@@ -197,19 +204,69 @@ def _by_id(store: ParamStore):
         state["counts"][live][order].tolist()
 
 
-def test_evictions_past_the_table_size_make_the_next_file_full(tmp_path):
-    store = _store(max_rows=2000)
+def test_evictions_past_the_table_size_still_make_a_small_delta(tmp_path):
+    """A small capped table churning many times its size between files: only the rows that
+    changed and the filed ids that left are in the delta (a row that came and went between
+    two files is in neither), and base + delta restore it exactly."""
+    store = _store(max_rows=2000, evict="lfu")
+    kept = torch.arange(100_000, 101_500)
+    for _ in range(3):  # counted often: LFU keeps them through the churn below
+        store.pull_rows("emb", kept)
     cp = Checkpointer(store, CheckpointDir(tmp_path, 0, 1))
-    cp.write()
-    for start in range(0, 20_000, 1000):  # far more evicted ids than rows, and no file
-        store.pull_rows("emb", torch.arange(start, start + 1000))
+    full = cp.write()
+    for start in range(0, 20_000, 500):  # ~20,000 rows evicted, ten times the cap
+        store.pull_rows("emb", torch.arange(start, start + 500))
     table = store.tables["emb"]
-    assert table.needs_full and not table.evicted_ids
+    assert table.evicted[Cause.CAP] > 10 * 2000 - 2000 and len(table) == 2000
     info = cp.write(delta=True)
-    assert not info.delta and not table.needs_full
+    assert info.delta and info.bytes < 0.4 * full.bytes + 12_000  # 500 of 2000 rows changed
     restored = ParamStore()
     Checkpointer(restored, CheckpointDir(tmp_path, 0, 1)).restore()
     _same(restored, store)
+
+
+def test_a_sketch_rides_in_a_delta_only_as_its_changed_counters(tmp_path):
+    """admit_after > 1: the 2 MiB admission sketch is whole in a full file; a delta carries
+    only the counters changed since, and base + deltas restore it exactly."""
+    store = _store(admit_after=3)
+    sketch = store.tables["emb"].sketch
+    for _ in range(3):
+        store.pull_rows("emb", torch.arange(5_000))  # 5,000 rows, admitted at the third
+    store.pull_rows("emb", torch.arange(5_000, 15_000))  # seen once: only in the sketch
+    cp = Checkpointer(store, CheckpointDir(tmp_path, 0, 1))
+    full = cp.write()
+    assert full.bytes > sketch.counters.nbytes
+    sizes = []
+    for k in range(3):
+        ids = torch.arange(0, 5_000, 50)  # 100 rows changed, 200 new ids sighted
+        store.push_rows("c", k + 1, "emb", ids, torch.ones(100, 4))
+        store.pull_rows("emb", torch.arange(20_000 + 200 * k, 20_200 + 200 * k))
+        info = cp.write(delta=True)
+        assert info.delta
+        sizes.append(info.bytes)
+    # 100 rows (~6 KiB), 200 ids' counters (<= 800 x 6 bytes), the dense part and the rest
+    assert max(sizes) < 0.02 * full.bytes and max(sizes) < sketch.counters.nbytes // 50
+    restored = ParamStore()
+    Checkpointer(restored, CheckpointDir(tmp_path, 0, 1)).restore()
+    _same(restored, store)
+
+
+def test_a_full_file_where_a_delta_was_asked_says_why_in_one_line(tmp_path, caplog):
+    store = _store()
+    cp = Checkpointer(store, CheckpointDir(tmp_path, 0, 1))
+    with caplog.at_level(logging.INFO, logger="ps.checkpoint"):
+        store.pull_rows("emb", torch.arange(100))
+        first = cp.write(delta=True)
+        store.pull_rows("emb", torch.arange(300))  # every row changed since, and more rows
+        second = cp.write(delta=True)
+        store.push_rows("c", 1, "emb", torch.arange(3), torch.ones(3, 4))
+        third = cp.write(delta=True)
+    assert (first.delta, second.delta, third.delta) == (False, False, True)
+    lines = [r.getMessage() for r in caplog.records if r.name == "ps.checkpoint"]
+    assert len(lines) == 3 and all("\n" not in line for line in lines)
+    assert "full, not a delta: no full checkpoint was written or restored yet" in lines[0]
+    assert "full, not a delta: the tables' changes since the last file" in lines[1]
+    assert "not a delta" not in lines[2]
 
 
 def test_a_bounded_tables_reads_wait_for_a_snapshot_and_pulls_only_of_others_do_not(tmp_path):

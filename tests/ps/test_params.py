@@ -30,9 +30,9 @@ def _code(fn, *args) -> str:
 def test_first_init_wins_and_the_same_model_again_answers_versions():
     s = _store()
     s.push("c", 1, [("w", torch.ones(4))], [0])
-    initialized, versions, message = s.init_parameters(
+    initialized, versions, message, changed = s.init_parameters(
         [("w", torch.full((4,), 9.0)), ("b", torch.zeros(2))], SGD1)
-    assert not initialized
+    assert not initialized and not changed
     assert versions == {"w": 1, "b": 0}
     assert "already initialized" in message
     assert s.dense["w"].value.tolist() == [-1.0] * 4

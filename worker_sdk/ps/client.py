@@ -25,6 +25,7 @@ acknowledged.
 from __future__ import annotations
 
 import logging
+import numbers
 import time
 from typing import Callable, Iterator
 
@@ -33,7 +34,7 @@ from torch import nn
 
 from .data_client import RETRY_BUDGET_S, DataClient, PushOutcome, StaleGradient
 from pswire import jit
-from pswire.tables import TableSpec
+from pswire.tables import SpecError, TableSpec
 
 from ..data import ack
 from .ids import mark, unique_inverse
@@ -50,7 +51,12 @@ class ElasticEmbedding(nn.Module):
     Bounding the rows held (docs/ps.md): `max_rows` (a cap over all PS, 0: none),
     `admit_after` (a row at the K-th pull of its id; before, the initial value and no row),
     `ttl_s` / `ttl_steps` (rows untouched that long are evicted), `evict` ("lru" or "lfu":
-    which rows make room at the cap). An evicted id comes back at its initial value."""
+    which rows make room at the cap). An evicted id comes back at its initial value.
+    `max_rows`, `ttl_s`, `ttl_steps` and `evict` may change on a running job (a worker that
+    declares new values makes the PS adopt them); the other arguments may not.
+
+    A bad argument raises ValueError naming it (`pswire.tables.SpecError`), by the same check
+    the PS makes."""
 
     def __init__(self, num_embeddings: int | None = None, dim: int = 16, *, table: str,
                  initializer: str = "normal", init_a: float = 0.0, init_b: float = 0.01,
@@ -58,15 +64,21 @@ class ElasticEmbedding(nn.Module):
                  admit_after: int = 1, ttl_s: float = 0.0, ttl_steps: int = 0,
                  evict: str = "lru"):
         super().__init__()
-        if num_embeddings is not None and num_embeddings <= 0:
-            raise ValueError("num_embeddings must be positive (or None for unbounded ids)")
+        if num_embeddings is not None and (isinstance(num_embeddings, bool)
+                                           or not isinstance(num_embeddings, numbers.Integral)
+                                           or num_embeddings <= 0):
+            raise SpecError("num_embeddings", f"num_embeddings must be a positive integer (or "
+                                              f"None for unbounded ids), got {num_embeddings!r}")
         self.num_embeddings = num_embeddings
         self.dim = dim
         self.spec = TableSpec(name=table, dim=dim, initializer=initializer, init_a=init_a,
                               init_b=init_b, seed=seed, num_embeddings=num_embeddings or 0,
                               max_rows=max_rows, admit_after=admit_after, ttl_s=ttl_s,
                               ttl_steps=ttl_steps, evict=evict)
-        self.spec.check()
+        problem = self.spec.problem()
+        if problem is not None:  # this argument is `table` where the spec says `name`
+            raise (SpecError("table", f"table: {problem}") if problem.field == "name"
+                   else problem)
         self.optimizer = optimizer  # row-wise sgd/adagrad config; None: the dense optimizer's
         self.client: PSClient | None = None
         self._pulled: list[tuple[torch.Tensor, torch.Tensor]] = []  # (ids, rows) this step

@@ -63,7 +63,7 @@ from protos import ps_pb2
 from pswire import partition
 from pswire.frames import Decoder, as_buffer, decode, frames_of, from_frame, meta_of
 from pswire.optimizers import config_to_pb, make_config
-from pswire.tables import TableSpec
+from pswire.tables import TableSpec, spec_to_pb
 from rpckit.errors import Reason
 
 from . import reroute, steps
@@ -379,10 +379,7 @@ def _table_pb(t) -> ps_pb2.TableSpec:
         t = dict(t)
         cfg = t.pop("optimizer", cfg)
         t = TableSpec(**t)
-    msg = ps_pb2.TableSpec(name=t.name, dim=t.dim, initializer=t.initializer, init_a=t.init_a,
-                           init_b=t.init_b, seed=t.seed, num_embeddings=t.num_embeddings,
-                           max_rows=t.max_rows, admit_after=t.admit_after, ttl_s=t.ttl_s,
-                           ttl_steps=t.ttl_steps, evict=t.evict)
+    msg = spec_to_pb(t)
     if cfg:
         msg.optimizer.CopyFrom(config_to_pb(cfg))
     return msg

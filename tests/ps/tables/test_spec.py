@@ -4,23 +4,72 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pswire.tables import TableSpec
+from protos import ps_pb2
+from pswire.tables import TableSpec, spec_from_pb, spec_to_pb
 from ps.server import status_view
 from rpckit.errors import ServiceError
 from worker_sdk.ps.client import ElasticEmbedding
 from worker_sdk.ps.data_client import DataClient
 
 
-@pytest.mark.parametrize("field,value", [
-    ("max_rows", -1), ("admit_after", 0), ("admit_after", 70_000), ("ttl_s", -1.0),
-    ("ttl_s", float("nan")), ("ttl_steps", -5), ("evict", "fifo"), ("max_rows", 1.5),
-])
-def test_bad_values_are_invalid_argument_naming_the_field(field, value):
+BAD = [  # (field, value, expressible on the wire)
+    ("name", "", True), ("name", "x" * 300, True), ("dim", 0, True), ("dim", 70_000, True),
+    ("dim", 2.5, False), ("initializer", "gauss", True), ("init_a", float("nan"), True),
+    ("init_b", float("inf"), True), ("init_b", -1.0, True), ("seed", 2**64, False),
+    ("num_embeddings", -1, True), ("num_embeddings", 2**60, True), ("max_rows", -1, True),
+    ("max_rows", 1.5, False), ("admit_after", 0, True), ("admit_after", 70_000, True),
+    ("ttl_s", -1.0, True), ("ttl_s", float("nan"), True), ("ttl_steps", -5, True),
+    ("evict", "fifo", True),
+]
+SDK_ARG = {"name": "table"}  # ElasticEmbedding's name for the field
+
+
+@pytest.mark.parametrize("field,value,_", BAD)
+def test_the_sdk_refuses_each_bad_argument_with_a_value_error_naming_it(field, value, _):
+    args = {"dim": 4, "table": "t"}
+    args[SDK_ARG.get(field, field)] = value
+    with pytest.raises(ValueError) as err:
+        ElasticEmbedding(**args)
+    assert not isinstance(err.value, ServiceError)
+    assert err.value.field == SDK_ARG.get(field, field)
+    assert SDK_ARG.get(field, field) in str(err.value)
+
+
+@pytest.mark.parametrize("field,value,_", BAD)
+def test_the_ps_check_is_the_same_check(field, value, _):
+    spec = TableSpec(**{"name": "t", "dim": 4, field: value})
     with pytest.raises(ServiceError) as err:
-        TableSpec("t", 4, **{field: value}).check()
-    assert err.value.code == "INVALID_ARGUMENT" and field in str(err.value)
-    with pytest.raises(ServiceError):
-        ElasticEmbedding(dim=4, table="t", **{field: value})
+        spec.check()
+    assert err.value.code == "INVALID_ARGUMENT" and err.value.reason == "INVALID_ARGUMENT"
+    assert str(spec.problem()) == err.value.message and spec.problem().field == field
+    assert field in err.value.message
+
+
+def test_the_ps_refuses_each_bad_field_on_the_wire_and_changes_nothing(inproc_ps):
+    ps = inproc_ps()
+    with DataClient([ps.endpoint], timeout_s=5.0) as c:
+        for field, value, wire in BAD:
+            if not wire:
+                continue
+            msg = spec_to_pb(TableSpec("t", 4))
+            setattr(msg, field, value)
+            with pytest.raises(ServiceError) as err:
+                c.init_parameters({"w": torch.zeros(2)}, "sgd", tables=[msg])
+            assert (err.value.code, err.value.reason) == ("INVALID_ARGUMENT", "INVALID_ARGUMENT")
+            assert field in err.value.message, (field, err.value.message)
+        assert not ps.store.initialized
+        unset = spec_to_pb(TableSpec("t", 4))
+        unset.ClearField("admit_after")  # a client that leaves it unset: a row at the first
+        assert c.init_parameters({"w": torch.zeros(2)}, "sgd", tables=[unset])
+    assert ps.store.tables["t"].spec.admit_after == 1
+
+
+def test_a_spec_survives_the_wire_unchanged():
+    spec = TableSpec("t", 8, initializer="uniform", init_a=-1.0, init_b=2.0, seed=-3,
+                     num_embeddings=99, max_rows=10, admit_after=4, ttl_s=1.5, ttl_steps=7,
+                     evict="lfu")
+    assert spec_from_pb(ps_pb2.TableSpec.FromString(spec_to_pb(spec).SerializeToString())) \
+        == spec
 
 
 def test_defaults_are_unbounded():

@@ -207,6 +207,8 @@ def _equal(a: Table, b: Table) -> None:
             assert torch.equal(ra[k][1], rb[k][1])
     assert (a.pushes, a.step, a.tick, a.admitted, a.filtered, a.evicted) == \
         (b.pushes, b.step, b.tick, b.admitted, b.filtered, b.evicted)
+    if a.sketch is not None:
+        assert np.array_equal(a.sketch.counters, b.sketch.counters)
 
 
 @pytest.mark.parametrize("kw", [dict(row_cap=40, evict="lfu"), dict(ttl_steps=5),
