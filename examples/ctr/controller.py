@@ -187,16 +187,19 @@ def loop(cluster: LocalCluster, job: Job, schedule: Schedule, ctx: Context, watc
             if holding:
                 held_since = now
                 step = schedule.current()
-                what = step.waiting if step.state == State.PENDING else step.effect()
+                what = f"waits for {step.waiting}" if step.state == State.PENDING else \
+                    f"waits to see: {step.effect()}"
                 progress.say(now, f"holding training at {fraction:.0%} of the records: "
-                             f"{step.name} waits for {what}")
+                             f"{step.name} {what}")
             else:
                 run.held_s += now - held_since
                 progress.say(now, f"training goes on ({now - held_since:.1f} s held)")
                 held_since = None
         if job.pace_file is not None:
+            # once every step settled (or failed) the rest is trained at full speed
+            paced_now = job.pace_s and schedule.current() is not None
             want = (job.batch_size * max(1, ctx.active) * job.pace_s / job.total
-                    if job.pace_s else 0.0, holding)
+                    if paced_now else 0.0, holding)
             if want != paced:
                 pace.write(job.pace_file, *want)
                 paced = want
