@@ -67,8 +67,8 @@ __all__ = ["Run", "main"]
 
 END = 0.9  # training is held here until the last step settled
 # what one process of the demo takes, resident, on this job (measured: docs/benchmarks.md)
-WORKER_GIB, SERVER_GIB, DRIVER_GIB = 0.45, 0.25, 0.6
-SERVERS = 2 + 2 * 3 + 1  # masters, PS and backups at 3 PS, the old primary restarted
+WORKER_GIB, PS_GIB, MASTER_GIB, DRIVER_GIB = 0.55, 0.5, 0.1, 0.6
+SERVERS_GIB = 7 * PS_GIB + 2 * MASTER_GIB  # PS and backups at 3 PS, the old primary again
 
 
 def steps_for(workers: int, churn: bool, ha: bool, grow: bool) -> list[Step]:
@@ -97,7 +97,7 @@ def fit(workers: int, cpus: int, available_gib: float | None) -> tuple[int, list
     schedule needs 3 at least (one SIGKILLed, one SIGTERMed, one to finish); 0: not even
     that fits."""
     notes = []
-    need = lambda w: w * WORKER_GIB + SERVERS * SERVER_GIB + DRIVER_GIB  # noqa: E731
+    need = lambda w: w * WORKER_GIB + SERVERS_GIB + DRIVER_GIB  # noqa: E731
     if cpus < 2 and workers > 3:
         notes.append(f"{cpus} CPU: scaled to 3 workers at the peak (1 -> 3 -> 1)")
         workers = 3

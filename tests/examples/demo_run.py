@@ -1,6 +1,6 @@
 """Run the demo as a user does (`python -m examples.ctr.demo ...`) and read its --json; on a
-timeout it is interrupted (SIGINT, as Ctrl-C), so it stops every process it started before
-the test fails, instead of being killed with them left running."""
+timeout (this one's or pytest's) it is interrupted (SIGINT, as Ctrl-C), so it stops every
+process it started before the test fails, instead of being killed with them left running."""
 from __future__ import annotations
 
 import json
@@ -23,12 +23,14 @@ def run_demo(tmp_path: Path, *args: str, timeout: float) -> tuple[dict, int, str
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-        raise AssertionError(f"the demo ran past {timeout:g} s:\n{out[-3000:]}") from None
+        raise AssertionError(f"the demo ran past {timeout:g} s") from None
+    finally:
+        if proc.poll() is None:  # a timeout (ours or pytest's): Ctrl-C, so it cleans up
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
     assert summary_path.exists(), out[-3000:]
     return json.loads(summary_path.read_text()), proc.returncode, out[-3000:]

@@ -2,11 +2,11 @@
 machine up front (never a step silently dropped)."""
 from __future__ import annotations
 
-from examples.ctr.demo import SERVER_GIB, SERVERS, WORKER_GIB, DRIVER_GIB, fit, steps_for
+from examples.ctr.demo import DRIVER_GIB, SERVERS_GIB, WORKER_GIB, fit, steps_for
 
 
 def need(workers: int) -> float:
-    return workers * WORKER_GIB + SERVERS * SERVER_GIB + DRIVER_GIB
+    return workers * WORKER_GIB + SERVERS_GIB + DRIVER_GIB
 
 
 def test_the_full_schedule_in_order_and_each_part_can_be_turned_off():
