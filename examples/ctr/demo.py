@@ -58,8 +58,8 @@ from examples.ctr import resize
 from examples.ctr.controller import Job, Run, train
 from examples.ctr.evaluate import HeldOutAUC
 from examples.ctr.schedule import Schedule, Step
-from examples.ctr.steps import (Grow, KillLeader, KillPrimary, KillWorker, Rejoin, ScaleUp,
-                                Shrink, StopWorker)
+from examples.ctr.resize import Grow, Shrink
+from examples.ctr.steps import KillLeader, KillPrimary, KillWorker, Rejoin, ScaleUp, StopWorker
 from examples.ctr.summary import (churn_claims, churn_ok, describe_churn, describe_ha,
                                   ha_claims, ha_ok, run_json)
 

@@ -4,12 +4,12 @@ without waiting for it to listen, a resize is asked and not waited for; what fol
 from the master (GetStatus, ListPS, GetEvents) and the processes' logs at the next poll.
 
 `Context` is what they share: the cluster, the demo's `Run` (kills, resizes, the workers
-signalled), the warm standby workers, and the master's events read so far.
+signalled), the warm standby workers, and the master's events read so far. The resize's
+steps (Grow, Shrink) are in examples/ctr/resize.py.
 """
 from __future__ import annotations
 
 import signal
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,9 +17,9 @@ import grpc
 
 from cluster.launch import LaunchError, Proc
 from examples.ctr import failover
-from examples.ctr.resize import Resize
 from examples.ctr.schedule import Step, StepFailed
 from examples.ctr.summary import LOST_CAUSES
+from protos import master_pb2 as pb
 
 CALL_S = 2.0  # a poll's RPC: short, so that a master taking over does not stall the loop
 
@@ -48,7 +48,6 @@ class Context:
 
     def read_events(self) -> list:
         """The master's events, the new ones read now (nothing new while none answers)."""
-        from protos import master_pb2 as pb
         try:
             while True:
                 page = self.cluster.stub().GetEvents(
@@ -344,133 +343,3 @@ class Rejoin(Step):
             return False
         kill.rejoined_role, kill.rejoined_generation = status.role, status.generation
         return True
-
-
-class Grow(Step):
-    """`resize-ps N` and the new indices started (their backups once they registered); the
-    master moves slots to them live. Settled: the layout has N PS, no move pending, and every
-    new index has its backups in sync."""
-
-    name = "grow PS set"
-    part = "resize"
-    settle_timeout_s = 180.0  # a PS and its backup starting on a loaded machine, then moves
-
-    def __init__(self, at: float | None, target: int):
-        super().__init__(at)
-        self.target = target
-        self.resize: Resize | None = None
-        self.new: list = []
-        self.backups: list = []
-
-    def describe(self) -> str:
-        return f"resize-ps {self.target} (a PS and its backup start, slots move to it)"
-
-    def done(self) -> str:
-        return (f"resize-ps {self.target}; " + ", ".join(p.name for p in self.new) + " start "
-                "(a backup each once registered)")
-
-    def effect(self) -> str:
-        return (f"{self.target} PS in the layout, the slots moved, every new PS with its "
-                "backup in sync")
-
-    def ready(self, ctx: Context) -> str:
-        layout = ctx.layout()
-        return "a master answering and no resize under way" if layout is None or \
-            layout.resizing else ""
-
-    def fire(self, ctx: Context) -> bool:
-        layout = ctx.layout()
-        if layout is None or layout.resizing:
-            return False
-        try:
-            ctx.cluster.resize_ps(self.target)
-        except grpc.RpcError:
-            return False
-        self.resize = Resize(layout.num_ps, self.target, int(time.time() * 1000))
-        ctx.run.resizes.append(self.resize)
-        for index in range(layout.num_ps, self.target):
-            proc = ctx.cluster.launcher.ps(ctx.cluster.master_address, index=index, num_ps=0,
-                                           checkpoint_dir=f"ps{index}", wait=False)
-            ctx.cluster.ps.append(proc)
-            self.new.append(proc)
-        return True
-
-    def check(self, ctx: Context) -> bool:
-        if not all([listening(p) for p in self.new]):
-            return False
-        listing = ctx.ps_list()
-        if listing is None:
-            return False
-        replicas = ctx.cluster.ps_replicas
-        if replicas and not self.backups:
-            listed = {i.index for i in list(listing.ps) + list(listing.joining)}
-            if not all(p.index in listed for p in self.new):
-                return False  # a backup joins only once its primary registered
-            for proc in self.new:
-                for r in range(1, replicas + 1):
-                    backup = ctx.cluster.launcher.ps(
-                        ctx.cluster.master_address, index=proc.index, num_ps=0,
-                        checkpoint_dir=f"ps{proc.index}-backup{r}", wait=False)
-                    ctx.cluster.backups.append(backup)
-                    self.backups.append(backup)
-        if not all([listening(p) for p in self.backups]):
-            return False
-        if listing.num_ps != self.target or listing.target_num_ps != self.target:
-            return False
-        layout = ctx.layout()
-        if layout is None or layout.resizing:
-            return False
-        infos = {i.index: i for i in listing.ps}
-        return all(p.index in infos and sum(b.state == failover.IN_SYNC
-                                            for b in infos[p.index].backups) >= replicas
-                   for p in self.new)
-
-
-class Shrink(Step):
-    """`resize-ps N`: the slots of the indices above N move back; those PS and their
-    backups exit 0 on their own. Settled: the layout has N PS, no move pending."""
-
-    name = "shrink PS set"
-    part = "resize"
-    settle_timeout_s = 180.0
-
-    def __init__(self, at: float | None, target: int):
-        super().__init__(at)
-        self.target = target
-        self.resize: Resize | None = None
-
-    def describe(self) -> str:
-        return f"resize-ps {self.target} (slots move back, the PS above exit 0)"
-
-    def done(self) -> str:
-        return f"resize-ps {self.target}"
-
-    def effect(self) -> str:
-        return f"{self.target} PS in the layout, the slots moved back"
-
-    def ready(self, ctx: Context) -> str:
-        layout = ctx.layout()
-        if layout is None or layout.resizing:
-            return "a master answering and no resize under way"
-        if layout.num_ps <= self.target:
-            raise StepFailed(f"the layout has {layout.num_ps} PS: nothing to shrink to "
-                             f"{self.target}")
-        return ""
-
-    def fire(self, ctx: Context) -> bool:
-        layout = ctx.layout()
-        if layout is None or layout.resizing:
-            return False
-        try:
-            ctx.cluster.resize_ps(self.target)
-        except grpc.RpcError:
-            return False
-        self.resize = Resize(layout.num_ps, self.target, int(time.time() * 1000))
-        ctx.run.resizes.append(self.resize)
-        return True
-
-    def check(self, ctx: Context) -> bool:
-        # the PS that left exit on their own a little later (after a final checkpoint);
-        # their exit codes are read once training ended (resize.settle)
-        layout = ctx.layout()
-        return layout is not None and not layout.resizing and layout.num_ps == self.target
