@@ -5,9 +5,10 @@ summary claims about it, each claim a value a test reads from `--json`.
 Growing: `resize-ps N` and the new indices started (with their backups when the master asks
 for them, once the new index registered); the master moves slots to them live. Shrinking:
 `resize-ps N`; the master moves the slots of the indices above N to the others, and those PS
-(and their backups) exit 0 on their own. The proof, from the master's events: each resize started (`ps_resize_started`, saying
-from and to how many PS), slots moved (`ps_slots_moved`) and it finished
-(`ps_resize_finished`), in that order; and from the processes: every PS that left exited 0.
+(and their backups) exit 0 on their own. The proof, from the master's events: each resize
+started (`ps_resize_started`, saying from and to how many PS), slots moved (`ps_slots_moved`)
+and it finished (`ps_resize_finished`), in that order; and from the processes: every PS that
+left exited 0.
 """
 from __future__ import annotations
 
