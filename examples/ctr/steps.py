@@ -55,7 +55,7 @@ class Context:
                 if not page.events:
                     break
                 self.events += page.events
-                self._next_event = max(page.next, page.events[-1].seq + 1)
+                self._next_event = page.next  # the last seq read: `since` is exclusive
         except grpc.RpcError:
             pass
         return self.events
