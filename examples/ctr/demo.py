@@ -49,6 +49,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -206,8 +207,16 @@ def plan(args: argparse.Namespace) -> tuple[list[Step], int] | None:
     return steps, workers
 
 
+def interrupted(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    # Ctrl-C and SIGTERM stop every process of the demo (the `with` blocks close them), also
+    # when it was started where SIGINT is ignored (a background job of a script)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, interrupted)
     planned = plan(args)
     if planned is None:
         return 2
