@@ -1,12 +1,14 @@
 """The demo's PS resize (issue 25): the PS set grown by an index while training runs and shrunk
-back, and what the summary claims about it, each claim a value a test reads from `--json`.
+back (the schedule's steps `Grow` and `Shrink`, examples/ctr/schedule.py), and what the
+summary claims about it, each claim a value a test reads from `--json`.
 
 Growing: `resize-ps N` and the new indices started (with their backups when the master asks
-for them); the master moves slots to them live. Shrinking: `resize-ps N`; the master moves the
-slots of the indices above N to the others, and those PS (and their backups) exit 0 on their
-own. The proof, from the master's events: each resize started (`ps_resize_started`, saying
-from and to how many PS), slots moved (`ps_slots_moved`) and it finished
-(`ps_resize_finished`), in that order; and from the processes: every PS that left exited 0.
+for them, once the new index registered); the master moves slots to them live. Shrinking:
+`resize-ps N`; the master moves the slots of the indices above N to the others, and those PS
+(and their backups) exit 0 on their own. The proof, from the master's events: each resize
+started (`ps_resize_started`, saying from and to how many PS), slots moved (`ps_slots_moved`)
+and it finished (`ps_resize_finished`), in that order; and from the processes: every PS that
+left exited 0.
 """
 from __future__ import annotations
 
@@ -14,6 +16,12 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass, field
+
+import grpc
+
+from examples.ctr import failover
+from examples.ctr.schedule import Step, StepFailed
+from examples.ctr.steps import Context, listening
 
 STARTED = re.compile(r"(?P<before>\d+) -> (?P<after>\d+) PS")
 MOVED = re.compile(r"(?P<slots>\d+) slots in (?P<seconds>[\d.]+) s")
@@ -28,19 +36,134 @@ class Resize:
     exit_codes: dict = field(default_factory=dict)  # PS process name -> exit code
 
 
-def grow(cluster, target: int) -> Resize:
-    before = len(cluster.ps)
-    resize = Resize(before, target, int(time.time() * 1000))
-    cluster.resize_ps(target)
-    for index in range(before, target):
-        cluster.add_ps(index)
-    return resize
+class Grow(Step):
+    """`resize-ps N` and the new indices started (their backups once they registered); the
+    master moves slots to them live. Settled: the layout has N PS, no move pending, and every
+    new index has its backups in sync."""
+
+    name = "grow PS set"
+    part = "resize"
+    settle_timeout_s = 180.0  # a PS and its backup starting on a loaded machine, then moves
+
+    def __init__(self, at: float | None, target: int):
+        super().__init__(at)
+        self.target = target
+        self.resize: Resize | None = None
+        self.new: list = []
+        self.backups: list = []
+
+    def describe(self) -> str:
+        return f"resize-ps {self.target} (a PS and its backup start, slots move to it)"
+
+    def done(self) -> str:
+        return (f"resize-ps {self.target}; " + ", ".join(p.name for p in self.new) + " start "
+                "(a backup each once registered)")
+
+    def effect(self) -> str:
+        return (f"{self.target} PS in the layout, the slots moved, every new PS with its "
+                "backup in sync")
+
+    def ready(self, ctx: Context) -> str:
+        layout = ctx.layout()
+        return "a master answering and no resize under way" if layout is None or \
+            layout.resizing else ""
+
+    def fire(self, ctx: Context) -> bool:
+        layout = ctx.layout()
+        if layout is None or layout.resizing:
+            return False
+        try:
+            ctx.cluster.resize_ps(self.target)
+        except grpc.RpcError:
+            return False
+        self.resize = Resize(layout.num_ps, self.target, int(time.time() * 1000))
+        ctx.run.resizes.append(self.resize)
+        for index in range(layout.num_ps, self.target):
+            proc = ctx.cluster.launcher.ps(ctx.cluster.master_address, index=index, num_ps=0,
+                                           checkpoint_dir=f"ps{index}", wait=False)
+            ctx.cluster.ps.append(proc)
+            self.new.append(proc)
+        return True
+
+    def check(self, ctx: Context) -> bool:
+        if not all([listening(p) for p in self.new]):
+            return False
+        listing = ctx.ps_list()
+        if listing is None:
+            return False
+        replicas = ctx.cluster.ps_replicas
+        if replicas and not self.backups:
+            listed = {i.index for i in list(listing.ps) + list(listing.joining)}
+            if not all(p.index in listed for p in self.new):
+                return False  # a backup joins only once its primary registered
+            for proc in self.new:
+                for r in range(1, replicas + 1):
+                    backup = ctx.cluster.launcher.ps(
+                        ctx.cluster.master_address, index=proc.index, num_ps=0,
+                        checkpoint_dir=f"ps{proc.index}-backup{r}", wait=False)
+                    ctx.cluster.backups.append(backup)
+                    self.backups.append(backup)
+        if not all([listening(p) for p in self.backups]):
+            return False
+        if listing.num_ps != self.target or listing.target_num_ps != self.target:
+            return False
+        layout = ctx.layout()
+        if layout is None or layout.resizing:
+            return False
+        infos = {i.index: i for i in listing.ps}
+        return all(p.index in infos and sum(b.state == failover.IN_SYNC
+                                            for b in infos[p.index].backups) >= replicas
+                   for p in self.new)
 
 
-def shrink(cluster, target: int) -> Resize:
-    resize = Resize(len(cluster.ps), target, int(time.time() * 1000))
-    cluster.resize_ps(target)
-    return resize
+class Shrink(Step):
+    """`resize-ps N`: the slots of the indices above N move back; those PS and their
+    backups exit 0 on their own. Settled: the layout has N PS, no move pending."""
+
+    name = "shrink PS set"
+    part = "resize"
+    settle_timeout_s = 180.0
+
+    def __init__(self, at: float | None, target: int):
+        super().__init__(at)
+        self.target = target
+        self.resize: Resize | None = None
+
+    def describe(self) -> str:
+        return f"resize-ps {self.target} (slots move back, the PS above exit 0)"
+
+    def done(self) -> str:
+        return f"resize-ps {self.target}"
+
+    def effect(self) -> str:
+        return f"{self.target} PS in the layout, the slots moved back"
+
+    def ready(self, ctx: Context) -> str:
+        layout = ctx.layout()
+        if layout is None or layout.resizing:
+            return "a master answering and no resize under way"
+        if layout.num_ps <= self.target:
+            raise StepFailed(f"the layout has {layout.num_ps} PS: nothing to shrink to "
+                             f"{self.target}")
+        return ""
+
+    def fire(self, ctx: Context) -> bool:
+        layout = ctx.layout()
+        if layout is None or layout.resizing:
+            return False
+        try:
+            ctx.cluster.resize_ps(self.target)
+        except grpc.RpcError:
+            return False
+        self.resize = Resize(layout.num_ps, self.target, int(time.time() * 1000))
+        ctx.run.resizes.append(self.resize)
+        return True
+
+    def check(self, ctx: Context) -> bool:
+        # the PS that left exit on their own a little later (after a final checkpoint);
+        # their exit codes are read once training ended (resize.settle)
+        layout = ctx.layout()
+        return layout is not None and not layout.resizing and layout.num_ps == self.target
 
 
 def settle(cluster, resizes: list[Resize], timeout: float = 120.0) -> None:

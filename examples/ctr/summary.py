@@ -12,10 +12,11 @@ from __future__ import annotations
 LOST_CAUSES = ("lost", "timeout")
 
 
-def churn_claims(run, planned_sigkills: int) -> dict:
-    """What the churn part claims, from the master's events: each SIGKILLed worker (one that
-    held leases when it was killed) was declared lost (`worker_lost`) and the leases it held
-    came back (`lease_requeued` of its leases, cause lost or timeout)."""
+def churn_claims(run, planned_sigkills: int, planned_sigterms: int = 0) -> dict:
+    """What the churn part claims, from the master's events and the exit codes: each
+    SIGKILLed worker (one that held leases when it was killed) was declared lost
+    (`worker_lost`) and the leases it held came back (`lease_requeued` of its leases, cause
+    lost or timeout); each SIGTERMed one left (`worker_left`, cause preempted) and exited 0."""
     killed = []
     for name, worker_id in run.sigkilled:
         lost = any(e.kind == "worker_lost" and e.worker_id == worker_id for e in run.events)
@@ -23,17 +24,28 @@ def churn_claims(run, planned_sigkills: int) -> dict:
                        and e.worker_id == worker_id and e.cause in LOST_CAUSES)
         killed.append({"name": name, "worker_id": worker_id, "worker_lost": lost,
                        "leases_requeued": requeued})
+    stopped = [{"name": name, "worker_id": worker_id,
+                "left_preempted": any(e.kind == "worker_left" and e.worker_id == worker_id
+                                      and e.cause == "preempted" for e in run.events),
+                "exit_code": run.exit_codes.get(name)}
+               for name, worker_id in getattr(run, "sigtermed", [])]
     return {
         "sigkilled": killed,
         "every_planned_sigkill_done": len(killed) == planned_sigkills,
         "every_sigkilled_worker_lost_and_its_leases_requeued": bool(killed) and all(
             k["worker_lost"] and k["leases_requeued"] > 0 for k in killed),
+        "sigtermed": stopped,
+        "every_planned_sigterm_done": len(stopped) == planned_sigterms,
+        "every_sigtermed_worker_left_and_exited_0": all(
+            s["left_preempted"] and s["exit_code"] == 0 for s in stopped),
     }
 
 
 def churn_ok(claims: dict) -> bool:
     return bool(claims["every_planned_sigkill_done"]
-                and claims["every_sigkilled_worker_lost_and_its_leases_requeued"])
+                and claims["every_sigkilled_worker_lost_and_its_leases_requeued"]
+                and claims.get("every_planned_sigterm_done", True)
+                and claims.get("every_sigtermed_worker_left_and_exited_0", True))
 
 
 def describe_churn(claims: dict) -> list[str]:
@@ -42,8 +54,14 @@ def describe_churn(claims: dict) -> list[str]:
         lines.append(f"    {k['name']} ({k['worker_id']}) SIGKILLed holding leases: declared "
                      f"lost (worker_lost): {k['worker_lost']}, its leases requeued "
                      f"(lease_requeued, cause lost/timeout): {k['leases_requeued']}")
+    for s in claims.get("sigtermed", []):
+        lines.append(f"    {s['name']} ({s['worker_id']}) SIGTERMed holding leases: left "
+                     f"(worker_left, preempted): {s['left_preempted']}, exit code "
+                     f"{s['exit_code']}")
     if not claims["every_planned_sigkill_done"]:
         lines.append("    a planned SIGKILL was not done (no worker held a lease)")
+    if not claims.get("every_planned_sigterm_done", True):
+        lines.append("    a planned SIGTERM was not done (no second worker held a lease)")
     return lines
 
 

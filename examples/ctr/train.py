@@ -28,6 +28,7 @@ from torch import nn
 from examples.ctr.dataset import ClickLog
 from examples.ctr.evaluate import evaluate
 from examples.ctr.model import build_model
+from examples.ctr.pace import Pace
 from worker_sdk import ElasticDataset, ParquetReader
 from worker_sdk.ps.client import PSClient
 
@@ -61,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-every", type=float, default=5.0, help="seconds between progress lines")
     p.add_argument("--start-when", metavar="PATH",
                    help="load everything, then join only once PATH exists (a warm standby)")
+    p.add_argument("--pace-file", metavar="PATH",
+                   help="a JSON file saying how fast to train, read between steps "
+                        "(examples/ctr/pace.py; the demo's): the least seconds between steps, "
+                        "and whether to hold before the next one")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     labels = dict(item.split("=", 1) for item in args.label if "=" in item)
@@ -90,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = records = 0
     started = last_log = time.monotonic()
     failures_in_a_row = 0
+    pace = Pace(args.pace_file) if args.pace_file else None
     # the fast path: ClickLog reads a leased range in one call (read/take), the next batch's
     # embedding rows and dense parameters are fetched while this one computes, and pushes go
     # out without waiting for their answers (a batch counts as trained once its push is answered)
@@ -122,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             log.info("%s: %d steps, %d records, %.0f records/s, loss %.4f", args.name, steps,
                      records, records / (now - started), loss.item())
             last_log = now
+        if pace is not None:
+            pace.wait(client.flush)
     log.info("%s: done: %d steps, %d records in %.1f s", args.name, steps, records,
              time.monotonic() - started)
     client.close()

@@ -87,3 +87,30 @@ def test_each_broken_churn_claim_makes_the_run_not_ok():
     nobody = Run("with churn", events=[pb.Event(kind="worker_lost", worker_id="w-3")])
     assert not churn_ok(churn_claims(nobody, planned_sigkills=1))
     assert not churn_ok(churn_claims(killed_run(LOST), planned_sigkills=2))
+
+
+def stopped_run(events, exit_code=0) -> Run:
+    return Run("with churn", sigtermed=[("worker-3", "w-4")], exit_codes={"worker-3": exit_code},
+               events=[pb.Event(kind=k, worker_id=w, cause=c) for k, w, c in events])
+
+
+def test_a_sigtermed_worker_that_left_preempted_and_exited_0_is_ok_and_says_so():
+    run = stopped_run([("worker_left", "w-4", "preempted")])
+    run.sigkilled, run.events = [("worker-2", "w-3")], run.events + killed_run(LOST).events
+    claims = churn_claims(run, planned_sigkills=1, planned_sigterms=1)
+    assert churn_ok(claims)
+    assert claims["sigtermed"] == [{"name": "worker-3", "worker_id": "w-4",
+                                    "left_preempted": True, "exit_code": 0}]
+    assert "worker-3 (w-4) SIGTERMed holding leases: left (worker_left, preempted): True, " \
+        "exit code 0" in "\n".join(describe_churn(claims))
+
+
+def test_each_broken_sigterm_claim_makes_the_run_not_ok():
+    broken = [stopped_run([("worker_left", "w-4", "finished")]),   # not the notice's leave
+              stopped_run([("worker_left", "w-4", "preempted")], exit_code=1),
+              stopped_run([])]                                     # never left
+    for run in broken:
+        run.sigkilled, run.events = [("worker-2", "w-3")], run.events + killed_run(LOST).events
+        assert not churn_ok(churn_claims(run, 1, 1)), run
+    nobody = killed_run(LOST)                                      # the SIGTERM never happened
+    assert not churn_ok(churn_claims(nobody, 1, 1))
