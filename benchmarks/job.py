@@ -7,7 +7,9 @@ database afterwards (events, processes, leases) it measures:
 
 - every record trained: the summary's epochs exact (each record counted once);
 - each preempted worker replaced within one interval (and registered, its start-up after);
-- on-demand worker-seconds against the bound: the outage plus two intervals per worker;
+- on-demand worker-seconds (the ledger's, as `elastic-ctl cost` prices them; the processes'
+  launch-to-exit seconds beside them) against the bound: the outage plus two intervals per
+  worker;
 - workers back on spot within two intervals of its return;
 - no failure budget spent on a preemption: no lease FAILED, lost or timed out;
 - nothing left running after `elastic-job` exits.
@@ -84,6 +86,11 @@ def measure(work: Path, args) -> dict:
     end_ms = max([r[4] for r in rows] + [t0])
     on_demand = [r for r in rows if r[1] == "worker" and r[2] == "on-demand" and r[6] != "failed"]
     od_seconds = sum(((r[4] or end_ms) - r[3]) / 1000 for r in on_demand)
+    # the ledger's worker-seconds (registered to gone: what elastic-ctl cost prices) of the
+    # on-demand workers; process-seconds above also count start-up and the exit after a drain
+    ledger_s = sum(((ended or end_ms) - reg) / 1000 for labels, reg, ended in conn.execute(
+        "select labels, registered_ms, ended_ms from workers")
+        if json.loads(labels).get("market") == "on-demand")
     back = [t for t, e in launches if e["market"] == "spot" and t >= back_ms]
     requeues = dict(conn.execute("select cause, count(*) from leases where state = 'requeued' "
                                  "group by cause"))
@@ -95,7 +102,8 @@ def measure(work: Path, args) -> dict:
     return {
         "preemptions": len(replaced), "replacements": replaced,
         "max_replaced_in_s": max((r["replaced_in_s"] or 1e9 for r in replaced), default=0),
-        "on_demand_workers": len(on_demand), "on_demand_worker_s": round(od_seconds, 1),
+        "on_demand_workers": len(on_demand), "on_demand_worker_s": round(ledger_s, 1),
+        "on_demand_process_s": round(od_seconds, 1),
         "on_demand_bound_s": bound,
         "back_on_spot_in_s": (back[0] - back_ms) / 1000 if back else None,
         "requeues_by_cause": requeues, "leases_with_failures": failed,

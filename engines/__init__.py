@@ -4,6 +4,7 @@ Engines run a job's processes (local processes; Ray and Kubernetes to come) behi
 `engines.port` is the one port every engine offers the master (launch, stop, events, whether a
 market admits launches now); `engines.local` runs processes on this machine, its markets
 labels limited by a market trace (`engines.markets`); `engines.process` is the one way this
-project starts and signals a child process (cluster.launch is built on it). This package imports nothing of the
-master: the master uses an engine through the port, never the other way round.
+project starts and signals a child process (cluster.launch is built on it). This package
+imports nothing of the master: the master uses an engine through the port, never the other
+way round.
 """

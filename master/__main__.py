@@ -114,6 +114,15 @@ class Leading:
         self.committer.stop()
 
 
+def _job_metrics(settings: MasterSettings, metrics: Metrics, leading) -> None:
+    """With a job: the scaler's targets and decisions (master/job/metrics.py), read from the
+    driver of the term this master leads (`leading()`: the Leading, or None)."""
+    if settings.job:
+        from .job.metrics import JobCollector
+        metrics.registry.register(JobCollector(
+            lambda: getattr(leading(), "driver", None)))
+
+
 def run(settings: MasterSettings) -> int:
     stop = threading.Event()
     exit_code = [0]
@@ -203,10 +212,8 @@ def run(settings: MasterSettings) -> int:
             serving=lambda: ((servicer.core, servicer.committer) if ready.is_set()
                              else (None, None)),
             leader=lambda: (lease.role.value == "leader" and ready.is_set(), lease.term))
-        if settings.job:  # the scaler's targets and decisions (master/job/metrics.py)
-            from .job.metrics import JobCollector
-            metrics.registry.register(JobCollector(
-                lambda: leading[-1].driver if ready.is_set() and leading else None))
+        _job_metrics(settings, metrics,
+                     lambda: leading[-1] if ready.is_set() and leading else None)
     election = Election(store.engine, lease,
                         on_elected, lambda why: fail(EXIT_DEPOSED, f"{why}; restart as standby"))
     server.start()

@@ -38,7 +38,10 @@ def _spec(path: str) -> JobSpec:
 
 
 def run_job(args) -> int:
-    _spec(args.spec)  # a bad spec exits 2 before anything starts
+    spec = _spec(args.spec)  # a bad spec exits 2 before anything starts
+    if spec.engine != "local":
+        raise UsageError(f"run: engine {spec.engine!r} is not available in this build yet; "
+                         "use engine: local")
     from .run import run_job as run  # the engine and gRPC only when asked for
 
     return run(args.spec, args.json)

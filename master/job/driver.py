@@ -29,8 +29,8 @@ from .gather import Gatherer, Since, came_up, records_done
 log = logging.getLogger(__name__)
 TICK_S = 0.25
 MAX_PS_BACKOFF_S = 300.0
-FINISH_GRACE_S = 10.0
-RESIZE_REASONS = ("ps_hot", "ps_cold", "above_max", "budget")  # a finished job's workers see the end (END) and exit by themselves
+FINISH_GRACE_S = 10.0  # a finished job's workers see the end (END) and exit by themselves
+RESIZE_REASONS = ("ps_hot", "ps_cold", "above_max", "budget")  # the PS set's size changes
 
 
 class JobDriver:
@@ -50,7 +50,6 @@ class JobDriver:
         self.draining = False         # a worker ended its work (END): launch no more workers
         self.next_decide = 0.0
         self.ps_retry: dict[int, tuple[float, int]] = {}  # index -> (not before, crashes)
-        self.last_decisions: list[dict] = []
         self.wind_down_since: float | None = None
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
@@ -225,7 +224,6 @@ class JobDriver:
                 self.core.journal.event(EventKind.SCALE_DECIDED, cause=d.reason.value,
                                         detail=json.dumps(d.as_event(), sort_keys=True))
         self._commit(record)
-        self.last_decisions = [d.as_event() for d in decisions]
         for d in decisions:
             self._apply(d)
 

@@ -65,8 +65,9 @@ def summarize(status: pb.GetStatusResponse, ledger: pb.GetLedgerResponse,
 
 
 def format_summary(s: dict) -> str:
+    exact = "yes" if s["epochs_exact"] else "NO"
     lines = [f"job {s['job']}: {s['state']} in {s['seconds']:.0f} s",
-             f"  records      {s['records']} (epochs exact: {'yes' if s['epochs_exact'] else 'NO'})"]
+             f"  records      {s['records']} (epochs exact: {exact})"]
     for name, d in s["datasets"].items():
         lines.append(f"    {name}: {d['records']} records, {d['epochs']}/{d['num_epochs']} "
                      f"epochs of {d['records_per_epoch']}")

@@ -81,6 +81,12 @@ def test_a_job_runs_to_the_end_and_its_summary_agrees_with_the_master(tmp_path, 
         plain.stub().GetPlan(pb.GetPlanRequest(), timeout=10)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert reason_of(err.value) == "NO_JOB"
+    # bad input is refused as such, before anything else
+    for call, request in ((plain.stub().GetPlan, pb.GetPlanRequest(decisions=-1)),
+                          (plain.stub().StopJob, pb.StopJobRequest(reason="no spaces please"))):
+        with pytest.raises(grpc.RpcError) as err:
+            call(request, timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert db_rows(tmp_path, "select count(*) from job_processes") == [(len(launched),)]
 
 
