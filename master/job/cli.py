@@ -12,6 +12,7 @@ anything starts.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -39,9 +40,11 @@ def _spec(path: str) -> JobSpec:
 
 def run_job(args) -> int:
     spec = _spec(args.spec)  # a bad spec exits 2 before anything starts
-    if spec.engine != "local":
+    if spec.engine == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("run: engine 'ray' needs Ray: pip install 'elastic-ps[ray]'")
+    if spec.engine not in ("local", "ray"):
         raise UsageError(f"run: engine {spec.engine!r} is not available in this build yet; "
-                         "use engine: local")
+                         "use engine: local or ray")
     from .run import run_job as run  # the engine and gRPC only when asked for
 
     return run(args.spec, args.json)

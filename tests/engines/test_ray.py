@@ -6,6 +6,7 @@ nothing is left running afterwards. Few tests on one cluster: a 2-core machine h
 and two nodes."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -35,26 +36,35 @@ HEALTH_CHECK = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 10
                 "health_check_failure_threshold": 3}
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """Head (0 CPUs), `on-demand` and `spot` nodes; shut down at the end, and then not one
-    process it started (Ray's or a command's) may still run."""
+@contextlib.contextmanager
+def ray_cluster(cpus: dict[str, int]):
+    """Head (0 CPUs) and a node per market with `cpus[market]` logical CPUs, every Ray process
+    on 127.0.0.1; shut down at the end, and then not one process it started (Ray's, or a
+    command the engine launched on it) may still run."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     c = cluster_utils.Cluster(initialize_head=True,
                               head_node_args={"num_cpus": 0, "include_dashboard": False,
                                               "_system_config": HEALTH_CHECK})
-    nodes = {m: c.add_node(num_cpus=CPUS, labels={"market": m}) for m in ("on-demand", "spot")}
+    c.nodes_by_market = {m: c.add_node(num_cpus=n, labels={"market": m})
+                         for m, n in cpus.items()}
     c.wait_for_nodes()
     c.connect(namespace="elastic-ps-test")
-    c.nodes_by_market = nodes
     c.commands = []  # pids of the commands the tests started
     try:
+        assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+        assert c.address.startswith("127.0.0.1:")
         yield c
     finally:
         ray.shutdown()
         c.shutdown()
-        left = _wait_gone(before, c.commands)
+        left = _wait_gone(before, c.commands, c.address)
         assert not left, f"still running after the cluster's shutdown: {left}"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with ray_cluster({"on-demand": CPUS, "spot": CPUS}) as c:
+        yield c
 
 
 def _alive(pid: int) -> bool:
@@ -64,13 +74,30 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _wait_gone(before: set[int], pids: list[int], timeout: float = 60.0) -> list[str]:
+def _launched_on(address: str) -> list[psutil.Process]:
+    """Every process the engine launched on the cluster at `address` (it is given
+    RAY_ADDRESS), wherever it was reparented to."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("RAY_ADDRESS") == address and _alive(p.pid):
+                out.append(p)
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+    return out
+
+
+def _wait_gone(before: set[int], pids: list[int], address: str = "",
+               timeout: float = 60.0) -> list[str]:
     deadline = time.monotonic() + timeout
     while True:
         left = [f"{p.pid} {' '.join(p.cmdline())[:80]}"
                 for p in psutil.Process().children(recursive=True)
-                if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+                if p.pid not in before and _alive(p.pid)]
         left += [f"command {pid}" for pid in pids if _alive(pid)]
+        if address:
+            left += [f"launched {p.pid} {' '.join(p.cmdline())[:80]}"
+                     for p in _launched_on(address) if p.pid not in before]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
@@ -121,13 +148,14 @@ def _events(engine, kinds, n: int, timeout: float = 90.0) -> list:
 def test_every_ray_process_is_on_loopback_and_launches_land_on_their_market(cluster, engine):
     assert len(ray.nodes()) == 3
     assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
-    assert engine.address.startswith("127.0.0.1:")
+    assert engine.address == cluster.address
 
     handles = [engine.launch("worker", f"w-{m}-{i}", m, POLITE, process.clean_env())
                for m in ("spot", "on-demand") for i in range(CPUS)]
     for h in handles:
         _ready(engine, h, cluster)
         expected = cluster.nodes_by_market[h.market].node_id
+        assert _until(lambda: engine.poll() is not None and engine.node_of(h), timeout=30)
         assert engine.node_of(h) == expected, h.name
     # both nodes are full now: neither market admits, a launch is refused with the reason
     assert not engine.admits("spot") and not engine.admits("on-demand")
@@ -155,7 +183,7 @@ def test_drained_spot_node_notices_its_processes_and_a_lost_node_loses_them(clus
     from ray.core.generated import autoscaler_pb2
 
     # what the last test ran is gone once both markets have room again
-    assert _until(lambda: engine.admits("spot") and engine.admits("on-demand"))
+    assert _until(lambda: ray.available_resources().get("CPU") == 2 * CPUS)
     spot = [engine.launch("worker", f"s{i}", "spot", POLITE, process.clean_env())
             for i in range(2)]
     ondemand = engine.launch("worker", "o0", "on-demand", POLITE, process.clean_env())
