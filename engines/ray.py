@@ -91,7 +91,9 @@ class Runner:
         return await asyncio.get_running_loop().run_in_executor(None, self.popen.wait)
 
     def signal(self, sig: int) -> bool:
-        return self.popen is not None and process.signal_group(self.popen.pid, sig)
+        # not once it was reaped: its pid (and group) may be another's by now
+        return self.popen is not None and self.popen.returncode is None and \
+            process.signal_group(self.popen.pid, sig)
 
     def cpu_seconds(self) -> float | None:
         return process.cpu_seconds(self.popen.pid) if self.popen else None
@@ -290,6 +292,8 @@ class RayEngine:
         """One round: learn where new processes were placed, notice those on nodes drained
         for preemption, reap those that ended, SIGKILL those past their deadline. The events
         it produced (also queued)."""
+        if not ray.is_initialized():  # closed: the processes are the next engine's
+            return []
         with self._lock:
             before = len(self._events)
             self._placed()
@@ -374,6 +378,8 @@ class RayEngine:
     def stop_all(self, graceful: bool = True, timeout: float = 60.0) -> list[EngineEvent]:
         """Stop every process and wait until all ended (SIGKILL after the grace, or at
         `timeout`). The events of their ends (also queued)."""
+        if not ray.is_initialized():
+            return []
         with self._lock:
             handles = [p.handle for p in self._procs.values()]
             before = len(self._events)
