@@ -13,7 +13,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   python -m pip install -q --upgrade pip
   # torch first and pinned: this CPU build is what the project is tested with
   python -m pip install -q "torch==2.13.0"
-  python -m pip install -q -e ".[dev,train,postgres]"
+  python -m pip install -q -e ".[dev,train,postgres,ray]"  # ray: the Ray engine's tests
   touch "$stamp"
 fi
 # Compile the PS's and the SDK's loops (numba) once now, into the checkout's __pycache__:

@@ -12,6 +12,7 @@ anything starts.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -42,9 +43,11 @@ def run_job(args) -> int:
     if spec.engine == "kubernetes":  # its masters run in the cluster, not on this machine
         raise UsageError(f"run: engine kubernetes starts in the cluster: elastic-job manifests "
                          f"{args.spec} | kubectl apply -f -")
-    if spec.engine != "local":
+    if spec.engine == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("run: engine 'ray' needs Ray: pip install 'elastic-ps[ray]'")
+    if spec.engine not in ("local", "ray"):
         raise UsageError(f"run: engine {spec.engine!r} is not available in this build yet; "
-                         "use engine: local")
+                         "use engine: local or ray")
     from .run import run_job as run  # the engine and gRPC only when asked for
 
     return run(args.spec, args.json)

@@ -28,9 +28,11 @@ def make_engine(spec, workdir: Path, started_s: float):
 
         return in_cluster(spec.name, spec.engine_options, workdir=str(workdir),
                           stop_grace_s=STOP_GRACE_S, hold_s=spec.scaling.spot_wait_s)
+    if spec.engine == "ray":
+        return ray_engine(spec, workdir, stop_grace_s=STOP_GRACE_S)
     if spec.engine != "local":
         raise NotImplementedError(f"engine {spec.engine!r} is not available in this build; "
-                                  "use engine: local or kubernetes")
+                                  "use engine: local, ray or kubernetes")
     options = spec.engine_options
     capacity = None
     if options.get("market_trace"):
@@ -40,6 +42,15 @@ def make_engine(spec, workdir: Path, started_s: float):
     # a stop the job asks for waits at least STOP_GRACE_S: a PS writes its final checkpoint
     return LocalEngine(workdir, capacity=capacity, started_s=started_s,
                        preempt_grace_s=grace, stop_grace_s=max(grace, STOP_GRACE_S))
+
+
+def ray_engine(spec, workdir: Path, stop_grace_s: float = STOP_GRACE_S):
+    """engine: ray (the `ray` extra; imported only when a spec asks for it)."""
+    from engines.ray import RayEngine
+
+    options = spec.engine_options
+    return RayEngine(workdir, address=options["address"],
+                     market_label=options["market_label"], stop_grace_s=stop_grace_s)
 
 
 def stored_spec(path: str) -> str:

@@ -51,6 +51,14 @@ def free_ports(n: int, first: int = 0) -> list[int]:
     return ports
 
 
+def masters_engine(spec, workdir: Path):
+    """The masters run on the job's engine too (engine: ray puts them on Ray nodes)."""
+    if spec.engine == "ray":
+        from .leading import ray_engine
+        return ray_engine(spec, workdir)
+    return LocalEngine(workdir)
+
+
 class JobRun:
     """One `elastic-job run`: its masters' engine, the leader's stub, the signal it got."""
 
@@ -59,7 +67,7 @@ class JobRun:
         self.spec = load_spec(spec_path)  # SpecError: the caller exits 2, nothing started
         self.workdir = Path(self.spec_path).parent / f"{self.spec.name}-run"
         self.out = out
-        self.engine = LocalEngine(self.workdir / "masters")
+        self.engine = masters_engine(self.spec, self.workdir / "masters")
         self.got: int | None = None  # the signal that asked us to stop
         self.started = time.monotonic()
         self.master_started: dict[str, float] = {}

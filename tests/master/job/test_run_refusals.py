@@ -12,9 +12,9 @@ SPEC = {"name": "t", "workers": {"command": "python -m x", "markets": [{"name": 
 
 def test_an_engine_this_build_lacks_exits_2_and_starts_nothing(tmp_path, capsys):
     spec = tmp_path / "job.yaml"
-    spec.write_text(yaml.safe_dump({**SPEC, "engine": "ray"}))
+    spec.write_text(yaml.safe_dump({**SPEC, "engine": "kubernetes"}))
     with pytest.raises(SystemExit) as done:
         cli.main(["run", str(spec)])
     assert done.value.code == 2
-    assert "engine 'ray' is not available" in capsys.readouterr().err
+    assert "engine 'kubernetes' is not available" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]  # no run folder, no db

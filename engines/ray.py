@@ -1,0 +1,414 @@
+"""The Ray engine: each process of a job on a Ray node of its market, run by an actor.
+
+A market is a node label (`market` by default, `market_label` to change it): a process of
+market M runs on a node labelled `market=M` (Ray's label selectors). Its actor starts the
+command in a session of its own (a signal reaches everything it starts) with its output in
+the job's log folder, waits for it and hands back its exit status; the actor is detached and
+named after the process (a master that takes over finds it by name) and never restarted by
+Ray (`max_restarts=0`): the master decides what replaces it. Each process holds `num_cpus`
+of its node's logical CPUs, so a market admits a launch while one of its live, undrained
+nodes has that much free.
+
+A node drained for preemption (Ray's DrainNode with reason preemption and a deadline, what a
+cloud's spot notice becomes) is a notice for every process on it: SIGTERM now (a worker
+hands its leases back exactly), a `preempted` event with the drain's deadline, SIGKILL if it
+still runs then. Ray accepts an idle-termination drain only for a node with nothing on it,
+so a draining node that runs our processes is being preempted. A node that dies without a
+drain takes its processes with it: `lost` (their exit status is unknown). The command dies
+with its actor (the parent-death signal), so nothing outlives a lost node.
+
+`address` is what `ray.init` gets: `auto` joins the running cluster (RAY_ADDRESS or the
+local one) and starts a local Ray when none runs; there the one node serves every market.
+Launched processes get RAY_ADDRESS, so a master launched through this engine drives its job
+on the same cluster. The log folder must be one every node writes to (shared storage, or
+one machine).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import ctypes
+import hashlib
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from . import process
+from .port import EngineEvent, EventKind, Handle, LaunchFailed, Refusal
+
+log = logging.getLogger(__name__)
+
+CPU = "CPU"
+INFO_TIMEOUT_S = 5.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before it execs: SIGKILL when the actor's process dies (a node lost)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the node's end is seen, not enforced
+        pass
+
+
+class Runner:
+    """The actor holding one process: started in __init__ (the actor's main thread, which
+    lives as long as the actor: the parent-death signal is tied to that thread)."""
+
+    def __init__(self, command: list[str], env: dict[str, str], log_path: str,
+                 cwd: str | None):
+        self.error = ""
+        self.popen: subprocess.Popen | None = None
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(log_path, "ab") as out:
+                self.popen = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, cwd=cwd, env=env,
+                                              start_new_session=True,
+                                              preexec_fn=_die_with_parent)
+        except OSError as exc:
+            self.error = str(exc)
+            with open(log_path, "a") as out:
+                out.write(f"cannot start: {exc}\n")
+
+    def info(self) -> dict:
+        return {"pid": self.popen.pid if self.popen else 0,
+                "node_id": ray.get_runtime_context().get_node_id(), "error": self.error}
+
+    async def wait(self) -> int:
+        """The exit status (negative: killed by that signal; 127: could not start)."""
+        if self.popen is None:
+            return 127
+        return await asyncio.get_running_loop().run_in_executor(None, self.popen.wait)
+
+    def signal(self, sig: int) -> bool:
+        # not once it was reaped: its pid (and group) may be another's by now
+        return self.popen is not None and self.popen.returncode is None and \
+            process.signal_group(self.popen.pid, sig)
+
+    def cpu_seconds(self) -> float | None:
+        return process.cpu_seconds(self.popen.pid) if self.popen else None
+
+
+_RemoteRunner = ray.remote(Runner)
+
+
+@dataclass
+class _Proc:
+    handle: Handle
+    actor: object
+    done: object                   # ObjectRef of Runner.wait
+    info: object | None            # ObjectRef of Runner.info until read
+    node_id: str = ""
+    deadline: float | None = None  # when SIGKILL follows a notice or a graceful stop
+    noticed: bool = False          # preempted: already reported
+    killed: bool = False           # we sent SIGKILL
+
+
+def namespace_of(workdir: Path | str) -> str:
+    """One Ray namespace per job folder: names are unique within a job, not across jobs."""
+    digest = hashlib.sha1(str(Path(workdir).resolve()).encode()).hexdigest()[:12]
+    return f"elastic-ps-{digest}"
+
+
+class RayEngine:
+    """See the module docstring. `workdir`: the job's log folder (and its namespace);
+    `num_cpus`: the logical CPUs each process holds on its node; `stop_grace_s`: SIGTERM to
+    SIGKILL for a stop; `preempt_grace_s`: the same for a drain without a deadline."""
+
+    def __init__(self, workdir: str | Path, *, address: str = "auto",
+                 market_label: str = "market", num_cpus: float = 1.0,
+                 stop_grace_s: float = 30.0, preempt_grace_s: float = 30.0,
+                 cwd: str | Path | None = None, clock: Callable[[], float] = time.time):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.market_label = market_label
+        self.num_cpus = num_cpus
+        self.stop_grace_s = stop_grace_s
+        self.preempt_grace_s = preempt_grace_s
+        self.cwd = str(cwd or os.getcwd())
+        self.clock = clock
+        self.namespace = namespace_of(self.workdir)
+        self._any_node = False  # a local Ray we started: its one node is every market
+        self._owns_connection = False
+        self._connect(address)
+        self.address = ray.get_runtime_context().gcs_address
+        self._procs: dict[str, _Proc] = {}
+        self._events: collections.deque[EngineEvent] = collections.deque()
+        self._lock = threading.RLock()
+        self._closed = False
+
+    def _connect(self, address: str) -> None:
+        if ray.is_initialized():
+            return
+        try:
+            ray.init(address=address, namespace=self.namespace, log_to_driver=False,
+                     logging_level=logging.WARNING)
+        except ConnectionError:
+            if address != "auto":
+                raise
+            log.info("ray engine: no Ray cluster runs; starting a local one")
+            ray.init(namespace=self.namespace, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.WARNING)
+            self._any_node = True
+        self._owns_connection = True
+
+    # ---- the port -----------------------------------------------------------------------------
+
+    def launch(self, role: str, name: str, market: str, command: list[str],
+               env: dict[str, str]) -> Handle:
+        """Start `command` with `env` (the whole environment, plus RAY_ADDRESS) in an actor on
+        a node of `market`."""
+        if not command:
+            raise LaunchFailed(Refusal.START_FAILED, f"{name}: the command is empty")
+        with self._lock:
+            if self._closed:
+                raise LaunchFailed(Refusal.CLOSED, f"{name}: the engine is closed")
+            if not self.admits(market):
+                raise LaunchFailed(Refusal.NO_CAPACITY,
+                                   f"{name}: no live node of market {market!r} has "
+                                   f"{self.num_cpus:g} CPU free")
+            log_path = self.workdir / f"{name}.log"
+            options = dict(name=name, namespace=self.namespace, lifetime="detached",
+                           max_restarts=0, max_task_retries=0, num_cpus=self.num_cpus)
+            if not self._any_node:
+                options["label_selector"] = {self.market_label: market}
+            try:
+                actor = _RemoteRunner.options(**options).remote(
+                    list(command), {**env, "RAY_ADDRESS": self.address}, str(log_path),
+                    self.cwd)
+            except ValueError as exc:  # the name is taken in this job's namespace
+                raise LaunchFailed(Refusal.START_FAILED, f"{name}: {exc}") from exc
+            handle = Handle(role=str(role), name=name, market=market,
+                            id=actor._actor_id.hex(), started_ms=int(self.clock() * 1000),
+                            log=str(log_path))
+            self._watch(handle, actor)
+            self._emit(EventKind.STARTED, handle)
+            return handle
+
+    def _watch(self, handle: Handle, actor) -> None:
+        self._procs[handle.id] = _Proc(handle, actor, actor.wait.remote(), actor.info.remote())
+
+    def stop(self, handle: Handle, graceful: bool = True) -> None:
+        """SIGTERM (then SIGKILL after `stop_grace_s`) or SIGKILL now; an exit event follows."""
+        with self._lock:
+            proc = self._procs.get(handle.id)
+            if proc is None:
+                return
+            if graceful:
+                proc.actor.signal.remote(int(signal.SIGTERM))
+                due = self.clock() + self.stop_grace_s
+                proc.deadline = due if proc.deadline is None else min(proc.deadline, due)
+            else:
+                self._kill(proc)
+
+    def _kill(self, proc: _Proc) -> None:
+        proc.killed = True
+        proc.actor.signal.remote(int(signal.SIGKILL))
+
+    def admits(self, market: str) -> bool:
+        """Whether a live, undrained node of `market` has `num_cpus` free, counting the
+        launches of ours not yet placed against it."""
+        draining, available = self._draining(), self._available()
+        free = 0.0
+        for node in ray.nodes():
+            if not node["Alive"] or node["NodeID"] in draining:
+                continue
+            if not self._any_node and node.get("Labels", {}).get(self.market_label) != market:
+                continue
+            free += available.get(node["NodeID"], {}).get(CPU, 0.0)
+        with self._lock:
+            pending = sum(1 for p in self._procs.values()
+                          if not p.node_id and (self._any_node or p.handle.market == market))
+        return free - pending * self.num_cpus >= self.num_cpus
+
+    def adopt(self, handle: Handle) -> bool:
+        """Watch a process another engine (a master that died) started; True when its actor
+        still runs (one gone is reported lost by the next poll)."""
+        with self._lock:
+            if handle.id in self._procs:
+                return True
+            actor = self._actor(handle.name)
+            if actor is None or actor._actor_id.hex() != handle.id:
+                self._emit(EventKind.LOST, handle, detail="its actor is gone")
+                return False
+            self._watch(handle, actor)
+            return True
+
+    def find(self, role: str, name: str, market: str) -> Handle | None:
+        """The process launched as `name` in this job (by any engine on its folder) if its
+        actor still runs: for a launch whose id was never recorded."""
+        actor = self._actor(name)
+        if actor is None:
+            return None
+        return Handle(role=str(role), name=name, market=market, id=actor._actor_id.hex(),
+                      started_ms=int(self.clock() * 1000), log=str(self.workdir / f"{name}.log"))
+
+    def _actor(self, name: str):
+        try:
+            return ray.get_actor(name, namespace=self.namespace)
+        except ValueError:
+            return None
+
+    def cpu_seconds(self, handle: Handle) -> float | None:
+        """CPU seconds the process and its children used so far (None: gone or no answer)."""
+        proc = self._procs.get(handle.id)
+        if proc is None:
+            return None
+        try:
+            return ray.get(proc.actor.cpu_seconds.remote(), timeout=INFO_TIMEOUT_S)
+        except (RayActorError, GetTimeoutError):
+            return None
+
+    def running(self) -> list[Handle]:
+        with self._lock:
+            return [p.handle for p in self._procs.values()]
+
+    def node_of(self, handle: Handle) -> str:
+        """The hex id of the Ray node the process runs on ('' until it is placed)."""
+        with self._lock:
+            proc = self._procs.get(handle.id)
+            return proc.node_id if proc else ""
+
+    def events(self) -> list[EngineEvent]:
+        """The events since the last call, oldest first."""
+        with self._lock:
+            out = list(self._events)
+            self._events.clear()
+            return out
+
+    # ---- the round ----------------------------------------------------------------------------
+
+    def poll(self) -> list[EngineEvent]:
+        """One round: learn where new processes were placed, notice those on nodes drained
+        for preemption, reap those that ended, SIGKILL those past their deadline. The events
+        it produced (also queued)."""
+        if not ray.is_initialized():  # closed: the processes are the next engine's
+            return []
+        with self._lock:
+            before = len(self._events)
+            self._placed()
+            self._notice(self._draining())
+            self._reap()
+            now = self.clock()
+            for proc in self._procs.values():
+                if proc.deadline is not None and now >= proc.deadline and not proc.killed:
+                    self._kill(proc)
+            return list(self._events)[before:]
+
+    def _placed(self) -> None:
+        waiting = {p.info: p for p in self._procs.values() if p.info is not None}
+        if not waiting:
+            return
+        ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=0)
+        for ref in ready:
+            proc = waiting[ref]
+            proc.info = None
+            try:
+                proc.node_id = ray.get(ref)["node_id"]
+            except RayActorError:
+                proc.node_id = "?"  # died before it answered: the reap reports it
+
+    def _notice(self, draining: dict[str, int]) -> None:
+        now = self.clock()
+        for proc in self._procs.values():
+            if proc.noticed or proc.node_id not in draining:
+                continue
+            deadline_ms = draining[proc.node_id]
+            deadline = deadline_ms / 1000 if deadline_ms else now + self.preempt_grace_s
+            proc.noticed = True
+            proc.deadline = deadline if proc.deadline is None else min(proc.deadline, deadline)
+            proc.actor.signal.remote(int(signal.SIGTERM))
+            self._emit(EventKind.PREEMPTED, proc.handle, deadline_ms=int(proc.deadline * 1000),
+                       detail=f"node {proc.node_id[:12]} drained")
+
+    def _reap(self) -> None:
+        done = {p.done: p for p in self._procs.values()}
+        if not done:
+            return
+        ready, _ = ray.wait(list(done), num_returns=len(done), timeout=0)
+        for ref in ready:
+            proc = done[ref]
+            del self._procs[proc.handle.id]
+            try:
+                code = ray.get(ref)
+            except RayActorError as exc:
+                self._ended_with_actor(proc, exc)
+                continue
+            self._emit(EventKind.EXITED, proc.handle, code=code)
+            ray.kill(proc.actor, no_restart=True)  # frees its CPU and its name
+
+    def _ended_with_actor(self, proc: _Proc, exc: RayActorError) -> None:
+        if getattr(exc, "preempted", False) and not proc.noticed:
+            # drained and gone between two polls: still a preemption, not a failure
+            self._emit(EventKind.PREEMPTED, proc.handle, deadline_ms=int(self.clock() * 1000),
+                       detail="its node was drained and is gone")
+        if proc.killed and not getattr(exc, "preempted", False):
+            self._emit(EventKind.EXITED, proc.handle, code=-signal.SIGKILL)
+        else:
+            self._emit(EventKind.LOST, proc.handle, detail=f"its actor died: {_first_line(exc)}")
+
+    def _draining(self) -> dict[str, int]:
+        """Hex node id -> drain deadline (Unix ms, 0: none) of the nodes being drained."""
+        try:
+            return dict(ray._private.state.state.get_draining_nodes())
+        except Exception:  # noqa: BLE001 - the GCS is briefly unreachable: next round
+            log.warning("ray engine: cannot read the draining nodes", exc_info=True)
+            return {}
+
+    def _available(self) -> dict[str, dict[str, float]]:
+        return ray._private.state.available_resources_per_node()
+
+    def _emit(self, kind: EventKind, handle: Handle, *, code: int | None = None,
+              deadline_ms: int | None = None, detail: str = "") -> None:
+        self._events.append(EngineEvent(kind, handle, int(self.clock() * 1000), code,
+                                        deadline_ms, detail))
+
+    # ---- lifetime -----------------------------------------------------------------------------
+
+    def stop_all(self, graceful: bool = True, timeout: float = 60.0) -> list[EngineEvent]:
+        """Stop every process and wait until all ended (SIGKILL after the grace, or at
+        `timeout`). The events of their ends (also queued)."""
+        if not ray.is_initialized():
+            return []
+        with self._lock:
+            handles = [p.handle for p in self._procs.values()]
+            before = len(self._events)
+        for handle in handles:
+            self.stop(handle, graceful)
+        deadline = time.monotonic() + timeout
+        while True:
+            self.poll()
+            with self._lock:
+                if not self._procs:
+                    return list(self._events)[before:]
+                if time.monotonic() > deadline:
+                    for proc in list(self._procs.values()):
+                        if not proc.killed:
+                            self._kill(proc)
+                if time.monotonic() > deadline + timeout:  # the actors no longer answer
+                    for proc in list(self._procs.values()):
+                        ray.kill(proc.actor, no_restart=True)
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Refuse launches and leave Ray; the processes run on (a master that stops hands
+        them to the next; `stop_all` ends them). A local Ray this engine started ends here,
+        and with it what runs there."""
+        with self._lock:
+            self._closed = True
+        if self._owns_connection and ray.is_initialized():
+            ray.shutdown()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
