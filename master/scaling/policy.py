@@ -239,14 +239,17 @@ def _plan_workers(spec: JobSpec, signals: Signals, state: PolicyState, now: floa
 
 
 def _backoff(spec: JobSpec, signals: Signals, state: PolicyState, now: float) -> PolicyState:
-    """A command that exits at once is relaunched after 1, 2, 4, ... intervals, not at once."""
+    """A command that exits before it is up is relaunched after 1, 2, 4, ... intervals, however
+    long it took to fail: the streak ends only once a relaunch has gone the longest wait
+    (MAX_BACKOFF_INTERVALS intervals) without a crash. Ending it when a relaunch merely
+    outlived the last wait kept a command that fails 15 s in at one interval for ever."""
     crashed = signals.total(signals.crashed, W)
     if crashed:
         streak = state.crash_streak + 1
         return state.with_(crash_streak=streak, backoff_until=now + _wait(spec, streak))
-    # reset once a relaunch has outlived the last wait without a crash
+    healthy = spec.scaling.interval_s * MAX_BACKOFF_INTERVALS
     if (state.crash_streak and state.backoff_until is not None
-            and now - state.backoff_until >= _wait(spec, state.crash_streak)):
+            and now - state.backoff_until >= healthy):
         return state.with_(crash_streak=0, backoff_until=None)
     return state
 

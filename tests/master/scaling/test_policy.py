@@ -308,3 +308,45 @@ def test_a_launch_pending_on_the_last_market_is_never_cancelled():
     for now in (10.0, 70.0, 200.0):
         decisions, state = decide(SPEC, s, state, now)
         assert brief(decisions) == [], now
+
+
+def _relaunch_waits(fails_after_s: float, crashes: int) -> list[float]:
+    """The waits between a crash and the relaunch, for a command that fails `fails_after_s`
+    after each launch (before it is up), on the fake clock with the default 10 s interval."""
+    two = spec(workers={"min": 2, "max": 2})  # no growth probe in the way
+    state, now, waits = started(workers=2), 0.0, []
+    launched, crashed_at = 0.0, None  # the second worker's launch, its last crash
+    while len(waits) < crashes and now < 100_000:
+        now += 10.0
+        crash = launched is not None and now - launched >= fails_after_s
+        if crash:
+            s = signals(workers(spot=1), lost=workers(spot=1), crashed=workers(spot=1))
+            crashed_at, launched = now, None
+        else:
+            s = signals(workers(spot=1 if launched is None else 2))
+        decisions, state = decide(two, s, state, now)
+        if any(d.role.value == "worker" and d.delta > 0 for d in decisions):
+            launched = now
+            waits.append(now - crashed_at)
+    return waits
+
+
+def test_a_command_that_fails_a_while_after_its_start_still_backs_off():
+    # fails 15 s in: more than the first wait (10 s), which used to end the streak every time
+    waits = _relaunch_waits(15.0, 8)
+    assert waits[:3] == [10.0, 20.0, 40.0]
+    assert waits[-1] == 10.0 * 32  # up to the cap, never back to one interval
+
+
+def test_the_crash_streak_ends_once_a_relaunch_runs_the_longest_wait_without_a_crash():
+    state = started(workers=2)
+    crash = signals(workers(spot=1), lost=workers(spot=1), crashed=workers(spot=1))
+    _, state = decide(SPEC, crash, state, 10.0)
+    _, state = decide(SPEC, crash, state, 30.0)
+    assert state.crash_streak == 2 and state.backoff_until == 50.0
+    _, state = decide(SPEC, signals(workers(spot=2)), state, 50.0 + 319.0)
+    assert state.crash_streak == 2  # 319 s up: not yet
+    _, state = decide(SPEC, signals(workers(spot=2)), state, 50.0 + 320.0)
+    assert state.crash_streak == 0 and state.backoff_until is None
+    decisions, state = decide(SPEC, crash, state, 400.0)
+    assert state.backoff_until == 410.0  # a fresh streak: one interval
