@@ -146,3 +146,21 @@ def test_docs_operations_names_every_simulate_flag_and_every_reason():
         assert f"| `{flag}` |" in doc, flag
     for reason in Reason:
         assert f"| `{reason.value}` |" in doc, reason
+
+
+def test_run_checks_its_tls_and_token_flags_before_anything_starts(files, capsys):
+    from cluster.certs import make_tls_files
+
+    spec, _, tmp = files
+    spec.write_text(yaml.safe_dump({**SPEC, "engine": "local"}))
+    tls = make_tls_files(tmp / "tls")
+    for flags, says in (
+            (["--tls-cert", tls.cert, "--tls-ca", tls.ca], "--tls-cert and --tls-key"),
+            (["--tls-cert", tls.cert, "--tls-key", tls.key], "--tls-cert needs --tls-ca"),
+            (["--tls-ca", tls.ca], "--tls-ca without --tls-cert"),
+            (["--auth-token-file", tmp / "absent"], "auth token file"),
+            (["--tls-cert", tls.cert, "--tls-key", tmp / "nokey", "--tls-ca", tls.ca],
+             "--tls-key")):
+        code, _, err = run(["run", spec, *flags], capsys)
+        assert code == 2 and says in err, (flags, err)
+        assert not (tmp / "sim-run").exists()  # nothing started

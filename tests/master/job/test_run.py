@@ -132,3 +132,28 @@ def test_a_worker_command_that_exits_at_once_is_relaunched_ever_more_slowly(tmp_
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["crashed_at_start"] == len(crashed) and summary["state"] == "stopped"
     no_process_left(tmp_path)
+
+
+def test_a_job_runs_over_tls_with_the_token_passed_on_to_every_process(tmp_path, launcher):
+    from cluster.certs import make_tls_files
+    from cluster.launch import Proc
+
+    from .jobs import RUN
+
+    tls = make_tls_files(tmp_path / "tls")
+    token_file = tmp_path / "token"
+    token_file.write_text("a-test-token-of-32-characters-xx\n")
+    token_file.chmod(0o600)
+    spec = write_spec(tmp_path, records=120, workers=(1, 1))
+    run = launcher.launch(Proc([*RUN, str(spec), "--json", str(tmp_path / "summary.json"),
+                                "--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca",
+                                tls.ca, "--auth-token-file", str(token_file)],
+                               launcher.log_path("elastic-job"), ready=None))
+    assert run.wait(240) == 0, run.output(4000)  # the PS and the worker reached the masters
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["epochs_exact"]
+    assert sorted(trained(tmp_path)) == list(range(120))
+    # the masters served TLS and required the token (so the PS and the worker, which trained
+    # every record, reached them with the CA and the token passed on)
+    settings = (tmp_path / "t-run" / "masters" / "master.log").read_text()
+    assert f"tls_cert={tls.cert}" in settings and f"auth_token_file={token_file}" in settings
