@@ -47,8 +47,13 @@ def run_job(args) -> int:
         raise UsageError(f"run: engine {spec.engine!r} is not available in this build yet; "
                          "use engine: local")
     from .run import run_job as run  # the engine and gRPC only when asked for
+    from .run import stored_job_problem
 
-    return run(args.spec, args.json, security=_run_security(args))
+    security = _run_security(args)
+    problem = stored_job_problem(spec)
+    if problem:
+        raise UsageError(f"run: {problem}")
+    return run(args.spec, args.json, security=security)
 
 
 def _run_security(args):

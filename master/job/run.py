@@ -166,6 +166,41 @@ class JobRun:
         self.engine.close()
 
 
+def stored_job_problem(spec) -> str | None:
+    """Why the spec's database cannot run this job (None: it can). A database keeps one job: a
+    master on it continues that job whatever spec it is given, so a job that already ended
+    (finished or stopped) would only print its old summary, and another job's database would
+    run that other job."""
+    from sqlalchemy import create_engine, inspect, select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from master.persistence import schema
+
+    try:
+        engine = create_engine(spec.master.db)
+    except (SQLAlchemyError, ValueError, ImportError) as exc:
+        return f"master.db {spec.master.db!r}: {exc.__class__.__name__}: {exc}"
+    try:
+        with engine.connect() as conn:
+            if not inspect(conn).has_table(schema.job.name):
+                return None
+            row = conn.execute(select(schema.job.c.name, schema.job.c.state)).first()
+    except SQLAlchemyError:
+        return None  # unreachable or new: the masters say why, as they would without a job
+    finally:
+        engine.dispose()
+    if row is None:
+        return None
+    fix = ("to train again, point master.db at a fresh database; to see what it did: "
+           "elastic-ctl plan --ended against a master on it")
+    if row.name != spec.name:
+        return (f"master.db holds job {row.name!r}, not {spec.name!r} (a database keeps one "
+                f"job); give this job a database of its own")
+    if row.state in ("finished", "stopped"):
+        return f"job {row.name!r} in master.db already {row.state}; {fix}"
+    return None  # running, finishing or stopping: the masters continue it
+
+
 def run_job(spec_path: str, json_path: str | None = None, out=print,
             security: RunSecurity = RunSecurity()) -> int:
     """The whole command; SpecError propagates (the CLI exits 2 naming the field)."""

@@ -15,8 +15,8 @@ from engines import process
 from protos import master_pb2 as pb
 from rpckit.errors import reason_of
 
-from .jobs import (db_rows, events, metrics_url, scrape, start_run, trained, value, wait_until,
-                   write_spec)
+from .jobs import (RUN, db_rows, events, metrics_url, scrape, start_run, trained, value,
+                   wait_until, write_spec)
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +39,10 @@ def test_a_job_runs_to_the_end_and_its_summary_agrees_with_the_master(tmp_path, 
     launched = events(tmp_path, "node_launched")
     assert {(e["role"], e["market"]) for e in launched} == {("ps", "on-demand"),
                                                             ("worker", "spot")}
+    # running it again on the same database says the job already finished, starts nothing
+    again = launcher.run(*RUN[1:], str(spec))
+    assert again.returncode == 2 and "already finished" in again.stderr, again.stderr
+    assert db_rows(tmp_path, "select state from job") == [("finished",)]
 
     # the same database under a master with the job: what it answers is what was summarized
     master = launcher.master("--job", str(spec), "--metrics-port", "0",
@@ -137,8 +141,6 @@ def test_a_worker_command_that_exits_at_once_is_relaunched_ever_more_slowly(tmp_
 def test_a_job_runs_over_tls_with_the_token_passed_on_to_every_process(tmp_path, launcher):
     from cluster.certs import make_tls_files
     from cluster.launch import Proc
-
-    from .jobs import RUN
 
     tls = make_tls_files(tmp_path / "tls")
     token_file = tmp_path / "token"
