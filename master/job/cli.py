@@ -1,7 +1,8 @@
 """`elastic-job`: run a job from its spec, simulate the policy against a market trace, or print
 the Kubernetes objects the kubernetes engine starts from. One function per subcommand.
 
-    elastic-job run job.yaml [--json PATH]
+    elastic-job run job.yaml [--json PATH] [--tls-cert C --tls-key K] [--tls-ca CA]
+                [--auth-token-file F]
     elastic-job simulate job.yaml --trace TRACE.csv --records N [--json PATH]
                 [--worker-rps X --ps-capacity-rps Y | --bench-train BENCH.json]
     elastic-job manifests job.yaml [--token TOKEN]
@@ -49,8 +50,38 @@ def run_job(args) -> int:
         raise UsageError(f"run: engine {spec.engine!r} is not available in this build yet; "
                          "use engine: local or ray")
     from .run import run_job as run  # the engine and gRPC only when asked for
+    from .run import stored_job_problem
 
-    return run(args.spec, args.json)
+    security = _run_security(args)
+    problem = stored_job_problem(spec)
+    if problem:
+        raise UsageError(f"run: {problem}")
+    return run(args.spec, args.json, security=security)
+
+
+def _run_security(args):
+    """The masters' TLS and token flags, checked as the master would (exit 2, before anything
+    starts); paths made absolute, as the masters run in the job's folder."""
+    from types import SimpleNamespace
+
+    from rpckit import auth
+
+    from .run import RunSecurity
+
+    paths = {k: str(Path(v).resolve()) if v else "" for k, v in (
+        ("tls_cert", args.tls_cert), ("tls_key", args.tls_key), ("tls_ca", args.tls_ca),
+        ("token_file", args.auth_token_file))}
+    problems = auth.flag_problems(SimpleNamespace(
+        auth_token="", auth_token_file=paths["token_file"], tls_cert=paths["tls_cert"],
+        tls_key=paths["tls_key"], tls_ca=paths["tls_ca"]))
+    if paths["tls_cert"] and not paths["tls_ca"]:
+        problems.append("--tls-cert needs --tls-ca: elastic-job, the PS and the workers verify "
+                        "the masters against it")
+    if paths["tls_ca"] and not paths["tls_cert"]:
+        problems.append("--tls-ca without --tls-cert: the masters would serve plaintext")
+    if problems:
+        raise UsageError("run: " + "; ".join(problems))
+    return RunSecurity(**paths)
 
 
 MAX_TOKEN = 4096
@@ -133,6 +164,13 @@ def parser() -> argparse.ArgumentParser:
                          "to its end")
     run.add_argument("spec", help="the job spec (YAML)")
     run.add_argument("--json", help="also write the summary here")
+    run.add_argument("--tls-cert", default="", help="the masters serve gRPC over TLS with this "
+                     "PEM certificate (with --tls-key and --tls-ca)")
+    run.add_argument("--tls-key", default="", help="the PEM private key of --tls-cert")
+    run.add_argument("--tls-ca", default="", help="the PEM CA that signed it: given to the PS "
+                     "and workers the masters launch, and used by this command")
+    run.add_argument("--auth-token-file", default="", help="the job's token (first line of "
+                     "this file): required by the masters, passed on to the PS and workers")
     run.set_defaults(fn=run_job)
     s = sub.add_parser("simulate", help="the policy and fixed baselines on a simulated clock "
                        "against a market trace")

@@ -9,6 +9,10 @@ PS set and the workers and drives them (master/job/driver.py). This command only
 exits 0 if every record of every epoch was counted once (1 otherwise). Ctrl-C or SIGTERM asks
 the leader to stop the job as a preemption would (`StopJob`: workers hand their leases back
 exactly), waits for it, and exits 130 / 143; a second one stops the masters at once.
+
+With `--tls-cert/--tls-key/--tls-ca` and `--auth-token-file` the masters serve TLS and require
+the token, and pass the CA and the token file on to the PS and workers they launch, as a master
+started by hand with those flags does; this command calls them with the same CA and token.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -26,6 +31,7 @@ from engines.local import LocalEngine
 from engines.port import EventKind
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
+from rpckit import auth
 from rpckit.channels import LeaderStub
 
 from .spec import load_spec
@@ -59,22 +65,47 @@ def masters_engine(spec, workdir: Path):
     return LocalEngine(workdir)
 
 
+@dataclass(frozen=True)
+class RunSecurity:
+    """The masters' TLS files and token file (absolute paths; '' for none), checked by the CLI."""
+
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    token_file: str = ""
+
+    def master_flags(self) -> list[str]:
+        out = []
+        for flag, path in (("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key),
+                           ("--tls-ca", self.tls_ca), ("--auth-token-file", self.token_file)):
+            if path:
+                out += [flag, path]
+        return out
+
+    def stub_options(self) -> dict:
+        token = auth.read_token("", self.token_file)
+        return {"tls_ca": self.tls_ca or None, "token": token or None,
+                "token_source": f"--auth-token-file {self.token_file}" if token else ""}
+
+
 class JobRun:
     """One `elastic-job run`: its masters' engine, the leader's stub, the signal it got."""
 
-    def __init__(self, spec_path: str, out=print):
+    def __init__(self, spec_path: str, out=print, security: RunSecurity = RunSecurity()):
         self.spec_path = str(Path(spec_path).resolve())
         self.spec = load_spec(spec_path)  # SpecError: the caller exits 2, nothing started
         self.workdir = Path(self.spec_path).parent / f"{self.spec.name}-run"
         self.out = out
         self.engine = masters_engine(self.spec, self.workdir / "masters")
+        self.security = security
         self.got: int | None = None  # the signal that asked us to stop
         self.started = time.monotonic()
         self.master_started: dict[str, float] = {}
         self.master_seconds = 0.0
         ports = free_ports(1 + self.spec.master.standbys, self.spec.master.port)
         self.addresses = [f"{HOST}:{p}" for p in ports]
-        self.stub = LeaderStub(",".join(self.addresses), pb_grpc.MasterStub)
+        self.stub = LeaderStub(",".join(self.addresses), pb_grpc.MasterStub,
+                               **security.stub_options())
 
     def start_masters(self) -> None:
         market = self.spec.ps.market
@@ -83,7 +114,7 @@ class JobRun:
             argv = [sys.executable, "-m", "master", "--host", HOST,
                     "--port", address.rsplit(":", 1)[1], "--db", self.spec.master.db,
                     "--job", self.spec_path, "--job-dir", str(self.workdir),
-                    "--job-masters", ",".join(self.addresses)]
+                    "--job-masters", ",".join(self.addresses), *self.security.master_flags()]
             handle = self.engine.launch("master", name, market, argv, process.clean_env())
             self.master_started[handle.id] = time.monotonic()
         self.out(f"elastic-job: job {self.spec.name}: masters at {','.join(self.addresses)}; "
@@ -143,9 +174,45 @@ class JobRun:
         self.engine.close()
 
 
-def run_job(spec_path: str, json_path: str | None = None, out=print) -> int:
+def stored_job_problem(spec) -> str | None:
+    """Why the spec's database cannot run this job (None: it can). A database keeps one job: a
+    master on it continues that job whatever spec it is given, so a job that already ended
+    (finished or stopped) would only print its old summary, and another job's database would
+    run that other job."""
+    from sqlalchemy import create_engine, inspect, select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from master.persistence import schema
+
+    try:
+        engine = create_engine(spec.master.db)
+    except (SQLAlchemyError, ValueError, ImportError) as exc:
+        return f"master.db {spec.master.db!r}: {exc.__class__.__name__}: {exc}"
+    try:
+        with engine.connect() as conn:
+            if not inspect(conn).has_table(schema.job.name):
+                return None
+            row = conn.execute(select(schema.job.c.name, schema.job.c.state)).first()
+    except SQLAlchemyError:
+        return None  # unreachable or new: the masters say why, as they would without a job
+    finally:
+        engine.dispose()
+    if row is None:
+        return None
+    fix = ("to train again, point master.db at a fresh database; to see what it did: "
+           "elastic-ctl plan --ended against a master on it")
+    if row.name != spec.name:
+        return (f"master.db holds job {row.name!r}, not {spec.name!r} (a database keeps one "
+                f"job); give this job a database of its own")
+    if row.state in ("finished", "stopped"):
+        return f"job {row.name!r} in master.db already {row.state}; {fix}"
+    return None  # running, finishing or stopping: the masters continue it
+
+
+def run_job(spec_path: str, json_path: str | None = None, out=print,
+            security: RunSecurity = RunSecurity()) -> int:
     """The whole command; SpecError propagates (the CLI exits 2 naming the field)."""
-    job = JobRun(spec_path, out)
+    job = JobRun(spec_path, out, security)
 
     def on_signal(sig, _frame):
         if job.got is not None:  # a second one: stop the masters now

@@ -97,30 +97,46 @@ def _watch_markets(spec: JobSpec, signals: Signals, state: PolicyState, now: flo
                    plan: _Plan) -> PolicyState:
     """Block a market whose launch failed or stayed pending `spot_wait_s` (its stuck pending
     launches are cancelled, to be made on the next market); unblock it when the engine says it
-    admits launches again after having said it did not, or, when the engine cannot tell, once
-    `spot_wait_s` has passed (a probe)."""
+    admits launches again after having said it did not, or, when the engine cannot tell, after
+    a quiet period (a probe). The last market is never stuck: there is nowhere better to go."""
     wait = spec.scaling.spot_wait_s
     pending_since, blocked = dict(state.pending_since), dict(state.blocked)
+    strikes = dict(state.stuck_strikes)
     for market in spec.workers.market_names:
         pending = signals.pending.get((W, market), 0)
+        failed = signals.failed_launches.get((W, market), 0)
         if pending:
             pending_since.setdefault(market, now)
-        else:
-            pending_since.pop(market, None)
-        stuck = bool(wait) and pending and now - pending_since[market] >= wait
+        elif market in pending_since:
+            pending_since.pop(market)
+            if not failed and not signals.lost.get((W, market), 0):
+                strikes.pop(market, None)  # a launch there started: the market works
+        last = market == spec.workers.market_names[-1]
+        stuck = (bool(wait) and pending and not last
+                 and now - pending_since[market] >= wait)
         admits = signals.admits_launches(market)
-        if signals.failed_launches.get((W, market), 0) or stuck:
+        if failed or stuck:
             blocked[market] = Block(since=now, saw_closed=not admits)
             if stuck:
                 plan.add(W, market, -pending, Reason.MARKET_UNAVAILABLE)
                 pending_since.pop(market)
+                strikes[market] = strikes.get(market, 0) + 1
         elif market in blocked:
             block = blocked[market]
             if not admits:
                 blocked[market] = Block(block.since, saw_closed=True)
-            elif block.saw_closed or now - block.since >= max(wait, spec.scaling.interval_s):
+            elif block.saw_closed or now - block.since >= _quiet(spec, strikes.get(market, 0)):
                 del blocked[market]
-    return state.with_(pending_since=pending_since, blocked=blocked)
+    return state.with_(pending_since=pending_since, blocked=blocked, stuck_strikes=strikes)
+
+
+def _quiet(spec: JobSpec, strikes: int) -> float:
+    """How long a blocked market that the engine never said was closed rests before it is tried
+    again: `spot_wait_s` (at least an interval), doubled for each launch there cancelled as
+    stuck since one last started. A `spot_wait_s` shorter than a worker's start-up would
+    otherwise move the workers there and back every `spot_wait_s`."""
+    base = max(spec.scaling.spot_wait_s, spec.scaling.interval_s)
+    return base * min(2 ** max(strikes - 1, 0), MAX_BACKOFF_INTERVALS)
 
 
 def _usable(spec: JobSpec, signals: Signals, state: PolicyState) -> list[str]:
@@ -223,14 +239,17 @@ def _plan_workers(spec: JobSpec, signals: Signals, state: PolicyState, now: floa
 
 
 def _backoff(spec: JobSpec, signals: Signals, state: PolicyState, now: float) -> PolicyState:
-    """A command that exits at once is relaunched after 1, 2, 4, ... intervals, not at once."""
+    """A command that exits before it is up is relaunched after 1, 2, 4, ... intervals, however
+    long it took to fail: the streak ends only once a relaunch has gone the longest wait
+    (MAX_BACKOFF_INTERVALS intervals) without a crash. Ending it when a relaunch merely
+    outlived the last wait kept a command that fails 15 s in at one interval for ever."""
     crashed = signals.total(signals.crashed, W)
     if crashed:
         streak = state.crash_streak + 1
         return state.with_(crash_streak=streak, backoff_until=now + _wait(spec, streak))
-    # reset once a relaunch has outlived the last wait without a crash
+    healthy = spec.scaling.interval_s * MAX_BACKOFF_INTERVALS
     if (state.crash_streak and state.backoff_until is not None
-            and now - state.backoff_until >= _wait(spec, state.crash_streak)):
+            and now - state.backoff_until >= healthy):
         return state.with_(crash_streak=0, backoff_until=None)
     return state
 
@@ -302,7 +321,12 @@ def _returns(spec: JobSpec, signals: Signals, state: PolicyState,
         return []
     order = spec.workers.market_names
     best, moves = usable[0], []
-    budget = None if signals.admits is not None else 1
+    # A market whose launches got stuck is trusted again only once one there starts: until
+    # then one worker moves at a time, and none while that one is still starting.
+    unproven = state.stuck_strikes.get(best, 0) > 0
+    if unproven and signals.pending.get((W, best), 0):
+        return []
+    budget = None if signals.admits is not None and not unproven else 1
     for market in reversed(order[order.index(best) + 1:]):
         n = plan.count(W, market)
         if budget is not None:

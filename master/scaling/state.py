@@ -44,10 +44,14 @@ class PolicyState:
     hold_ps: int | None = None            # ... unless the PS count moved from this
     crash_streak: int = 0
     backoff_until: float | None = None
+    # per market: launches cancelled as stuck since one there last started (doubles the wait
+    # before the market is tried again, and the return goes one worker at a time meanwhile)
+    stuck_strikes: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "pending_since", MappingProxyType(dict(self.pending_since)))
         object.__setattr__(self, "blocked", MappingProxyType(dict(self.blocked)))
+        object.__setattr__(self, "stuck_strikes", MappingProxyType(dict(self.stuck_strikes)))
 
     def with_(self, **changes) -> "PolicyState":
         if all(getattr(self, k) == v for k, v in changes.items()):
@@ -58,6 +62,7 @@ class PolicyState:
         """JSON-able, for the master's database; from_dict reads it back."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["pending_since"] = dict(self.pending_since)
+        out["stuck_strikes"] = dict(self.stuck_strikes)
         out["blocked"] = {m: asdict(b) for m, b in self.blocked.items()}
         out["probe"] = None if self.probe is None else asdict(self.probe)
         return out

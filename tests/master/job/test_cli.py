@@ -146,3 +146,66 @@ def test_docs_operations_names_every_simulate_flag_and_every_reason():
         assert f"| `{flag}` |" in doc, flag
     for reason in Reason:
         assert f"| `{reason.value}` |" in doc, reason
+
+
+def test_run_checks_its_tls_and_token_flags_before_anything_starts(files, capsys):
+    from cluster.certs import make_tls_files
+
+    spec, _, tmp = files
+    spec.write_text(yaml.safe_dump({**SPEC, "engine": "local"}))
+    tls = make_tls_files(tmp / "tls")
+    for flags, says in (
+            (["--tls-cert", tls.cert, "--tls-ca", tls.ca], "--tls-cert and --tls-key"),
+            (["--tls-cert", tls.cert, "--tls-key", tls.key], "--tls-cert needs --tls-ca"),
+            (["--tls-ca", tls.ca], "--tls-ca without --tls-cert"),
+            (["--auth-token-file", tmp / "absent"], "auth token file"),
+            (["--tls-cert", tls.cert, "--tls-key", tmp / "nokey", "--tls-ca", tls.ca],
+             "--tls-key")):
+        code, _, err = run(["run", spec, *flags], capsys)
+        assert code == 2 and says in err, (flags, err)
+        assert not (tmp / "sim-run").exists()  # nothing started
+
+
+def _db_with_job(tmp, name: str, state: str) -> str:
+    """A master database (the real schema) holding one job row."""
+    from sqlalchemy import create_engine, insert
+
+    from master.persistence import schema
+
+    url = f"sqlite:///{tmp / 'master.db'}"
+    engine = create_engine(url)
+    schema.metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(insert(schema.job).values(
+            id=1, name=name, spec="{}", state=state, started_ms=0, changed_ms=0, policy="{}",
+            targets="{}", decisions="{}", launches=0, masters=""))
+    engine.dispose()
+    return url
+
+
+@pytest.mark.parametrize("name, state, says", [
+    ("sim", "finished", "job 'sim' in master.db already finished"),
+    ("sim", "stopped", "job 'sim' in master.db already stopped"),
+    ("other", "running", "master.db holds job 'other', not 'sim'"),
+])
+def test_run_refuses_a_database_whose_job_ended_or_is_another(files, capsys, name, state,
+                                                             says):
+    spec, _, tmp = files
+    url = _db_with_job(tmp, name, state)
+    spec.write_text(yaml.safe_dump({**SPEC, "engine": "local", "master": {"db": url}}))
+    code, out, err = run(["run", spec], capsys)
+    assert code == 2 and says in err, err
+    assert "database" in err and not out
+    assert not (tmp / "sim-run").exists()  # no master started
+
+
+def test_run_goes_on_with_a_job_still_running_in_its_database(files):
+    from master.job.run import stored_job_problem
+    from master.job.spec import load_spec
+
+    spec, _, tmp = files
+    url = _db_with_job(tmp, "sim", "running")
+    spec.write_text(yaml.safe_dump({**SPEC, "engine": "local", "master": {"db": url}}))
+    assert stored_job_problem(load_spec(spec)) is None  # a leader continues it
+    (tmp / "master.db").unlink()
+    assert stored_job_problem(load_spec(spec)) is None  # a fresh database

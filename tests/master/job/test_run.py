@@ -15,8 +15,8 @@ from engines import process
 from protos import master_pb2 as pb
 from rpckit.errors import reason_of
 
-from .jobs import (db_rows, events, metrics_url, scrape, start_run, trained, value, wait_until,
-                   write_spec)
+from .jobs import (RUN, db_rows, events, metrics_url, scrape, start_run, trained, value,
+                   wait_until, write_spec)
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +39,10 @@ def test_a_job_runs_to_the_end_and_its_summary_agrees_with_the_master(tmp_path, 
     launched = events(tmp_path, "node_launched")
     assert {(e["role"], e["market"]) for e in launched} == {("ps", "on-demand"),
                                                             ("worker", "spot")}
+    # running it again on the same database says the job already finished, starts nothing
+    again = launcher.run(*RUN[1:], str(spec))
+    assert again.returncode == 2 and "already finished" in again.stderr, again.stderr
+    assert db_rows(tmp_path, "select state from job") == [("finished",)]
 
     # the same database under a master with the job: what it answers is what was summarized
     master = launcher.master("--job", str(spec), "--metrics-port", "0",
@@ -132,3 +136,26 @@ def test_a_worker_command_that_exits_at_once_is_relaunched_ever_more_slowly(tmp_
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["crashed_at_start"] == len(crashed) and summary["state"] == "stopped"
     no_process_left(tmp_path)
+
+
+def test_a_job_runs_over_tls_with_the_token_passed_on_to_every_process(tmp_path, launcher):
+    from cluster.certs import make_tls_files
+    from cluster.launch import Proc
+
+    tls = make_tls_files(tmp_path / "tls")
+    token_file = tmp_path / "token"
+    token_file.write_text("a-test-token-of-32-characters-xx\n")
+    token_file.chmod(0o600)
+    spec = write_spec(tmp_path, records=120, workers=(1, 1))
+    run = launcher.launch(Proc([*RUN, str(spec), "--json", str(tmp_path / "summary.json"),
+                                "--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca",
+                                tls.ca, "--auth-token-file", str(token_file)],
+                               launcher.log_path("elastic-job"), ready=None))
+    assert run.wait(240) == 0, run.output(4000)  # the PS and the worker reached the masters
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["state"] == "finished" and summary["epochs_exact"]
+    assert sorted(trained(tmp_path)) == list(range(120))
+    # the masters served TLS and required the token (so the PS and the worker, which trained
+    # every record, reached them with the CA and the token passed on)
+    settings = (tmp_path / "t-run" / "masters" / "master.log").read_text()
+    assert f"tls_cert={tls.cert}" in settings and f"auth_token_file={token_file}" in settings

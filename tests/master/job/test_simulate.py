@@ -71,3 +71,18 @@ def test_a_run_that_cannot_finish_stops_at_max_hours_and_says_so():
     out = simulate(spec, never, RECORDS, Model(100.0, 250.0, max_hours=2))
     assert not out.finished and out.records == 0 and out.as_result()["hours"] is None
     assert out.decisions.get("replace_preempted", 0) == 0
+
+
+def test_a_spot_wait_shorter_than_the_start_up_does_not_bounce_the_workers_for_ever():
+    # every launch takes 60 s to run and spot_wait_s is 20 s: a spot launch is always
+    # cancelled as stuck although spot has room. The job must still train, and the policy
+    # must not move the workers to spot and back every spot_wait_s (it did: 286 returns and
+    # no record trained in two hours).
+    spec = parse_spec({**SPEC, "workers": {**SPEC["workers"], "min": 2, "max": 2},
+                       "scaling": {"interval_s": 10, "spot_wait_s": 20}})
+    trace = MarketTrace.parse("t_s,market,capacity\n0,spot,8\n")
+    model = Model(worker_rps=100.0, ps_capacity_rps=1e9, startup_s=60.0, max_hours=2.0)
+    out = simulate(spec, trace, 10**12, model)
+    assert out.records > 0.9 * 2 * model.worker_rps * 2 * 3600
+    # two decisions per move; the rest doubles up to 32 * spot_wait_s: ~14 moves in 2 h
+    assert out.decisions["market_returned"] <= 2 * 20

@@ -218,7 +218,7 @@ def test_min_is_held_and_the_reasons_are_the_design_s():
 
 def test_the_state_survives_a_json_round_trip():
     state = started(blocked={"spot": Block(10.0, True)}, probe=Probe(1.0, 2, None),
-                    pending_since={"spot": 5.0})
+                    pending_since={"spot": 5.0}, stuck_strikes={"spot": 2})
     again = PolicyState.from_dict(json.loads(json.dumps(state.to_dict())))
     assert again == state
 
@@ -255,3 +255,98 @@ def test_a_preemption_spoils_the_throughput_probe():
     decisions, state = decide(SPEC, s, state, 40.0)
     assert brief(decisions) == [("worker", "spot", 2, 3, "replace_preempted")]
     assert state.probe is None and state.workers == 3  # not judged: no no_gain
+
+
+def test_a_market_whose_launch_got_stuck_is_retried_one_worker_at_a_time_after_a_growing_rest():
+    # spot_wait_s shorter than a worker's start-up: the launch is still starting, not refused
+    quick = spec(workers={"min": 3, "max": 3}, scaling={"spot_wait_s": 20})
+    state = started()
+    s = signals(workers(spot=2), pending=workers(spot=1), admits={"spot", "on-demand"})
+    _, state = decide(quick, s, state, 10.0)
+    decisions, state = decide(quick, s, state, 30.0)
+    assert ("worker", "spot", 3, 2, "market_unavailable") in brief(decisions)
+    assert state.stuck_strikes == {"spot": 1}
+    # the engine still says spot admits launches: that alone is no return before the rest
+    moved = signals(workers(spot=2, on_demand=1), admits={"spot", "on-demand"})
+    decisions, state = decide(quick, moved, state, 40.0)
+    assert brief(decisions) == []
+    decisions, state = decide(quick, moved, state, 50.0)  # 20 s after the block
+    assert brief(decisions) == [("worker", "on-demand", 1, 0, "market_returned"),
+                                ("worker", "spot", 2, 3, "market_returned")]
+    # stuck again: blocked again, and the rest before the next try doubles
+    s = signals(workers(spot=2), pending=workers(spot=1), admits={"spot", "on-demand"})
+    _, state = decide(quick, s, state, 60.0)
+    decisions, state = decide(quick, s, state, 80.0)
+    assert ("worker", "spot", 3, 2, "market_unavailable") in brief(decisions)
+    assert state.stuck_strikes == {"spot": 2}
+    decisions, state = decide(quick, moved, state, 110.0)  # 30 s < 2 * 20
+    assert brief(decisions) == []
+    decisions, state = decide(quick, moved, state, 120.0)
+    assert brief(decisions)[0][-1] == "market_returned"
+
+
+def test_a_stuck_market_takes_one_worker_until_a_launch_there_starts_then_the_rest():
+    state = started(workers=4, blocked={"spot": Block(since=0.0)}, stuck_strikes={"spot": 1})
+    on_demand = signals(workers(on_demand=4), admits={"spot", "on-demand"})
+    decisions, state = decide(SPEC, on_demand, state, 60.0)  # the rest (60 s) is over
+    assert brief(decisions) == [("worker", "on-demand", 4, 3, "market_returned"),
+                                ("worker", "spot", 0, 1, "market_returned")]
+    starting = signals(workers(on_demand=3), pending=workers(spot=1),
+                       admits={"spot", "on-demand"})
+    decisions, state = decide(SPEC, starting, state, 70.0)
+    assert brief(decisions) == []  # nothing more moves while the one on spot is starting
+    up = signals(workers(on_demand=3, spot=1), admits={"spot", "on-demand"})
+    decisions, state = decide(SPEC, up, state, 80.0)
+    assert state.stuck_strikes == {}
+    assert brief(decisions) == [("worker", "on-demand", 3, 0, "market_returned"),
+                                ("worker", "spot", 1, 4, "market_returned")]
+
+
+def test_a_launch_pending_on_the_last_market_is_never_cancelled():
+    state = started(blocked={"spot": Block(since=0.0, saw_closed=True)})
+    s = signals(workers(on_demand=2), pending=workers(on_demand=1), admits={"on-demand"})
+    for now in (10.0, 70.0, 200.0):
+        decisions, state = decide(SPEC, s, state, now)
+        assert brief(decisions) == [], now
+
+
+def _relaunch_waits(fails_after_s: float, crashes: int) -> list[float]:
+    """The waits between a crash and the relaunch, for a command that fails `fails_after_s`
+    after each launch (before it is up), on the fake clock with the default 10 s interval."""
+    two = spec(workers={"min": 2, "max": 2})  # no growth probe in the way
+    state, now, waits = started(workers=2), 0.0, []
+    launched, crashed_at = 0.0, None  # the second worker's launch, its last crash
+    while len(waits) < crashes and now < 100_000:
+        now += 10.0
+        crash = launched is not None and now - launched >= fails_after_s
+        if crash:
+            s = signals(workers(spot=1), lost=workers(spot=1), crashed=workers(spot=1))
+            crashed_at, launched = now, None
+        else:
+            s = signals(workers(spot=1 if launched is None else 2))
+        decisions, state = decide(two, s, state, now)
+        if any(d.role.value == "worker" and d.delta > 0 for d in decisions):
+            launched = now
+            waits.append(now - crashed_at)
+    return waits
+
+
+def test_a_command_that_fails_a_while_after_its_start_still_backs_off():
+    # fails 15 s in: more than the first wait (10 s), which used to end the streak every time
+    waits = _relaunch_waits(15.0, 8)
+    assert waits[:3] == [10.0, 20.0, 40.0]
+    assert waits[-1] == 10.0 * 32  # up to the cap, never back to one interval
+
+
+def test_the_crash_streak_ends_once_a_relaunch_runs_the_longest_wait_without_a_crash():
+    state = started(workers=2)
+    crash = signals(workers(spot=1), lost=workers(spot=1), crashed=workers(spot=1))
+    _, state = decide(SPEC, crash, state, 10.0)
+    _, state = decide(SPEC, crash, state, 30.0)
+    assert state.crash_streak == 2 and state.backoff_until == 50.0
+    _, state = decide(SPEC, signals(workers(spot=2)), state, 50.0 + 319.0)
+    assert state.crash_streak == 2  # 319 s up: not yet
+    _, state = decide(SPEC, signals(workers(spot=2)), state, 50.0 + 320.0)
+    assert state.crash_streak == 0 and state.backoff_until is None
+    decisions, state = decide(SPEC, crash, state, 400.0)
+    assert state.backoff_until == 410.0  # a fresh streak: one interval
