@@ -23,6 +23,8 @@ from cluster.certs import make_tls_files
 from cluster.launch import Launcher
 from rpckit.auth import ENV_TLS_CA, ENV_TOKEN
 
+PHASES = ("read", "embedding", "pull", "compute", "push")  # benchmarks/train/worker.py
+
 
 def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: int = 1,
         num_ps: int = 2, max_inflight: int = 1, shard_size: int = 8192,
@@ -76,8 +78,7 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
     records = sum(r["records"] for r in results)
     span = max(r["end"] for r in results) - min(r["start"] for r in results)
     wall = sum(r["wall_s"] for r in results)
-    timeline = {k: sum(r[f"{k}_s"] for r in results) / wall
-                for k in ("read", "pull", "compute", "push")}
+    timeline = {k: sum(r[f"{k}_s"] for r in results) / wall for k in PHASES}
     return {"records_per_s": records / span, "wall_s": span, "auc": auc, "records": records,
             "timeline": timeline, "stale": sum(r["stale"] for r in results),
             "worker_cpu_s": sum(r["cpu_s"] for r in results), "master_cpu_s": server_cpu[0],
@@ -117,11 +118,11 @@ def _wait_in_sync(master, num_ps: int, backups: int, timeout_s: float = 120.0) -
 def _auc(master: str, data: str, client: dict) -> float:
     from examples.ctr.dataset import ClickLog
     from examples.ctr.evaluate import evaluate
-    from examples.ctr.model import build_model
+    from benchmarks.train.models import elastic_model
     from worker_sdk.ps.client import PSClient
 
     test = ClickLog(data, "test")
-    model = build_model(test.meta)
+    model = elastic_model(test.meta)
     with PSClient(master=master, tls_ca=client.get("tls_ca"),
                   auth_token=client.get("token")) as ps:
         ps.attach(model)
