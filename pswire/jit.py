@@ -109,6 +109,9 @@ def warm_up() -> None:
     all_finite(values.astype(np.float64))
     min_max(ids)
     unique_inverse(ids)
+    rows = np.zeros((2, 2), dtype=np.float32)
+    gather_rows(rows, ids, rows.copy())
+    scatter_rows(ids, rows, rows.copy())
 
 
 @njit
@@ -116,40 +119,66 @@ def unique_inverse(ids):
     """(the sorted distinct values of int64 `ids` (1-D), the position of each id among them):
     `torch.unique(ids, return_inverse=True)`'s answer. A hash table finds the distinct ids in
     one pass and only those are sorted: a batch's ids repeat (a CTR batch of 6,656 ids has a
-    few hundred distinct), so this is 4-5x cheaper than torch's sort of every id."""
+    few hundred distinct), so this is 4-5x cheaper than torch's sort of every id. Each id's
+    table entry is kept, and after the sort the entries are given the ranks: no indirect sort
+    and no second lookup per id (a Criteo-shaped batch's 6,656 ids have 2,000 distinct)."""
     n = ids.size
     cap = 16
     while cap < 2 * n:
         cap *= 2
     mask = np.uint64(cap - 1)
     keys = np.empty(cap, np.int64)
-    where = np.full(cap, -1, np.int32)  # the table's entry -> the id's first-seen rank
+    where = np.full(cap, -1, np.int64)  # the table's entry: occupied (>= 0), then its rank
     seen = np.empty(n, np.int64)  # the distinct ids in first-seen order
-    inverse = np.empty(n, np.int64)
+    inverse = np.empty(n, np.int64)  # first each id's entry, then its rank
     m = 0
     for i in range(n):
         key = ids[i]
         h = splitmix(key) & mask
         while True:
-            at = where[h]
-            if at < 0:
-                where[h] = m
+            if where[h] < 0:
+                where[h] = 0
                 keys[h] = key
                 seen[m] = key
-                inverse[i] = m
                 m += 1
                 break
             if keys[h] == key:
-                inverse[i] = at
                 break
             h = (h + np.uint64(1)) & mask
-    order = np.argsort(seen[:m])
-    rank = np.empty(m, np.int64)
+        inverse[i] = h
+    unique = np.sort(seen[:m])
     for r in range(m):
-        rank[order[r]] = r
+        key = unique[r]
+        h = splitmix(key) & mask
+        while keys[h] != key:
+            h = (h + np.uint64(1)) & mask
+        where[h] = r
     for i in range(n):
-        inverse[i] = rank[inverse[i]]
-    return seen[:m][order], inverse
+        inverse[i] = where[inverse[i]]
+    return unique, inverse
+
+
+@njit
+def gather_rows(rows, inverse, out):
+    """out[i] = rows[inverse[i]] (float32 [n, dim] from [m, dim]): an embedding's forward."""
+    dim = rows.shape[1]
+    for i in range(inverse.size):
+        r = inverse[i]
+        for j in range(dim):
+            out[i, j] = rows[r, j]
+
+
+@njit
+def scatter_rows(inverse, grads, out):
+    """out[r] = the sum of grads[i] over i with inverse[i] == r, added in the order of i (as
+    torch's index_add_ on one thread adds, so the same float32 sums): the gradient of the
+    distinct rows from that of the gathered ones."""
+    dim = grads.shape[1]
+    out[:] = 0
+    for i in range(inverse.size):
+        r = inverse[i]
+        for j in range(dim):
+            out[r, j] += grads[i, j]
 
 
 @njit

@@ -26,6 +26,9 @@ from examples.ctr.dataset import ClickLog
 from benchmarks.train.models import elastic_model
 from worker_sdk import ElasticDataset, PSClient
 
+# called when the timed loop starts and ends (benchmarks/train/profile.py profiles it alone)
+ON_START = ON_END = None
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
@@ -88,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     start_unix = time.time()
     cpu_started = time.process_time()  # every thread of the process: ZeroMQ's I/O thread too
+    if ON_START is not None:
+        ON_START()
     while True:
         t0 = time.perf_counter()
         batch = next(it, None)
@@ -105,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = clock()
     client.flush()
     spent["push"] += clock() - t0
+    if ON_END is not None:
+        ON_END()
     wall = time.perf_counter() - started
     end_unix = time.time()
     cpu = time.process_time() - cpu_started
