@@ -128,7 +128,7 @@ def unique_inverse(ids):
         cap *= 2
     mask = np.uint64(cap - 1)
     keys = np.empty(cap, np.int64)
-    where = np.full(cap, -1, np.int64)  # the table's entry: occupied (>= 0), then its rank
+    where = np.full(cap, -1, np.int32)  # the table's entry: occupied (>= 0), then its rank
     seen = np.empty(n, np.int64)  # the distinct ids in first-seen order
     inverse = np.empty(n, np.int64)  # first each id's entry, then its rank
     m = 0
