@@ -24,6 +24,7 @@ from cluster.launch import Launcher
 from rpckit.auth import ENV_TLS_CA, ENV_TOKEN
 
 PHASES = ("read", "embedding", "pull", "compute", "push")  # benchmarks/train/worker.py
+START_S = 300.0  # a server's start on a busy machine, pinned to one shared core
 
 
 def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: int = 1,
@@ -39,14 +40,15 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
     env = {ENV_TLS_CA: client["tls_ca"], ENV_TOKEN: client["token"]} if secure else None
     with Launcher(workdir) as launcher:
         master = launcher.master(*(["--ps-replicas", str(backups)] if backups else []), *flags,
-                                 cpus=server_cpus, **client)
+                                 cpus=server_cpus, timeout=START_S, **client)
         servers = [launcher.ps(master.address, *flags, index=i, num_ps=num_ps,
-                               checkpoint_dir=f"ps{i}", cpus=server_cpus)
+                               checkpoint_dir=f"ps{i}", cpus=server_cpus, timeout=START_S)
                    for i in range(num_ps)]
         for i in range(num_ps):
             for b in range(backups):
                 servers.append(launcher.ps(master.address, *flags, index=i, num_ps=num_ps,
-                                           checkpoint_dir=f"ps{i}-backup{b}", cpus=server_cpus))
+                                           checkpoint_dir=f"ps{i}-backup{b}", cpus=server_cpus,
+                                           timeout=START_S))
         if backups:
             _wait_in_sync(master, num_ps, backups)
         outs = [workdir / f"worker{w}.json" for w in range(workers)]
