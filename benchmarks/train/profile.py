@@ -3,9 +3,9 @@
     python -m benchmarks.train.profile --model criteo --batch 256 --out worker-256.pstats
 
 Starts a master and 2 PS (as bench_train's elastic runs), makes the click log, and runs the
-worker here, its training loop under cProfile (`--out`; the top functions by own time are printed).
-Times are the loop thread's CPU time unless `--wall`. Profiling slows Python code several times over, and native code not at all: read the shares,
-not the seconds.
+worker here, its training loop under cProfile (`--out`; the top functions by own time are
+printed). Times are the loop thread's CPU time unless `--wall`. Profiling slows Python code
+several times over, and native code not at all: read the shares, not the seconds.
 """
 from __future__ import annotations
 
