@@ -268,7 +268,8 @@ def summary(results: dict, floors: dict = FLOORS, pinned: bool = False,
             if floor:
                 lines.append(f"|  | floor 1 worker{pinned} >= {floor}x: "
                              f"{'met' if ratio >= floor else 'MISSED'} ({ratio:.2f}x); AUC gap "
-                             f"{gap:.4f} (<= {auc_gap}: {'met' if gap <= auc_gap else 'MISSED'}) | | | | |")
+                             f"{gap:.4f} (<= {auc_gap}: {'met' if gap <= auc_gap else 'MISSED'})"
+                             " | | | | |")
     return "\n".join(lines)
 
 
