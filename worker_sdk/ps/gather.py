@@ -3,8 +3,8 @@
 The forward gathers the rows of the batch's ids from the rows of its distinct ids; the
 backward sums the gradient of every id into its distinct row. torch does the first with
 `index_select` and the second, through autograd, with a zero-filled `index_add_` and the
-engine's bookkeeping around it: on a Criteo-shaped batch of 256 (6,656 ids, 2,000 distinct,
-dim 16) that backward was 290 us of the worker's step against 30 for the loop here
+engine's bookkeeping around it: on a Criteo-shaped batch of 256 (6,656 ids, 2,176 distinct,
+dim 16) the `index_add_` alone took 120-140 us against 25-30 for the loop here
 (`pswire.jit.scatter_rows`), which adds in the same order, so to the same float32 sums.
 
 Float32 rows and gradients go through the loops; anything else (a model run in another
