@@ -112,6 +112,9 @@ def warm_up() -> None:
     rows = np.zeros((2, 2), dtype=np.float32)
     gather_rows(rows, ids, rows.copy())
     scatter_rows(ids, rows, rows.copy())
+    place_rows(rows.copy(), ids, rows)
+    rows.flags.writeable = False  # rows answered in a read-only frame
+    place_rows(rows.copy(), ids, rows)
 
 
 def unique_inverse(ids):
@@ -183,6 +186,17 @@ def gather_rows(rows, inverse, out):
         r = inverse[i]
         for j in range(dim):
             out[i, j] = rows[r, j]
+
+
+@njit
+def place_rows(out, positions, values):
+    """out[positions[k]] = values[k] (float32 rows): the rows one PS answered put where their
+    ids sit among the batch's distinct ids."""
+    dim = values.shape[1]
+    for k in range(positions.size):
+        p = positions[k]
+        for j in range(dim):
+            out[p, j] = values[k, j]
 
 
 @njit
