@@ -1,6 +1,10 @@
-"""The local baselines: the CTR model of examples/ctr with its embedding table in the process,
-trained by a plain torch loop over tensor batches, or record by record (`__getitem__` and
-`default_collate`, as a DataLoader over a map-style dataset does)."""
+"""The local baselines: the bench's model (benchmarks/train/models.py) with its embedding table in
+the process, trained by a plain torch loop over tensor batches, or record by record
+(`__getitem__` and `default_collate`, as a DataLoader over a map-style dataset does).
+
+The embedding's gradients are sparse (`nn.Embedding(sparse=True)`: torch.optim.Adagrad, the
+PS's optimizer, then updates only the rows of the batch, as a user training embeddings locally
+writes it) or dense (`sparse=False`: every row, every step; the cost grows with the table)."""
 from __future__ import annotations
 
 import time
@@ -12,31 +16,30 @@ from torch.utils.data import default_collate
 
 from examples.ctr.dataset import ClickLog
 from examples.ctr.evaluate import auc
-from examples.ctr.model import CTRModel
 
-
-def _model(meta: dict) -> CTRModel:
-    """examples.ctr's CTRModel with nn.Embedding in place of ElasticEmbedding."""
-    torch.manual_seed(0)
-    embedding = nn.Embedding(sum(meta["vocab"]), 8)
-    nn.init.normal_(embedding.weight, 0.0, 0.01)  # as the PS's rows (normal, 0.01)
-    return CTRModel(sum(meta["vocab"]), len(meta["vocab"]), meta["dense"], embedding=embedding)
+from .models import local_model
 
 
 def _order(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n)
 
 
-def train(data: str, batch: int, epochs: int, lr: float, records: bool, seed: int = 1) -> dict:
+def train(data: str, batch: int, epochs: int, lr: float, records: bool, seed: int = 1,
+          sparse: bool = True) -> dict:
     """One local run: records/s over the training loop (data loading included), test AUC, the
-    loop's CPU time and that of its `optimizer.step()` calls (thread CPU time: the loop runs in
-    this thread alone).
+    loop's CPU time, that of its `optimizer.step()` calls and that of the embedding's forward
+    (thread CPU time: the loop runs in this thread alone).
 
     One torch thread, as the elastic worker and the PS use: on this 2-core machine shared with
     other processes, torch's default of two threads spins and runs 10-20x slower."""
     torch.set_num_threads(1)
     log = ClickLog(data, "train")
-    model = _model(log.meta)
+    model = local_model(log.meta, sparse)
+    emb_cpu = [0.0, 0.0]  # [total, started]
+    model.embedding.register_forward_pre_hook(
+        lambda m, a: emb_cpu.__setitem__(1, time.thread_time()))
+    model.embedding.register_forward_hook(
+        lambda m, a, out: emb_cpu.__setitem__(0, emb_cpu[0] + time.thread_time() - emb_cpu[1]))
     opt = torch.optim.Adagrad(model.parameters(), lr=lr)
     loss_fn = nn.BCEWithLogitsLoss()
     n = len(log)
@@ -62,7 +65,8 @@ def train(data: str, batch: int, epochs: int, lr: float, records: bool, seed: in
     wall = time.perf_counter() - started
     cpu = time.thread_time() - cpu_started
     return {"records_per_s": n * epochs / wall, "wall_s": wall, "auc": evaluate(model, data),
-            "records": n * epochs, "cpu_s": cpu, "optimizer_cpu_s": opt_cpu}
+            "records": n * epochs, "cpu_s": cpu, "optimizer_cpu_s": opt_cpu,
+            "embedding_cpu_s": emb_cpu[0]}
 
 
 def evaluate(model: nn.Module, data: str) -> float:

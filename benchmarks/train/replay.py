@@ -1,7 +1,7 @@
 """Capture a bench worker's PS requests once, then replay them into fresh stores: the PS's cost
 per Step without the network, the worker or the neighbours (issue 27's method).
 
-    python -m benchmarks.train.replay capture --batch 256 --out steps-256.pkl
+    python -m benchmarks.train.replay capture --batch 256 --out steps-256.pkl [--model criteo]
     python -m benchmarks.train.replay replay steps-256.pkl [--repeat 5] [--profile OUT.pstats]
 
 `capture` runs a master and 2 PS (as bench_train) and one bench worker in this process with
@@ -26,7 +26,7 @@ from pathlib import Path
 import zmq
 
 
-def capture(batch: int, out: Path, records: int, epochs: int) -> None:
+def capture(batch: int, out: Path, records: int, epochs: int, model: str = "ctr") -> None:
     from benchmarks.train.cli import make_data
     from cluster.launch import Launcher
     from pswire import connection
@@ -50,7 +50,7 @@ def capture(batch: int, out: Path, records: int, epochs: int) -> None:
     exchange.Exchange._exchange = exchange_
     with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
         tmp = Path(tmp)
-        make_data(tmp / "data", records, 1000)
+        make_data(tmp / "data", records, 1000, model=model)
         with Launcher(tmp / "run") as launcher:
             master = launcher.master()
             for i in range(2):
@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--batch", type=int, default=256)
     c.add_argument("--records", type=int, default=50_000)
     c.add_argument("--epochs", type=int, default=2)
+    c.add_argument("--model", choices=("ctr", "criteo"), default="ctr")
     c.add_argument("--out", required=True, type=Path)
     r = sub.add_parser("replay")
     r.add_argument("file", type=Path)
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--profile")
     a = p.parse_args(argv)
     if a.cmd == "capture":
-        capture(a.batch, a.out, a.records, a.epochs)
+        capture(a.batch, a.out, a.records, a.epochs, a.model)
     else:
         replay(a.file, a.repeat, a.profile)
     return 0

@@ -90,3 +90,20 @@ def test_unique_inverse_of_the_sdk_keeps_torchs_answer_for_every_dtype_and_shape
         want_unique, want_inverse = torch.unique(ids.reshape(-1), return_inverse=True)
         assert unique.dtype == want_unique.dtype and torch.equal(unique, want_unique)
         assert torch.equal(inverse, want_inverse)
+
+
+def test_place_rows_is_index_copy_for_writable_and_read_only_rows():
+    from pswire.jit import place_rows
+
+    rng = np.random.default_rng(3)
+    positions = np.sort(rng.permutation(50)[:20])
+    values = rng.normal(size=(20, 5)).astype(np.float32)
+    expect = torch.zeros(50, 5).index_copy_(0, torch.from_numpy(positions),
+                                            torch.from_numpy(values))
+    out = np.zeros((50, 5), np.float32)
+    place_rows(out, positions, values)
+    assert np.array_equal(out, expect.numpy())
+    values.flags.writeable = False  # rows answered in a read-only frame
+    out = np.zeros((50, 5), np.float32)
+    place_rows(out, positions, values)
+    assert np.array_equal(out, expect.numpy())

@@ -37,6 +37,7 @@ from pswire import jit
 from pswire.tables import SpecError, TableSpec
 
 from ..data import ack
+from .gather import gather
 from .ids import mark, unique_inverse
 from .model_view import ModelView
 from .pipeline import Pipeline, PushJob
@@ -98,9 +99,9 @@ class ElasticEmbedding(nn.Module):
         if self.training and torch.is_grad_enabled():
             rows.requires_grad_(True)
             self._pulled.append((unique, rows))
-        # index_select, not rows[inverse]: the same values and gradient (both backward passes
-        # add in the order of `inverse`), a quarter of the forward's cost
-        return rows.index_select(0, inverse).view(*ids.shape, self.dim)
+        # compiled loops (worker_sdk/ps/gather.py): torch's index_select's values, and its
+        # backward's gradient rows (added in the order of `inverse`)
+        return gather(rows, inverse).view(*ids.shape, self.dim)
 
     def _check_bounds(self, unique: torch.Tensor) -> None:
         """ValueError for distinct ids (sorted, checked by `ids.mark`) outside the table."""
