@@ -521,7 +521,7 @@ class RegisterPSRequest(_message.Message):
     def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., data_public_key: _Optional[str] = ..., instance: _Optional[str] = ..., restored: _Optional[_Union[RestoredCheckpoint, _Mapping]] = ...) -> None: ...
 
 class RestoredCheckpoint(_message.Message):
-    __slots__ = ("taken_ms", "started_ms", "number", "applied")
+    __slots__ = ("taken_ms", "started_ms", "number", "applied", "empty", "tensors", "tables")
     class AppliedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -533,11 +533,17 @@ class RestoredCheckpoint(_message.Message):
     STARTED_MS_FIELD_NUMBER: _ClassVar[int]
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     APPLIED_FIELD_NUMBER: _ClassVar[int]
+    EMPTY_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
     taken_ms: int
     started_ms: int
     number: int
     applied: _containers.ScalarMap[str, int]
-    def __init__(self, taken_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., number: _Optional[int] = ..., applied: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    empty: bool
+    tensors: _containers.RepeatedScalarFieldContainer[str]
+    tables: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, taken_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., number: _Optional[int] = ..., applied: _Optional[_Mapping[str, int]] = ..., empty: _Optional[bool] = ..., tensors: _Optional[_Iterable[str]] = ..., tables: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterPSResponse(_message.Message):
     __slots__ = ("incarnation", "role", "generation", "primary", "replicas", "layout_version", "ps_slots")

@@ -178,3 +178,33 @@ def test_a_database_from_before_the_layout_is_adopted_with_its_count():
     assert h.core.layout.version == 1 and h.core.list_ps()[1] == 2
     h.restart()
     assert h.core.layout.version == 1
+
+
+# ---- a PS that starts empty: lost only where the layout says its index held state -------------
+
+
+def test_an_empty_start_is_a_loss_only_where_the_index_held_state():
+    from master.ps import restores
+    from protos import master_pb2
+
+    h = Harness(Settings(ps_slots=64))
+    assert not restores.held_state(h.core.ps_set, 0)  # a first start: nothing held
+    _register(h, 0, 2)
+    _register(h, 1, 2)
+    assert restores.held_state(h.core.ps_set, 0) and restores.held_state(h.core.ps_set, 1)
+    h.core.resize_ps(3)
+    h.commit()
+    _register(h, 2, 3)
+    # index 2 registered, but no slot moved to it yet: its restart lost nothing
+    assert not restores.held_state(h.core.ps_set, 2)
+    empty = master_pb2.RestoredCheckpoint(taken_ms=0, started_ms=5_000, empty=True)
+    restores.record(h.core.journal, 1, empty)
+    h.commit()
+    (event,) = _events(h, restores.KIND)
+    assert event["cause"] == "empty"
+    assert restores.windows([event]) == {1: [(0, 5_000)]}
+    with pytest.raises(ServiceError):  # an empty start restored no snapshot
+        restores.check(master_pb2.RestoredCheckpoint(taken_ms=7, started_ms=9, empty=True))
+    with pytest.raises(ServiceError):  # bounded where accepted
+        restores.check(master_pb2.RestoredCheckpoint(
+            taken_ms=1, started_ms=2, tensors=[f"t{i}" for i in range(restores.MAX_MARKS + 1)]))
