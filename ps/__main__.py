@@ -181,7 +181,9 @@ def run(settings: PSSettings) -> int:
     if node is not None:
         node.data_address = me.data_address  # where the primary sends this backup mutations
     # the master moves hash slots between PS through these (ps/slot_calls.py, ps/moves.py)
-    slot_calls = None if node is None else SlotCalls(store, node, zmq.Context.instance(), token)
+    slot_calls = None if node is None else SlotCalls(
+        store, node, zmq.Context.instance(), token,
+        durable=lambda: checkpointer.write(delta=True))
     metrics = Metrics() if settings.metrics_port >= 0 else None
     try:
         metrics_port = metrics.serve(settings.host, settings.metrics_port) if metrics else 0

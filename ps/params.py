@@ -45,7 +45,6 @@ from pswire.tables import TableSpec
 
 from .tables.index import keys_of
 from .tables.table import Table
-from .tables.table import row_share
 from rpckit.errors import (Reason, ServiceError, invalid, not_found, precondition, quote,
                            unavailable)
 from .gate import Gate
@@ -163,7 +162,7 @@ class ParamStore:
                 dense[name] = Dense(name, value, make_dense(optimizer, value))
             self.dense = dense
             self.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg),
-                                            row_cap=row_share(spec.max_rows, self.num_ps))
+                                            row_cap=self.ownership.row_share(spec.max_rows))
                            for spec, cfg in checked}
             self.table_cfgs = {spec.name: cfg for spec, cfg in checked}
             self.optimizer_cfg = dict(optimizer)
