@@ -159,12 +159,15 @@ def apply_layout(store, owned: np.ndarray, version: int) -> dict:
         if owned.size != own.num_slots:  # the job's --ps-slots, first heard from the master
             own = _resized(store, owned.size)
         version = max(version, own.version)
-        # what a move wrote here and the layout does not give: its commit never came (a
-        # restored file's, or a newer layout's without it); what it gives is served now
-        gone = (own.owned | own.incoming) & ~owned
+        gone = own.owned & ~owned
+        if own.settle:
+            # restored from a file: what a move wrote here and the master's layout does not
+            # give never committed (a live PS keeps it: an import in flight may commit at a
+            # later version than this one, and a roll-back frees it with ABORT)
+            gone |= own.incoming & ~owned
         taken = int((owned & ~own.owned).sum())
         own.assign(owned, version)
-        own.incoming[:] = False
+        own.incoming = np.zeros_like(owned) if own.settle else own.incoming & ~owned
         own.settle = False
         freed = _free(store, gone) if gone.any() else (0, 0)
         resplit_caps(store)
