@@ -69,10 +69,11 @@ def _ps_info(row: dict, lost: bool) -> pb.PSInfo:
                      data_public_key=row.get("data_public_key", ""))
 
 
-def layout_to_pb(layout) -> pb.PSLayoutStatus:
+def layout_to_pb(layout, waiting: list[str] = ()) -> pb.PSLayoutStatus:
     """The PS layout's state for GetStatus (master/ps/layout.py)."""
     return pb.PSLayoutStatus(
         layout_version=layout.version, ps_slots=layout.ps_slots, num_ps=layout.num_ps,
         target_num_ps=layout.target, resizing=layout.resizing,
         moves_planned=layout.moves_planned, moves_pending=len(layout.moves),
-        resize_started_ms=layout.resize_started_ms, moves_by_phase=layout.phases())
+        resize_started_ms=layout.resize_started_ms, moves_by_phase=layout.phases(),
+        waiting=waiting)

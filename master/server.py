@@ -179,6 +179,8 @@ class MasterServicer(pb_grpc.MasterServicer):
             ps_restores.check(restored, self.core.journal.now_ms())  # before anything changes
 
         def join():
+            held = restored is not None and ps_restores.held_state(self.core.ps_set,
+                                                                   request.index)
             joined = self.core.join_ps(request.address, request.data_address, request.index,
                                        request.num_ps, request.data_public_key,
                                        request.instance)
@@ -187,7 +189,8 @@ class MasterServicer(pb_grpc.MasterServicer):
             primary = ps_to_pb(joined.primary, False, self.core.replicas, self.core.layout)
             # a restored primary lost the updates since its checkpoint; a backup copies its
             # primary's state instead and lost nothing. Same commit as the registration.
-            if restored is not None and joined.role.value == "primary":
+            if (restored is not None and joined.role.value == "primary"
+                    and (held or not restored.empty)):
                 ps_restores.record(self.core.journal, request.index, request.restored)
             return joined, primary, self.core.layout.version
 

@@ -87,6 +87,7 @@ class EventKind(Word):
     PS_SLOTS_MOVED = "ps_slots_moved"        # slots changed owner: how many, how long
     PS_SLOTS_ROLLED_BACK = "ps_slots_rolled_back"  # a move failed before its commit (why)
     PS_RESIZE_FINISHED = "ps_resize_finished"  # the layout reached its target
+    PS_RESIZE_WAITING = "ps_resize_waiting"  # planned moves wait: for which PS, and why
     LEASE_REQUEUED = "lease_requeued"
     SHARD_QUARANTINED = "shard_quarantined"
     # the job a master drives (master/job/driver.py): the policy's decisions, the engine's news

@@ -15,6 +15,7 @@ from protos import master_pb2 as pb
 
 from .convert import layout_to_pb, ps_to_pb, spec_to_pb, to_lease
 from .core import MasterCore
+from .ps.layout import resize_waits
 from .datasets.shards import DatasetQueue, EpochStats
 from .workers import Worker
 
@@ -85,7 +86,8 @@ def status_view(core: MasterCore, budget: int = STATUS_BYTES) -> pb.GetStatusRes
     reply = pb.GetStatusResponse(
         ps=[ps_to_pb(core.ps[i], i in core.ps_lost, core.replicas, core.layout)
             for i in sorted(core.ps)],
-        time_ms=now_ms, layout=layout_to_pb(core.layout),
+        time_ms=now_ms, layout=layout_to_pb(core.layout, resize_waits(core.layout, core.ps_set.rows,
+                                                            core.ps_lost)),
     )
     budget -= reply.ByteSize()
     for queue in core.datasets.values():

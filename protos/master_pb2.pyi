@@ -352,7 +352,7 @@ class SlotRange(_message.Message):
     def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
 
 class PSLayoutStatus(_message.Message):
-    __slots__ = ("layout_version", "ps_slots", "num_ps", "target_num_ps", "resizing", "moves_planned", "moves_pending", "resize_started_ms", "moves_by_phase")
+    __slots__ = ("layout_version", "ps_slots", "num_ps", "target_num_ps", "resizing", "moves_planned", "moves_pending", "resize_started_ms", "moves_by_phase", "waiting")
     class MovesByPhaseEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -369,6 +369,7 @@ class PSLayoutStatus(_message.Message):
     MOVES_PENDING_FIELD_NUMBER: _ClassVar[int]
     RESIZE_STARTED_MS_FIELD_NUMBER: _ClassVar[int]
     MOVES_BY_PHASE_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
     layout_version: int
     ps_slots: int
     num_ps: int
@@ -378,7 +379,8 @@ class PSLayoutStatus(_message.Message):
     moves_pending: int
     resize_started_ms: int
     moves_by_phase: _containers.ScalarMap[str, int]
-    def __init__(self, layout_version: _Optional[int] = ..., ps_slots: _Optional[int] = ..., num_ps: _Optional[int] = ..., target_num_ps: _Optional[int] = ..., resizing: _Optional[bool] = ..., moves_planned: _Optional[int] = ..., moves_pending: _Optional[int] = ..., resize_started_ms: _Optional[int] = ..., moves_by_phase: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    waiting: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, layout_version: _Optional[int] = ..., ps_slots: _Optional[int] = ..., num_ps: _Optional[int] = ..., target_num_ps: _Optional[int] = ..., resizing: _Optional[bool] = ..., moves_planned: _Optional[int] = ..., moves_pending: _Optional[int] = ..., resize_started_ms: _Optional[int] = ..., moves_by_phase: _Optional[_Mapping[str, int]] = ..., waiting: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PSBackup(_message.Message):
     __slots__ = ("address", "data_address", "data_public_key", "state", "instance", "registered_ms")
@@ -521,7 +523,7 @@ class RegisterPSRequest(_message.Message):
     def __init__(self, address: _Optional[str] = ..., data_address: _Optional[str] = ..., index: _Optional[int] = ..., num_ps: _Optional[int] = ..., data_public_key: _Optional[str] = ..., instance: _Optional[str] = ..., restored: _Optional[_Union[RestoredCheckpoint, _Mapping]] = ...) -> None: ...
 
 class RestoredCheckpoint(_message.Message):
-    __slots__ = ("taken_ms", "started_ms", "number", "applied")
+    __slots__ = ("taken_ms", "started_ms", "number", "applied", "empty", "tensors", "tables")
     class AppliedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -533,11 +535,17 @@ class RestoredCheckpoint(_message.Message):
     STARTED_MS_FIELD_NUMBER: _ClassVar[int]
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     APPLIED_FIELD_NUMBER: _ClassVar[int]
+    EMPTY_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
     taken_ms: int
     started_ms: int
     number: int
     applied: _containers.ScalarMap[str, int]
-    def __init__(self, taken_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., number: _Optional[int] = ..., applied: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    empty: bool
+    tensors: _containers.RepeatedScalarFieldContainer[str]
+    tables: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, taken_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., number: _Optional[int] = ..., applied: _Optional[_Mapping[str, int]] = ..., empty: _Optional[bool] = ..., tensors: _Optional[_Iterable[str]] = ..., tables: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterPSResponse(_message.Message):
     __slots__ = ("incarnation", "role", "generation", "primary", "replicas", "layout_version", "ps_slots")

@@ -69,15 +69,20 @@ def _trim_periodically(stop: threading.Event, interval_s: float = TRIM_INTERVAL_
 MAX_MARKS = 256  # applied marks told to the master (the full table is in the checkpoint)
 
 
-def restored_message(info, started_ms: int):
-    """What the master needs to count the updates lost by restoring `info` (None: none)."""
-    if info is None:
-        return None
+def restored_message(info, started_ms: int, store=None):
+    """What the master needs to count the updates lost by this start: the checkpoint `info`
+    restored, or (None, or a file from before InitParameters) that the PS starts empty. The
+    master records a loss only where its layout says the index held state
+    (master/ps/restores.py)."""
     from protos import master_pb2
 
+    if info is None or (store is not None and not store.initialized):
+        return master_pb2.RestoredCheckpoint(taken_ms=0, started_ms=started_ms, empty=True)
     marks = dict(list(info.applied.items())[-MAX_MARKS:])  # the most recently used clients
+    held = {} if store is None else dict(tensors=sorted(store.dense)[:MAX_MARKS],
+                                         tables=sorted(store.tables)[:MAX_MARKS])
     return master_pb2.RestoredCheckpoint(taken_ms=info.time_ms, started_ms=started_ms,
-                                         number=info.number, applied=marks)
+                                         number=info.number, applied=marks, **held)
 
 
 def run(settings: PSSettings) -> int:
@@ -259,8 +264,9 @@ def _serve(settings: PSSettings, token: str, credentials, store, checkpointer, n
     if node is not None:
         node.data_address = me.data_address  # where the primary sends this backup mutations
     # the master moves hash slots between PS through these (ps/slot_calls.py, ps/moves.py)
-    slot_calls = None if node is None else SlotCalls(store, node, zmq.Context.instance(), token,
-                                                     warm=warm)
+    slot_calls = None if node is None else SlotCalls(
+        store, node, zmq.Context.instance(), token, warm=warm,
+        durable=lambda: checkpointer.write(delta=True))
     metrics = Metrics() if settings.metrics_port >= 0 else None
     try:
         metrics_port = metrics.serve(settings.host, settings.metrics_port) if metrics else 0
@@ -299,7 +305,7 @@ def _registrar(settings: PSSettings, stub, ps: _Running, restored, token_source:
                      # while this PS restored does not refuse it
                      asked_num_ps=settings.num_ps,
                      data_public_key=me.data_public_key, node=ps.node,
-                     restored=restored_message(restored, me.started_ms),
+                     restored=restored_message(restored, me.started_ms, store),
                      token_source=token_source, on_fatal=stop_for,
                      on_removed=lambda why: _leave(why, stop),
                      on_layout=lambda version, slots, ranges: apply_layout(

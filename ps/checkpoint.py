@@ -357,6 +357,8 @@ class Checkpointer:
         self.store.restore(state)
         self._base = info.number
         info = self._apply_deltas(info)
+        # slots a move wrote here before its commit: the master's first layout settles them
+        self.store.ownership.settle = True
         self._restores = self.store.restores
         self.restored = self.last = info
         self._last_mutations = self._mutations()

@@ -21,7 +21,7 @@ from .dense import Dense
 from .limits import check_names
 from .model_match import adopt_bounds, file_bounds, first_difference
 from .optim import RowOptimizer, make_dense
-from .tables.table import Table, row_share
+from .tables.table import Table
 
 
 def init_parameters(store, tensors: Sequence[tuple[str, torch.Tensor]], optimizer: dict,
@@ -78,7 +78,7 @@ def _initialize(store, tensors, optimizer: dict, checked) -> None:
         dense[name] = Dense(name, value, make_dense(optimizer, value))
     store.dense = dense
     store.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg),
-                                     row_cap=row_share(spec.max_rows, store.num_ps))
+                                     row_cap=store.ownership.row_share(spec.max_rows))
                     for spec, cfg in checked}
     store.table_cfgs = {spec.name: cfg for spec, cfg in checked}
     store.optimizer_cfg = dict(optimizer)

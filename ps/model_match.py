@@ -17,7 +17,6 @@ from pswire.frames import DTYPE_NAMES
 from pswire.tables import RETUNABLE, TableSpec, spec_changes
 from rpckit.errors import Reason, quote, unavailable
 
-from .tables.table import row_share
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +73,7 @@ def adopt_bounds(store, checked) -> str:
     words ('' if nothing), and marks it for `file_bounds`."""
     changes = retuned(store, checked)
     for spec, _ in changes:
-        store.tables[spec.name].retune(spec, row_share(spec.max_rows, store.num_ps))
+        store.tables[spec.name].retune(spec, store.ownership.row_share(spec.max_rows))
     if not changes:
         return ""
     store._tables_unfiled = True

@@ -25,7 +25,7 @@ from dataclasses import asdict
 import numpy as np
 
 from pswire.slots import row_slot
-from pswire.tables import TableSpec
+from pswire.tables import RETUNABLE, TableSpec, spec_changes
 from rpckit.errors import Reason, ServiceError, invalid, precondition
 
 from .dense import Dense
@@ -33,7 +33,7 @@ from .optim import RowOptimizer, restore_dense
 from .ownership import Ownership
 from .snapshots import _cloned
 from .tables import files
-from .tables.table import Table, row_share
+from .tables.table import Table
 
 
 def _in(mask: np.ndarray, num_slots: int):
@@ -121,11 +121,17 @@ def install(store, state: dict) -> dict:
             if table is None:
                 store.tables[spec.name] = table = Table(
                     spec, RowOptimizer.from_config(row["optimizer"]),
-                    row_cap=row_share(spec.max_rows, store.num_ps))
+                    row_cap=own.row_share(spec.max_rows))
                 store.table_cfgs[spec.name] = dict(row["optimizer"])
-            elif table.spec != spec:
-                raise precondition(Reason.MODEL_MISMATCH, f"table {spec.name!r} is "
-                                   f"{table.spec} on PS {store.index}, {spec} in the move")
+            else:
+                # bounds (RETUNABLE) may differ for a moment while a retune reaches every PS:
+                # the rows mean the same, and this PS keeps the bounds it was given
+                changes = [c for c in spec_changes(table.spec, spec) if c[0] not in RETUNABLE]
+                if changes:
+                    field, held, moved = changes[0]
+                    raise precondition(Reason.MODEL_MISMATCH, f"table {spec.name!r} differs: "
+                                       f"{field} {held!r} on PS {store.index}, {moved!r} in "
+                                       "the move")
         rows = 0
         for row in state["tables"]:
             table = store.tables[row["spec"]["name"]]
@@ -139,6 +145,7 @@ def install(store, state: dict) -> dict:
                 row["name"], value, restore_dense(store.optimizer_cfg, value, row["optim"]),
                 version=int(row["version"]), pushes=int(row["pushes"]))
         store.applied.merge(state["applied"])
+        own.incoming[slots] = True
         return {"rows": rows, "tensors": len(state["dense"])}
 
 
@@ -149,20 +156,50 @@ def apply_layout(store, owned: np.ndarray, version: int) -> dict:
     unchanged = {"released": 0, "taken": 0, "rows_freed": 0, "tensors_freed": 0}
     # every ListPS check (ps/registrar.py) comes here: an old version must not pause the
     # requests for the exclusive gate
-    if version <= store.ownership.version:
+    if version <= store.ownership.version and not store.ownership.settle:
         return unchanged
     with store.gate.exclusive():
         own = store.ownership
-        if version <= own.version:  # a concurrent call got here first
+        if version <= own.version and not own.settle:  # a concurrent call got here first
             return unchanged
         if owned.size != own.num_slots:  # the job's --ps-slots, first heard from the master
             own = _resized(store, owned.size)
+        version = max(version, own.version)
         gone = own.owned & ~owned
+        if own.settle:
+            # restored from a file: what a move wrote here and the master's layout does not
+            # give never committed (a live PS keeps it: an import in flight may commit at a
+            # later version than this one, and a roll-back frees it with ABORT)
+            gone |= own.incoming & ~owned
         taken = int((owned & ~own.owned).sum())
         own.assign(owned, version)
+        own.incoming = np.zeros_like(owned) if own.settle else own.incoming & ~owned
+        own.settle = False
         freed = _free(store, gone) if gone.any() else (0, 0)
+        resplit_caps(store)
         return {"released": int(gone.sum()), "taken": taken, "rows_freed": freed[0],
                 "tensors_freed": freed[1]}
+
+
+def resplit_caps(store) -> int:
+    """Each capped table's share of its `max_rows` follows the slots this PS owns now
+    (`Ownership.row_share`): after a layout change, a PS holding more rows than its new share
+    evicts down to it at once (cause `cap`), so the rows served over all PS stay within
+    max_rows plus the PS count however the PS count changed. Under the exclusive gate.
+    Returns the rows evicted."""
+    evicted = 0
+    for table in store.tables.values():
+        share = store.ownership.row_share(table.spec.max_rows)
+        if share == table.row_cap:
+            continue
+        with table.lock:
+            table.row_cap = share
+            over = len(table) - share if share else 0
+            if over > 0:
+                before = len(table)
+                table._make_room(over, np.empty(0, dtype=np.int64))
+                evicted += before - len(table)
+    return evicted
 
 
 def _resized(store, num_slots: int):
@@ -190,6 +227,7 @@ def abort(store, slots, attempt: int = 0) -> dict:
         own.thaw(mine)
         theirs = np.zeros(own.num_slots, dtype=bool)
         theirs[slots[~own.owned[slots]]] = True
+        own.incoming[theirs] = False
         rows, tensors = _free(store, theirs) if theirs.any() else (0, 0)
         return {"thawed": int(mine.size), "rows_freed": rows, "tensors_freed": tensors}
 

@@ -66,6 +66,12 @@ class Ownership:
         self.frozen_any = False
         # per slot, the newest slot-move attempt the master rolled back (ps/moves.py)
         self.aborted = np.zeros(self.num_slots, dtype=np.int64)
+        # slots whose rows and tensors a move wrote here before the master's commit: held, not
+        # served; checkpoints record them, so a commit the master made survives this PS
+        self.incoming = np.zeros(self.num_slots, dtype=bool)
+        # restored from a file: the first layout from the master settles `incoming` (owned
+        # now: kept; not: the move rolled back, freed) even at the version the file knew
+        self.settle = False
         self._tensor_slots: dict[str, int] = {}  # name -> slot, cached (blake2b per name)
         # tensors found owned and not frozen since the last freeze, thaw or assign: a step
         # names the same ones every time, checked then as one set test
@@ -85,6 +91,16 @@ class Ownership:
         if slot is None:
             slot = self._tensor_slots[name] = tensor_slot(name, self.num_slots)
         return slot
+
+    def row_share(self, max_rows: int) -> int:
+        """This PS's share of a table's `max_rows` (0: no cap) under the layout it knows: the
+        cap times the fraction of the slots it owns, rounded up, so the rows served over all
+        PS never exceed max_rows plus the PS count. At least 1: a PS owning no slot holds no
+        row it serves (0 would mean no cap)."""
+        if not max_rows:
+            return 0
+        owned = int(self.owned.sum())
+        return max(1, -(-max_rows * owned // max(1, self.num_slots)))
 
     def row_slots(self, ids) -> np.ndarray:
         keys = ids.numpy() if hasattr(ids, "numpy") else np.asarray(ids, dtype=np.int64)

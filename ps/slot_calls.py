@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 import zmq
@@ -37,20 +39,35 @@ EXPORT_TIMEOUT_S = 15.0  # a batch of 64 slots of a million-row table: tens of M
 # meanwhile. Never set in production.
 PAUSE_ENV = "ELASTIC_PS_FAILPOINT_MOVE_PAUSE_S"
 WARM_WAIT_S = 60.0  # the longest an IMPORT waits for the PS's warm-up (then it goes on cold)
+# Fault injection for the kill-after-each-phase tests (tests/ps/test_move_durable.py): the PS
+# taking slots SIGKILLs itself at the first point of this name: `copy` (the copy written and
+# made durable), `handover` (the hand-over written and durable, IMPORT not answered yet),
+# `commit` (the master's LAYOUT giving it the slots arrived). Never set in production.
+KILL_ENV = "ELASTIC_PS_FAILPOINT_MOVE_KILL"
+
+
+def _failpoint(phase: str) -> None:
+    if os.environ.get(KILL_ENV) == phase:
+        log.warning("%s=%s: SIGKILLing this PS", KILL_ENV, phase)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class SlotCalls:
     def __init__(self, store, chain, ctx: zmq.Context, token: str = "",
-                 warm: threading.Event | None = None):
+                 warm: threading.Event | None = None,
+                 durable: Callable[[], object] | None = None):
         """chain: what serves this PS's data-plane requests after auth (a
         ps.replication.ReplicaNode, or the Handlers of a standalone PS): the slot_import
         goes through it as a client's mutation would. warm: set once the PS loaded its
         compiled loops and torch's optimizers (ps/__main__.py's warm-up, after it listens);
         an IMPORT waits for it before it asks the owner for anything, so that loading never
-        falls inside a hand-over, while the old owner's slots are frozen."""
+        falls inside a hand-over, while the old owner's slots are frozen. durable: writes this
+        PS's checkpoint (a delta when it can), called after each write of a move unless an
+        in-sync backup holds it (see `_make_durable`)."""
         self.warm = warm
         self.store = store
         self.chain = chain
+        self.durable = durable
         self.ctx = ctx
         self.token = token
         # slot -> the newest IMPORT attempt begun here: an older attempt's write, late (its
@@ -74,6 +91,8 @@ class SlotCalls:
             except ValueError as exc:
                 raise invalid(f"owned: {exc}") from None
             done = moves.apply_layout(self.store, owned, req.layout_version)
+            if done["taken"]:
+                _failpoint("commit")
             out = ps_pb2.MoveSlotsResponse(rows=done["rows_freed"], tensors=done["tensors_freed"],
                                            slots=done["released"] + done["taken"])
         else:
@@ -98,6 +117,10 @@ class SlotCalls:
             # the copy, while the slots serve; then the hand-over: only what changed since,
             # with the slots frozen until the master commits and says so
             copied = self._write(req, self._export(sock, req, handover=False))
+            # most of the batch is durable before its slots freeze: the hand-over's write
+            # below then adds only what changed since (a small delta)
+            self._make_durable()
+            _failpoint("copy")
             frame = self._export(sock, req, handover=True)
         finally:
             sock.close(linger=0)
@@ -106,8 +129,27 @@ class SlotCalls:
             log.warning("%s: pausing %.1f s in the middle of a slot move", PAUSE_ENV, pause)
             time.sleep(pause)
         done = self._write(req, frame)
+        how = self._make_durable()  # before the master may commit: see _make_durable
+        _failpoint("handover")
+        log.info("moved slots held %s", how)
         return ps_pb2.MoveSlotsResponse(rows=copied.rows + done.rows, tensors=done.tensors,
                                         slots=int(slots.size))
+
+    def _make_durable(self) -> str:
+        """Make what a move wrote here as durable as it was on the old owner, before the
+        master may commit the move and the old owner frees it: held by an in-sync backup
+        (the write went through the replication order, which waits for their
+        acknowledgement), or else written to this PS's checkpoint directory (a delta on the
+        chain when there is one: the moved rows are marked changed), which the restore reads
+        (the file records the slots as incoming: ps/ownership.py). Returns which."""
+        primary = getattr(self.chain, "primary", None)
+        if (primary is not None and getattr(self.chain, "replicas", 0) > 0
+                and primary.in_sync_count() > 0):
+            return f"by {primary.in_sync_count()} in-sync backup(s)"
+        if self.durable is None:
+            return "in memory only (no checkpoint directory)"
+        info = self.durable()
+        return f"in {getattr(info, 'path', None) and info.path.name}"
 
     def _export(self, sock, req: ps_pb2.MoveSlotsRequest, handover: bool):
         ask = ps_pb2.DataRequest(token=self.token, client_id=f"move-{self.store.index}",

@@ -17,7 +17,6 @@ from .dense import Dense
 from pswire.tables import TableSpec
 
 from .tables.table import Table
-from .tables.table import row_share
 from .tables import files
 from .optim import RowOptimizer, restore_dense
 from .ownership import Ownership, mask_ranges, ranges_mask
@@ -123,7 +122,9 @@ class Snapshots:
             # the master's layout says otherwise
             "layout": {"version": self.store.ownership.version,
                        "num_slots": self.store.ownership.num_slots,
-                       "owned": mask_ranges(self.store.ownership.owned)},
+                       "owned": mask_ranges(self.store.ownership.owned),
+                       # moved here, not yet committed: kept until the master's layout says
+                       "incoming": mask_ranges(self.store.ownership.incoming)},
         }
 
     def restore(self, state: dict) -> None:
@@ -140,6 +141,7 @@ class Snapshots:
             self.store.ownership = Ownership(self.store.index,
                                              ranges_mask(layout["owned"], slots),
                                              layout["version"])
+            self.store.ownership.incoming = ranges_mask(layout.get("incoming", []), slots)
         dense = {}
         cfg = state["optimizer"]
         for row in state["dense"]:
@@ -152,7 +154,7 @@ class Snapshots:
             spec = TableSpec(**row["spec"])
             # the table adopts the checkpoint's tensors: no second copy of the rows
             table = Table(spec, RowOptimizer.from_config(row["optimizer"]), capacity=0,
-                          row_cap=row_share(spec.max_rows, self.store.num_ps))
+                          row_cap=self.store.ownership.row_share(spec.max_rows))
             table.restore(row)
             tables[spec.name] = table
             table_cfgs[spec.name] = dict(row["optimizer"])
@@ -178,12 +180,12 @@ class Snapshots:
                 spec = TableSpec(**row["spec"])
                 self.store.tables[name] = Table(spec, RowOptimizer.from_config(row["optimizer"]),
                                           capacity=0,
-                                          row_cap=row_share(spec.max_rows, self.store.num_ps))
+                                          row_cap=self.store.ownership.row_share(spec.max_rows))
                 self.store.table_cfgs[name] = dict(row["optimizer"])
             table = self.store.tables[name]
             spec = TableSpec(**row["spec"])
             if spec != table.spec:  # new bounds filed with this delta (ParamStore._retune)
-                table.retune(spec, row_share(spec.max_rows, self.store.num_ps), settle=False)
+                table.retune(spec, self.store.ownership.row_share(spec.max_rows), settle=False)
             table.apply_delta(row)
 
 

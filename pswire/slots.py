@@ -287,15 +287,18 @@ def decode_ranges(text: str, num_slots: int) -> list[SlotRange]:
     return out
 
 
-def size_for(index: int, asked: int, num_ps: int, target: int) -> int:
+def size_for(index: int, asked: int, num_ps: int, target: int, resizing: bool = False) -> int:
     """The PS count a PS of `index` started with `--num-ps asked` (0: left out) runs with, in
-    a layout of `num_ps` indices resizing to `target` (num_ps == target: no resize; num_ps 0:
-    no layout yet). Raises LayoutMismatch, its message naming the fix.
+    a layout of `num_ps` indices resizing to `target` (num_ps == target and not `resizing`: no
+    resize; num_ps 0: no layout yet). Raises LayoutMismatch, its message naming the fix.
 
     The rule: only `elastic-ctl resize-ps` changes the PS count. With no layout the first PS's
     count makes it (left out: 1). Then an index of the layout runs with the layout's size and
     a grow target (num_ps <= index < target) with the target; --num-ps, when given, must be
-    that number."""
+    that number. During a resize it may be any count under which the index exists, up to the
+    larger of the two: the one it was started with (a restart with its original flags; the
+    layout's size moves with the first slot moved) or the target (the set restarted as the
+    resize's). What a PS holds follows the layout, whatever count it runs with."""
     if num_ps == 0:
         size = asked or 1
         if index >= size:
@@ -304,19 +307,22 @@ def size_for(index: int, asked: int, num_ps: int, target: int) -> int:
                 "no PS layout yet, so the first PS's --num-ps makes it: start every PS of the "
                 "first set with the same --num-ps")
         return size
-    now = f"the job's PS layout has {num_ps} PS" + (
-        f", resizing to {target}" if target != num_ps else "")
-    if index < num_ps or index < target:
+    mid = resizing or target != num_ps
+    now = f"the job's PS layout has {num_ps} PS" + (f", resizing to {target}" if mid else "")
+    top = max(num_ps, target)
+    if index < top:
         size, role = (num_ps, "an index of the layout") if index < num_ps else (
             target, "a PS the resize adds")
-        if asked and asked != size:
+        fits = index < asked <= top if mid else asked == size
+        if asked and not fits:
+            give = (f"a count from {index + 1} to {top} (the one it was started with, or the "
+                    "target)") if mid else str(size)
             raise LayoutMismatch(
                 f"PS {index} says --num-ps {asked} but {now}: only `elastic-ctl resize-ps N` "
                 f"changes the PS count. PS {index} is {role}: leave --num-ps out or give "
-                f"{size}; to change the count to {asked}, run `elastic-ctl resize-ps {asked}` "
+                f"{give}; to change the count to {asked}, run `elastic-ctl resize-ps {asked}` "
                 "first")
-        return size
-    top = max(num_ps, target)
+        return asked or size
     raise LayoutMismatch(
         f"PS index {index} is not part of the job: {now} (indices 0..{top - 1}). To grow the "
         f"set run `elastic-ctl resize-ps {index + 1}` first, then start this PS; or start it "

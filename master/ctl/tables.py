@@ -2,7 +2,8 @@
 
 The master does not hold table sizes; each PS knows its own rows. One line per table: its
 name, rows held over all PS (admitted rows, not ids only counted by admission), the cap, the
-memory, and rows evicted by cause. A PS that does not answer is named, not fatal.
+memory, and rows evicted by cause; a WARNING line for a table holding more than its
+`max_rows` plus the PS count. A PS that does not answer is named, not fatal.
 """
 from __future__ import annotations
 
@@ -48,6 +49,13 @@ def format_tables(answers, silent: list[str] = ()) -> str:
         cap = f" of max {s['max_rows']}" if s["max_rows"] else ""
         lines.append(f"  {name}: {s['rows']} rows{cap} on {s['ps']} PS, "
                      f"{s['bytes'] / 2**20:.1f} MiB, evicted {s['cap']} (cap) {s['ttl']} (ttl)")
+    for name in sorted(sums):
+        s = sums[name]
+        # each PS's share follows the slots it owns: more than max_rows plus the PS count
+        # means a share that did not follow the layout (or a move's copies, for a moment)
+        if s["max_rows"] and s["rows"] > s["max_rows"] + s["ps"]:
+            lines.append(f"  WARNING: table {name} holds {s['rows']} rows, over its max_rows "
+                         f"{s['max_rows']} plus {s['ps']} PS")
     if silent:
         lines.append(f"  (PS not answering: {', '.join(silent)})")
     return "\n".join(lines)

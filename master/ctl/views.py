@@ -101,6 +101,7 @@ def layout_lines(s: pb.GetStatusResponse) -> list[str]:
                    f"moves done" + (f" ({phases})" if phases else "")
                    + (f", started {ago(lay.resize_started_ms, s.time_ms)}"
                       if lay.resize_started_ms else ""))
+        out += [f"  WAITING: {line}" for line in lay.waiting]
     rows = []
     for p in sorted(s.ps, key=lambda p: p.index):
         spans = [f"{r.start}:{r.end}" for r in p.slots]

@@ -85,6 +85,9 @@ class PSLayout:
         self.resize_started_ms = 0
         self.moves: dict[int, PendingMove] = {}
         self._stored: dict[int, str] = {}  # ps_slot_ranges as committed (or pending)
+        # the last batch's failure (a PS refusing, not answering), until a batch commits: in
+        # memory (the event ps_slots_rolled_back has it durably)
+        self.refusal = ""
         if not meta:
             return
         (row,) = meta
@@ -136,11 +139,44 @@ class PSLayout:
             counts[str(move.phase)] = counts.get(str(move.phase), 0) + 1
         return counts
 
+    def waits(self, state_of) -> list[str]:
+        """Why planned moves do not go, one line per (from, to) pair held up (at most 16):
+        `state_of(index)` says what keeps a PS index from a move ('' when it can take part),
+        and the last batch's failure follows."""
+        pairs: dict[tuple[int, int], int] = {}
+        for m in self.moves.values():
+            if m.phase == MovePhase.PLANNED:
+                pairs[(m.src, m.dst)] = pairs.get((m.src, m.dst), 0) + 1
+        out = []
+        for (src, dst), n in sorted(pairs.items()):
+            for index in (src, dst):
+                state = state_of(index)
+                if state:
+                    out.append(f"{n} slot moves PS {src} -> PS {dst} wait for PS {index}: "
+                               f"{state}")
+                    break
+        if self.refusal and pairs:
+            out.append(self.refusal)
+        return out[:16]
+
+    def index_state(self, index: int, row: dict | None, lost: bool) -> str:
+        """What keeps PS `index` (its registry row, whether it is lost) from a move: ''
+        when nothing; else the state and the fix."""
+        start = (f"start elastic-ps --index {index} (--num-ps left out, or the count it was "
+                 "started with)")
+        if row is None:
+            return f"not registered: {start}"
+        if lost:
+            return f"down (lost): {start}"
+        if not row.get("data_address"):
+            return "registered without a data address"
+        return ""
+
     def fit(self, index: int, asked: int) -> int:
         """The PS count PS `index` started with `--num-ps asked` (0: left out) runs with;
         refused (LAYOUT_MISMATCH) when it does not fit. Changes nothing."""
         try:
-            size = size_for(index, asked, self.num_ps, self.target)
+            size = size_for(index, asked, self.num_ps, self.target, self.resizing)
         except LayoutMismatch as exc:
             raise precondition(Reason.LAYOUT_MISMATCH, str(exc)) from None
         if self.layout is None and size > self.ps_slots:
@@ -243,6 +279,7 @@ class PSLayout:
             raise ValueError(f"no pending move for slots {missing[:8]}" if missing
                              else "no slots given")
         moves = [self.moves.pop(s) for s in slots]
+        self.refusal = ""
         self.layout = self.layout.with_moves([Move(m.slot, m.src, m.dst) for m in moves])
         for m in moves:
             self.journal.batch.delete("ps_slot_moves", m.slot)
@@ -298,3 +335,11 @@ class PSLayout:
 
     def _event(self, kind: EventKind, cause: str, detail: str) -> None:
         self.journal.event(kind, cause=cause, detail=detail)
+
+
+def resize_waits(layout: PSLayout, rows: dict, lost) -> list[str]:
+    """Why the resize's planned moves do not go (status, the mover's events): `rows` the
+    registry's primaries by index, `lost` the indices lost."""
+    if not layout.resizing:
+        return []
+    return layout.waits(lambda index: layout.index_state(index, rows.get(index), index in lost))

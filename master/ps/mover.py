@@ -32,7 +32,8 @@ from protos import ps_pb2, ps_pb2_grpc
 from pswire.slots import encode_ranges
 from rpckit import auth
 
-from ..states import MovePhase
+from ..states import EventKind, MovePhase
+from .layout import resize_waits
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class SlotMover:
         self.failures = 0
         self.attempt = 0
         self._stubs: dict[str, tuple] = {}  # PS address -> (channel, stub)
+        self._said: tuple = ()  # the waits last told (ps_resize_waiting)
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="slot-mover", daemon=True).start()
@@ -98,7 +100,9 @@ class SlotMover:
             return False
         batch = self.committer.read(self._next_batch)
         if batch is None:
+            self._say_waits()
             return False
+        self._said = ()
         self.committer.call(lambda: self.core.layout.set_phase(batch.slots, MovePhase.COPYING))
         started = time.perf_counter()
         # grows with every attempt, across leaders (wall clock: a new leader is later): the
@@ -141,6 +145,22 @@ class SlotMover:
                          layout.version + 1)
         return None
 
+    def _say_waits(self) -> None:
+        """A `ps_resize_waiting` event when what holds the planned moves up changed (once per
+        change, not per round): which move waits for which PS, and why."""
+        core = self.core
+        waits = self.committer.read(lambda: tuple(
+            line for line in resize_waits(core.layout, core.ps_set.rows, core.ps_lost)
+            if " wait for PS " in line))
+        if waits == self._said:
+            return
+        self._said = waits
+        if waits:
+            for line in waits:
+                log.warning("resize waiting: %s", line)
+            self.committer.call(lambda: core.journal.event(
+                EventKind.PS_RESIZE_WAITING, cause="ps_down", detail="; ".join(waits)[:1000]))
+
     def _alive(self, index: int) -> dict | None:
         row = self.core.ps_set.rows.get(index)
         if row is None or index in self.core.ps_lost or not row.get("address"):
@@ -164,8 +184,17 @@ class SlotMover:
         log.warning("slot move of %d slots PS %d -> PS %d rolled back: %s", len(batch.slots),
                     batch.src, batch.dst, why)
         self._abort(batch.slots, [batch.src, batch.dst])
-        self.committer.call(lambda: self.core.layout.roll_back(batch.slots, "failed", why))
-        self._retry_at = time.monotonic() + min(10.0, RETRY_AFTER_S * self.failures)
+        pause = min(10.0, RETRY_AFTER_S * self.failures)
+
+        def roll_back():
+            self.core.layout.roll_back(batch.slots, "failed", why)
+            self.core.layout.refusal = (
+                f"the last batch ({len(batch.slots)} slots PS {batch.src} -> PS {batch.dst}) "
+                f"failed {self.failures} time(s) in a row: {why}; tried again in {pause:.0f} s"
+            )[:400]
+
+        self.committer.call(roll_back)
+        self._retry_at = time.monotonic() + pause
 
     # -- recovery and telling the PS ------------------------------------------------------------
 

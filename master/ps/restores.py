@@ -3,7 +3,9 @@
 Such a PS lost every update applied after its checkpoint's snapshot was taken (`taken_ms`)
 and before it started again (`started_ms`): nothing could be applied to it in between. It says
 so when it registers (`RegisterPSRequest.restored`); `record` writes a `ps_restored` event
-naming that window, in the same commit as the registration. `updates_lost` derives, from those
+naming that window, in the same commit as the registration. A PS with no checkpoint to restore
+(killed before its first one) says `empty`: where the layout says its index held state
+(`held_state`), the window is everything before its start. `updates_lost` derives, from those
 events and the durable lease history, the records whose updates are gone: **every record
 acknowledged on a lease held during a lost window** (DONE: the whole lease; taken back or still
 held: its acknowledged part). That errs toward lost, never toward trained: a lease trained
@@ -22,17 +24,31 @@ from ..persistence.journal import Journal
 KIND = "ps_restored"
 MAX_MARKS = 256  # applied marks kept in the event (the PS sends at most this many)
 CLOCK_SKEW_MS = 86_400_000  # a PS's clock may run this far ahead of the master's
+MAX_NAMES = 64  # tensor and table names kept in the event (the PS sends at most 256 each)
+
+
+def held_state(registry, index: int) -> bool:
+    """Whether the master's layout says PS `index` held state before this registration: the
+    index was registered before (a process served it) and owns slots. A PS that starts empty
+    there lost everything it held; one that starts empty anywhere else (a first start, an
+    index a grow adds before any slot moved to it) lost nothing."""
+    return index in registry.rows and bool(registry.layout.ranges(index))
 
 
 def record(journal: Journal, index: int, restored) -> None:
-    """Journal the `ps_restored` event of PS `index` (a RestoredCheckpoint message)."""
+    """Journal the `ps_restored` event of PS `index` (a RestoredCheckpoint message). An empty
+    start's window begins at 0: everything acknowledged before it is counted (it errs toward
+    lost: the index may have held part of it only)."""
     check(restored, journal.now_ms())
-    journal.event(KIND, cause="checkpoint", detail=json.dumps(dict(
-        index=index, from_ms=restored.taken_ms, to_ms=restored.started_ms,
-        checkpoint=restored.number, lost_s=round((restored.started_ms - restored.taken_ms)
-                                                 / 1000, 3),
-        applied={k[:64]: int(v) for k, v in sorted(restored.applied.items())},
-    ), sort_keys=True))
+    journal.event(KIND, cause="empty" if restored.empty else "checkpoint",
+                  detail=json.dumps(dict(
+                      index=index, from_ms=restored.taken_ms, to_ms=restored.started_ms,
+                      checkpoint=restored.number, empty=bool(restored.empty),
+                      lost_s=round((restored.started_ms - restored.taken_ms) / 1000, 3),
+                      applied={k[:64]: int(v) for k, v in sorted(restored.applied.items())},
+                      tensors=[n[:128] for n in restored.tensors[:MAX_NAMES]],
+                      tables=[n[:128] for n in restored.tables[:MAX_NAMES]],
+                  ), sort_keys=True))
 
 
 def check(restored, now_ms: int) -> None:
@@ -51,6 +67,12 @@ def check(restored, now_ms: int) -> None:
     negative = [k for k, v in restored.applied.items() if v < 0]
     if negative:
         raise invalid(f"applied mark of client {quote(negative[0])} is negative")
+    for what in ("tensors", "tables"):
+        if len(getattr(restored, what)) > MAX_MARKS:
+            raise invalid(f"{len(getattr(restored, what))} restored {what}; send at most "
+                          f"{MAX_MARKS}")
+    if restored.empty and restored.taken_ms:
+        raise invalid("an empty start restored no checkpoint: its taken_ms is 0")
 
 
 def _spans(events: list[dict]) -> dict[int, list[tuple[int, int]]]:

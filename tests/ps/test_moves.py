@@ -265,3 +265,67 @@ def test_the_ownership_check_forgets_what_it_cleared_when_slots_freeze_thaw_or_m
     with pytest.raises(ServiceError) as err:
         own.check(tensors_r=[name])
     assert err.value.reason == Reason.WRONG_OWNER
+
+
+@pytest.mark.parametrize("committed", [True, False])
+def test_a_move_written_here_survives_a_restart_until_the_layout_settles_it(tmp_path, committed):
+    """The new owner's checkpoint holds what a move wrote there before the commit (the slots
+    recorded as incoming): restarted from it, the master's first layout keeps them when the
+    move committed and frees them when it rolled back, even at the version the file knew."""
+    from ps.checkpoint import CheckpointDir, Checkpointer
+
+    half = np.zeros(SLOTS, bool)
+    half[: SLOTS // 2] = True
+    src, dst = _store(0, half), _store(1, ~half)
+    ids = torch.arange(200)
+    _push_all(src, 1, ids[torch.from_numpy(half[row_slot(ids.numpy(), SLOTS)])])
+    slots = np.arange(4)
+    moves.install(dst, _shipped(moves.export(src, slots, 2, 7, handover=False)))
+    moves.install(dst, _shipped(moves.export(src, slots, 2, 7)))
+    wanted = {i: r for i, r in src.tables["e"].rows().items()
+              if row_slot(np.array([i]), SLOTS)[0] < 4}
+    assert wanted and dst.ownership.incoming[slots].all()
+    Checkpointer(dst, CheckpointDir(tmp_path, 1, 2, 3)).write(delta=True)
+    again = ParamStore(index=1, num_ps=2)
+    Checkpointer(again, CheckpointDir(tmp_path, 1, 2, 3)).restore()
+    assert again.ownership.incoming[slots].all() and again.ownership.settle
+    owned = ~half
+    if committed:
+        owned[slots] = True
+    moves.apply_layout(again, owned, 2 if committed else 1)
+    held = again.tables["e"].rows()
+    if committed:
+        assert {i: held[i][0].tolist() for i in wanted} == {
+            i: r[0].tolist() for i, r in wanted.items()}
+    else:
+        assert not set(wanted) & set(held)
+    assert not again.ownership.incoming.any() and not again.ownership.settle
+
+
+def test_a_tables_cap_follows_the_slots_owned_across_layouts():
+    """max_rows is re-split by the slots a PS owns whenever its layout changes: a PS that
+    gives slots away gets a smaller share (and evicts down to it at once), one that takes
+    slots a larger one, so the rows over all PS stay within max_rows plus the PS count."""
+    half = np.zeros(SLOTS, bool)
+    half[: SLOTS // 2] = True
+    s = ParamStore(index=0, num_ps=2)
+    s.ownership = Ownership(0, half, 1)
+    s.init_parameters([("t0", torch.zeros(3))], ADAGRAD,
+                      [(TableSpec("e", 4, initializer="zeros", max_rows=300), None)])
+    table = s.tables["e"]
+    assert table.row_cap == 150
+    ids = torch.arange(5000)
+    mine = ids[torch.from_numpy(half[row_slot(ids.numpy(), SLOTS)])][:150]
+    s.pull_rows("e", mine)
+    assert len(table) == 150
+    third = half.copy()
+    third[SLOTS // 3 + 1:] = False  # a grow to 3: it keeps a third of the slots
+    moves.apply_layout(s, third, 2)
+    assert table.row_cap == -(-300 * int(third.sum()) // SLOTS) == 104  # 22 of 64 slots
+    kept = int(third[row_slot(mine.numpy(), SLOTS)].sum())  # rows of the slots it keeps
+    assert kept > 104 and len(table) <= table.row_cap  # evicted down at once, cause cap
+    assert sum(table.evicted.values()) >= kept - 104
+    moves.apply_layout(s, np.ones(SLOTS, bool), 3)  # a shrink to 1: the whole cap
+    assert table.row_cap == 300
+    empty = np.zeros(SLOTS, bool)
+    assert Ownership(0, empty, 1).row_share(300) == 1 and Ownership(0, empty).row_share(0) == 0

@@ -89,8 +89,20 @@ def test_the_registration_rule():
         size_for(0, 3, 2, 2)
     assert size_for(2, 0, 2, 4) == 4 and size_for(3, 4, 2, 4) == 4  # grow targets
     assert size_for(1, 2, 2, 4) == 2  # a member keeps the layout's size until slots move
-    with pytest.raises(LayoutMismatch):
-        size_for(1, 4, 2, 4)
+    # mid-resize an index restarts with any count under which it exists (issue 38): its
+    # original flags or the target's; one only a grow adds, or one a shrink removes, with less
+    assert size_for(1, 4, 2, 4) == 4 and size_for(1, 0, 2, 4) == 2
+    assert size_for(1, 2, 4, 2) == 2 and size_for(1, 4, 4, 2) == 4
+    # the layout's size moved with the first slot moved: the original count still fits
+    assert size_for(1, 2, 3, 3, resizing=True) == 2
+    with pytest.raises(LayoutMismatch, match="give 3"):
+        size_for(1, 2, 3, 3)  # no resize on: the layout's count only
+    with pytest.raises(LayoutMismatch, match="from 3 to 4"):
+        size_for(2, 2, 2, 4)
+    with pytest.raises(LayoutMismatch, match="from 4 to 4"):
+        size_for(3, 2, 4, 2)
+    with pytest.raises(LayoutMismatch, match="from 2 to 4"):
+        size_for(1, 5, 2, 4)
     assert size_for(3, 0, 4, 2) == 4  # shrinking: a leaving index is still in the layout
 
 

@@ -41,6 +41,7 @@ from .gather import gather
 from .ids import mark, unique_inverse
 from .model_view import ModelView
 from .pipeline import Pipeline, PushJob
+from .restarts import Declaration
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +148,12 @@ class PSClient:
                        discovery_timeout_s=discovery_timeout_s, tls_ca=tls_ca,
                        auth_token=auth_token, retry_budget_s=retry_budget_s)
         self.ledger = ledger or ack.LEDGER
-        self.data = DataClient(**options)
+        # the model as declared, shared by every client of this worker: a PS that restarted
+        # empty is declared again from the model's current values (worker_sdk/ps/restarts.py)
+        self.declaration = Declaration()
+        self.data = self._client(options)
         # one client per message in flight: a client has one call outstanding at most
-        self.pipeline = Pipeline(lambda: DataClient(**options), self.ledger, max_inflight)
+        self.pipeline = Pipeline(lambda: self._client(options), self.ledger, max_inflight)
         self.pushes = 0
         self.stale_refusals = 0
         self.max_staleness_seen = 0
@@ -157,6 +161,11 @@ class PSClient:
         self._tables: list[str] = []  # the model's ElasticEmbedding tables
         self._view: ModelView | None = None  # the model of the last pull, push or prefetch
         self.ledger.register_flusher(self)
+
+    def _client(self, options: dict) -> DataClient:
+        client = DataClient(**options)
+        client.declaration = self.declaration
+        return client
 
     def init_parameters(self, model: nn.Module, optimizer: str = "adagrad",
                         **hyperparameters) -> bool:
@@ -177,6 +186,9 @@ class PSClient:
             tables.append({**emb.spec.__dict__, **({"optimizer": emb.optimizer}
                                                    if emb.optimizer else {})})
         dense = {name: p.detach() for name, p in model.named_parameters()}
+        # what a PS that restarted empty gets: the values this worker pulled last
+        self.declaration.values = lambda: {name: p.detach()
+                                           for name, p in model.named_parameters()}
         first = self.data.init_parameters(dense, optimizer=optimizer, tables=tables,
                                           **hyperparameters)
         self.pipeline.set_layout(self.data.owner)

@@ -66,11 +66,12 @@ from pswire.optimizers import config_to_pb, make_config
 from pswire.tables import TableSpec, spec_to_pb
 from rpckit.errors import Reason
 
-from . import reroute, steps
+from . import reroute, restarts, steps
 from .exchange import RETRY_BUDGET_S, Exchange, PendingCall
 from .ids import prepared
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
 from .parts import Part, Rows, split
+from .restarts import Declaration
 # re-exported: callers import the data plane's errors and lookups from here
 from .routes import (PSError, PSUnavailable, Route,  # noqa: F401
                      master_data_plane, master_endpoints, master_routes)
@@ -95,6 +96,9 @@ class DataClient:
         # a PS not heard from yet is assumed to (a push then checks first: see `push`)
         self.staleness_checked: dict[int, bool] = {}
         self.decoder = Decoder()  # the pulled metas of each PS, checked once while they repeat
+        # what init_parameters declared, to declare again on a PS that restarted empty
+        # (worker_sdk/ps/restarts.py); a PSClient shares one among its clients
+        self.declaration = Declaration()
 
     @property
     def client_id(self) -> str:
@@ -161,12 +165,25 @@ class DataClient:
             else dict(optimizer)
         self.set_layout({n: t.numel() * t.element_size() for n, t in tensors.items()})
         op = _Init(tensors, config_to_pb(cfg), [_table_pb(t) for t in tables])
+        declared = self.declaration
+        declared.optimizer, declared.tables = op.optimizer, op.tables
+        if declared.values is None:  # a PSClient gives its model's current values instead
+            declared.values = lambda: tensors
         # every PS gets the optimizer and the tables, whether or not it holds a tensor
         answers = reroute.call(self, self.split(Part(push=list(tensors)), every=True), op)
         for a in answers.answers:
             self.versions.update(a.resp.init_parameters.versions)
             self.staleness_checked[a.index] = a.resp.init_parameters.staleness_checked
         return any(a.resp.init_parameters.initialized for a in answers.answers)
+
+    def declare_again(self, indices: list[int], why: str) -> None:
+        """The model declared again on PS that restarted empty (worker_sdk/ps/restarts.py)."""
+        restarts.declare_again(self, indices, why, self._init_one)
+
+    def _init_one(self, index: int, names: list[str], values: dict, declared) -> bool:
+        op = _Init(values, declared.optimizer, declared.tables)
+        result = reroute.call(self, {index: Part(push=names)}, op)
+        return any(a.resp.init_parameters.initialized for a in result.answers)
 
     def set_layout(self, sizes: Mapping[str, int]) -> None:
         """Declare the model's tensors (name -> bytes), without talking to the PS: each is

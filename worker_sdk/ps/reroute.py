@@ -9,6 +9,8 @@ client takes a layout at least that new from the master, splits the refused part
 sends them with a fresh seq. A refusal with the duplicate flag says that PS applied this
 (client_id, seq) before its slots moved: only the part's reads are sent again. At most
 `MAX_REROUTES` rounds per call, within the call's retry budget; then `PSUnavailable`.
+A PS that restarted empty (NOT_INITIALIZED) gets the model declared again and its part sent
+again the same way (worker_sdk/ps/restarts.py).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from protos import ps_pb2
 from rpckit.errors import Reason
 
 from .. import metrics
+from . import restarts
 from .parts import Part, split
 from .routes import PSUnavailable
 
@@ -75,28 +78,37 @@ class RoutedCall:
         self._started = time.monotonic()
         self._layout = client.exchange.layout  # what the parts in flight were routed by
         self._result = Result([], [])
+        self._declared = 0  # PS declared again in this call (restarts.MAX_ROUNDS at most)
         self._send(parts)
 
     def _send(self, parts: dict[int, Part]) -> None:
         self._parts = parts
         requests = {i: self._op.build(i, p) for i, p in parts.items()}
-        self._pending = self._client.begin_call(requests, self._op.allow + (Reason.WRONG_OWNER,))
+        self._pending = self._client.begin_call(
+            requests, self._op.allow + (Reason.WRONG_OWNER, Reason.NOT_INITIALIZED))
 
     def wait(self) -> Result:
         result = self._result
         for round_ in range(MAX_REROUTES + 1):
-            refused = {}
+            refused, empty = {}, {}
             for index, (resp, frames) in self._pending.wait().items():
                 if resp.code != 0 and resp.reason == Reason.WRONG_OWNER:
                     refused[index] = resp
+                elif resp.code != 0 and resp.reason == Reason.NOT_INITIALIZED:
+                    empty[index] = resp
                 else:
                     result.answers.append(Answer(index, self._parts[index], resp, frames))
             # a refusal the op allows (a stale push) ends the call: nothing more is sent
-            if not refused or any(a.resp.code != 0 for a in result.answers):
+            if not (refused or empty) or any(a.resp.code != 0 for a in result.answers):
                 return result
             if round_ == MAX_REROUTES:
                 break
-            parts = self._reroute(refused, round_)
+            parts = self._reroute(refused, round_) if refused else {}
+            for index, part in self._declare_again(empty).items():
+                if index in parts:
+                    parts[index].merge(part)
+                else:
+                    parts[index] = part
             if not parts:
                 return result
             self._send(parts)
@@ -105,6 +117,22 @@ class RoutedCall:
             f"after {MAX_REROUTES} re-routes (the client's layout is version "
             f"{self._layout.version}): the PS set is resizing faster than this call could "
             "follow, or the master's layout and the PS disagree (elastic-ctl status)")
+
+    def _declare_again(self, empty: dict[int, ps_pb2.DataResponse]) -> dict[int, Part]:
+        """PS that restarted empty (NOT_INITIALIZED): the model declared there again from this
+        worker's values (worker_sdk/ps/restarts.py), and their parts to send again as they
+        were (the refusal applied nothing)."""
+        if not empty:
+            return {}
+        first = min(empty)
+        why = f"PS {first} answered NOT_INITIALIZED: {empty[first].message}"
+        self._declared += 1
+        if self._declared > restarts.MAX_ROUNDS:
+            raise PSUnavailable(f"{why}, again after the model was declared there "
+                                f"{restarts.MAX_ROUNDS} times in this call: is it restarting "
+                                "over and over?")
+        self._client.declare_again(sorted(empty), why)
+        return {index: self._parts[index] for index in sorted(empty)}
 
     def _reroute(self, refused: dict[int, ps_pb2.DataResponse], round_: int) -> dict[int, Part]:
         client = self._client

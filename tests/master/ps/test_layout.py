@@ -92,10 +92,13 @@ def test_resize_records_the_target_plans_the_moves_and_lets_the_new_indices_join
     (started,) = _events(h, "ps_resize_started")
     assert started["cause"] == "grow" and "21 of 64 slots" in started["detail"]
     assert not h.core.resize_ps(3).changed  # the same target again: nothing new
-    # the new index joins (its --num-ps left out, or the target); members keep the old size
+    # the new index joins (its --num-ps left out, or the target); a member restarted
+    # mid-resize may give either count (issue 38), no third one
     _register(h, 2, 0)
-    _refused(lambda: h.core.register_ps("h:1", "tcp://h:2", 1, 3), "LAYOUT_MISMATCH",
-             "leave --num-ps out or give 2")
+    _refused(lambda: h.core.register_ps("h:1", "tcp://h:2", 1, 4), "LAYOUT_MISMATCH",
+             "leave --num-ps out or give a count from 2 to 3")
+    _register(h, 1, 3)
+    assert h.core.ps[1]["num_ps"] == 3
     _refused(lambda: h.core.register_ps("h:1", "tcp://h:2", 3, 0), "LAYOUT_MISMATCH",
              "resize-ps 4")
     rows, num_ps, complete = h.core.list_ps()
@@ -178,3 +181,56 @@ def test_a_database_from_before_the_layout_is_adopted_with_its_count():
     assert h.core.layout.version == 1 and h.core.list_ps()[1] == 2
     h.restart()
     assert h.core.layout.version == 1
+
+
+# ---- a PS that starts empty: lost only where the layout says its index held state -------------
+
+
+def test_an_empty_start_is_a_loss_only_where_the_index_held_state():
+    from master.ps import restores
+    from protos import master_pb2
+
+    h = Harness(Settings(ps_slots=64))
+    assert not restores.held_state(h.core.ps_set, 0)  # a first start: nothing held
+    _register(h, 0, 2)
+    _register(h, 1, 2)
+    assert restores.held_state(h.core.ps_set, 0) and restores.held_state(h.core.ps_set, 1)
+    h.core.resize_ps(3)
+    h.commit()
+    _register(h, 2, 3)
+    # index 2 registered, but no slot moved to it yet: its restart lost nothing
+    assert not restores.held_state(h.core.ps_set, 2)
+    empty = master_pb2.RestoredCheckpoint(taken_ms=0, started_ms=5_000, empty=True)
+    restores.record(h.core.journal, 1, empty)
+    h.commit()
+    (event,) = _events(h, restores.KIND)
+    assert event["cause"] == "empty"
+    assert restores.windows([event]) == {1: [(0, 5_000)]}
+    with pytest.raises(ServiceError):  # an empty start restored no snapshot
+        restores.check(master_pb2.RestoredCheckpoint(taken_ms=7, started_ms=9, empty=True))
+    with pytest.raises(ServiceError):  # bounded where accepted
+        restores.check(master_pb2.RestoredCheckpoint(
+            taken_ms=1, started_ms=2, tensors=[f"t{i}" for i in range(restores.MAX_MARKS + 1)]))
+
+
+def test_status_says_which_moves_wait_for_which_ps_and_why():
+    from master.views import status_view
+
+    h = Harness(Settings(ps_slots=64))
+    _register(h, 0, 2)
+    _register(h, 1, 2)
+    h.core.resize_ps(3)
+    h.commit()
+    lines = list(status_view(h.core).layout.waiting)
+    assert [line.split(":")[0] for line in lines] == [
+        "10 slot moves PS 0 -> PS 2 wait for PS 2", "11 slot moves PS 1 -> PS 2 wait for PS 2"]
+    assert all("not registered: start elastic-ps --index 2 (--num-ps left out" in line
+               for line in lines)
+    _register(h, 2, 0)
+    assert not status_view(h.core).layout.waiting  # every index up: nothing waits
+    h.core.mark_ps_lost(1, h.core.ps[1]["incarnation"], "test")
+    h.commit()
+    waiting = "".join(status_view(h.core).layout.waiting)
+    assert "wait for PS 1: down (lost): start elastic-ps --index 1 (--num-ps left out" in waiting
+    h.core.layout.refusal = "the last batch failed"
+    assert status_view(h.core).layout.waiting[-1] == "the last batch failed"
