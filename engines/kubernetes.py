@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from .port import EngineEvent, EventKind, Handle, LaunchFailed, Refusal
+from .port import EngineEvent, EventKind, Handle, LaunchFailed, Refusal, check_launch
 
 log = logging.getLogger(__name__)
 
@@ -205,14 +205,10 @@ class KubernetesEngine:
         from kubernetes.client.rest import ApiException
         from urllib3.exceptions import HTTPError
 
-        if not command:
-            raise LaunchFailed(Refusal.START_FAILED, f"{name}: the command is empty")
         with self._lock:
-            if self._closed:
-                raise LaunchFailed(Refusal.CLOSED, f"{name}: the engine is closed")
-            if not self.admits(market):
-                raise LaunchFailed(Refusal.NO_CAPACITY, f"{name}: market {market!r} has pods "
-                                   "the scheduler cannot place (Unschedulable)")
+            check_launch(name, command, self._closed, self.admits(market),
+                         f"market {market!r} has pods the scheduler cannot place "
+                         "(Unschedulable)")
             try:
                 self.api.create_namespaced_pod(self.namespace,
                                                self.pod(role, name, market, command, env))

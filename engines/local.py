@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import process
-from .port import EngineEvent, EventKind, Handle, LaunchFailed, Refusal
+from .port import EngineEvent, EventKind, Handle, LaunchFailed, Refusal, check_launch
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,8 @@ POLL_S = 0.1
 # trapped signal is reset at exec: the command itself gets the default action.
 # It also writes its pid to LOG.pid first: a master that died between asking for a launch and
 # recording the process's id lets the next one find it by name (`find`).
-WRAPPER = ('echo $$ > "$0.pid.$$.sh" && mv "$0.pid.$$.sh" "$0.pid"; trap : TERM INT HUP; "$@"; rc=$?; '
+WRAPPER = ('echo $$ > "$0.pid.$$.sh" && mv "$0.pid.$$.sh" "$0.pid"; '
+           'trap : TERM INT HUP; "$@"; rc=$?; '
            'echo $rc > "$0.$$.tmp" && mv "$0.$$.tmp" "$0.$$.exit"; exit $rc')
 
 
@@ -104,15 +105,10 @@ class LocalEngine:
     def launch(self, role: str, name: str, market: str, command: list[str],
                env: dict[str, str]) -> Handle:
         """Start `command` with `env` (the whole environment: see process.clean_env)."""
-        if not command:
-            raise LaunchFailed(Refusal.START_FAILED, f"{name}: the command is empty")
         with self._lock:
-            if self._closed:
-                raise LaunchFailed(Refusal.CLOSED, f"{name}: the engine is closed")
-            if not self.admits(market):
-                raise LaunchFailed(Refusal.NO_CAPACITY,
-                                   f"{name}: market {market!r} admits no more processes now "
-                                   f"(capacity {self._limit(market)})")
+            check_launch(name, command, self._closed, self.admits(market),
+                         f"market {market!r} admits no more processes now "
+                         f"(capacity {self._limit(market)})")
             log_path = self.workdir / f"{name}.log"
             try:
                 popen = process.spawn(["sh", "-c", WRAPPER, str(log_path), *command], log_path,

@@ -82,6 +82,18 @@ class LaunchFailed(Exception):
         self.reason = reason
 
 
+def check_launch(name: str, command: list[str], closed: bool, admits: bool, full: str) -> None:
+    """The refusals every engine makes before it starts anything, in this order: an empty
+    command, an engine that is closed, a market with no room (`full`: why, in the engine's
+    own terms). Called holding the engine's lock, so the room it saw is still there."""
+    if not command:
+        raise LaunchFailed(Refusal.START_FAILED, f"{name}: the command is empty")
+    if closed:
+        raise LaunchFailed(Refusal.CLOSED, f"{name}: the engine is closed")
+    if not admits:
+        raise LaunchFailed(Refusal.NO_CAPACITY, f"{name}: {full}")
+
+
 class Engine(Protocol):
     """What the master needs of an engine. Every method is safe to call from one thread at a
     time; `events()` returns each event once."""

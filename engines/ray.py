@@ -43,7 +43,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from . import process
-from .port import EngineEvent, EventKind, Handle, LaunchFailed, Refusal
+from .port import EngineEvent, EventKind, Handle, LaunchFailed, Refusal, check_launch
 
 log = logging.getLogger(__name__)
 
@@ -168,15 +168,9 @@ class RayEngine:
                env: dict[str, str]) -> Handle:
         """Start `command` with `env` (the whole environment, plus RAY_ADDRESS) in an actor on
         a node of `market`."""
-        if not command:
-            raise LaunchFailed(Refusal.START_FAILED, f"{name}: the command is empty")
         with self._lock:
-            if self._closed:
-                raise LaunchFailed(Refusal.CLOSED, f"{name}: the engine is closed")
-            if not self.admits(market):
-                raise LaunchFailed(Refusal.NO_CAPACITY,
-                                   f"{name}: no live node of market {market!r} has "
-                                   f"{self.num_cpus:g} CPU free")
+            check_launch(name, command, self._closed, self.admits(market),
+                         f"no live node of market {market!r} has {self.num_cpus:g} CPU free")
             log_path = self.workdir / f"{name}.log"
             options = dict(name=name, namespace=self.namespace, lifetime="detached",
                            max_restarts=0, max_task_retries=0, num_cpus=self.num_cpus)
