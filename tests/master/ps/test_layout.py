@@ -207,10 +207,12 @@ def test_an_empty_start_is_a_loss_only_where_the_index_held_state():
     assert event["cause"] == "empty"
     assert restores.windows([event]) == {1: [(0, 5_000)]}
     with pytest.raises(ServiceError):  # an empty start restored no snapshot
-        restores.check(master_pb2.RestoredCheckpoint(taken_ms=7, started_ms=9, empty=True))
+        restores.check(master_pb2.RestoredCheckpoint(taken_ms=7, started_ms=9, empty=True),
+                       10_000)
     with pytest.raises(ServiceError):  # bounded where accepted
         restores.check(master_pb2.RestoredCheckpoint(
-            taken_ms=1, started_ms=2, tensors=[f"t{i}" for i in range(restores.MAX_MARKS + 1)]))
+            taken_ms=1, started_ms=2, tensors=[f"t{i}" for i in range(restores.MAX_MARKS + 1)]),
+            10_000)
 
 
 def test_status_says_which_moves_wait_for_which_ps_and_why():
