@@ -210,20 +210,23 @@ class RayEngine:
         proc.actor.signal.remote(int(signal.SIGKILL))
 
     def admits(self, market: str) -> bool:
-        """Whether a live, undrained node of `market` has `num_cpus` free, counting the
-        launches of ours not yet placed against it."""
-        draining, available = self._draining(), self._available()
-        free = 0.0
+        """Whether the live, undrained nodes of `market` have `num_cpus` left once every
+        process of ours there (placed or not yet) holds its share. Counted against the nodes'
+        totals, not Ray's available resources: those lag a placement, so a launch not yet seen
+        placed was counted twice against them (and a second launch on a free node refused)."""
+        draining = self._draining()
+        total = 0.0
         for node in ray.nodes():
             if not node["Alive"] or node["NodeID"] in draining:
                 continue
             if not self._any_node and node.get("Labels", {}).get(self.market_label) != market:
                 continue
-            free += available.get(node["NodeID"], {}).get(CPU, 0.0)
+            total += node.get("Resources", {}).get(CPU, 0.0)
         with self._lock:
-            pending = sum(1 for p in self._procs.values()
-                          if not p.node_id and (self._any_node or p.handle.market == market))
-        return free - pending * self.num_cpus >= self.num_cpus
+            ours = sum(1 for p in self._procs.values()
+                       if (self._any_node or p.handle.market == market)
+                       and p.node_id not in draining)
+        return total - ours * self.num_cpus >= self.num_cpus
 
     def adopt(self, handle: Handle) -> bool:
         """Watch a process another engine (a master that died) started; True when its actor
@@ -358,9 +361,6 @@ class RayEngine:
         except Exception:  # noqa: BLE001 - the GCS is briefly unreachable: next round
             log.warning("ray engine: cannot read the draining nodes", exc_info=True)
             return {}
-
-    def _available(self) -> dict[str, dict[str, float]]:
-        return ray._private.state.available_resources_per_node()
 
     def _emit(self, kind: EventKind, handle: Handle, *, code: int | None = None,
               deadline_ms: int | None = None, detail: str = "") -> None:
