@@ -60,16 +60,20 @@ def main() -> None:
                         shard_size=a.shard_size, num_epochs=a.epochs, shuffle=True, seed=7,
                         max_shards=2, worker_name=a.name, ledger=ledger)
     prefetch = lambda batch: client.prefetch(batch % 50)  # noqa: E731
-    batches = (ds.loader(a.batch, num_workers=a.num_workers, prefetch=prefetch)
-               if a.num_workers else ds.batches(a.batch, prefetch=prefetch,
-                                                prefetch_ahead=a.max_inflight))
-    for batch in batches:
-        client.pull(full)
-        full["head"](full["emb"](batch % 50)).sum().backward()
-        time.sleep(a.step_s)
-        with lock:
-            steps.append((ledger.mark(), batch.tolist()))
-        client.push(full, wait=False)
+    loader = ds.loader(a.batch, num_workers=a.num_workers, prefetch=prefetch) \
+        if a.num_workers else None
+    # a DataLoader's pass ends at the tail of the job while other workers hold the rest (work
+    # may still come back from one that dies): passes go on until the master says END
+    while not ds.ended:
+        batches = loader if loader is not None else ds.batches(
+            a.batch, prefetch=prefetch, prefetch_ahead=a.max_inflight)
+        for batch in batches:
+            client.pull(full)
+            full["head"](full["emb"](batch % 50)).sum().backward()
+            time.sleep(a.step_s)
+            with lock:
+                steps.append((ledger.mark(), batch.tolist()))
+            client.push(full, wait=False)
     client.flush()
     ds.close()
     client.close()

@@ -161,6 +161,13 @@ class ElasticDataset(IterableDataset):
     def stats(self) -> dict[str, int]:
         return self.stream.stats()
 
+    @property
+    def ended(self) -> bool:
+        """The master answered END: every epoch is done, nothing more will come. A pass that
+        ends before this (a DataLoader's at the tail of the job: docs/worker_sdk.md) leaves
+        work for the next pass: loop `while not ds.ended`."""
+        return self.stream.ended
+
     def close(self, error: bool = False, reason: str | None = None) -> None:
         """Report what was trained and leave the master (see LeaseStream.close)."""
         self.stream.close(error=error, reason=reason)
