@@ -20,7 +20,7 @@ from pswire.optimizers import config_from_pb
 from pswire.tables import spec_from_pb
 from rpckit.errors import invalid
 
-from .. import moves
+from .. import move_wire, moves
 from ..ownership import WrongOwner
 from ..params import ParamStore
 from ..steps import StepParts
@@ -118,25 +118,18 @@ class Handlers:
         return [n for n in sorted(self.store.dense) if own.owned[own.tensor_slot(n)]]
 
     def _slot_export(self, req, frames) -> list:
-        import io
-
         state = moves.export(self.store, list(req.slot_export.slots),
                              req.slot_export.layout_version, req.slot_export.attempt,
                              req.slot_export.handover)
-        buf = io.BytesIO()
-        torch.save(state, buf)
         resp = ps_pb2.DataResponse(code=0, seq=req.seq)
         resp.slot_export.rows = sum(int(t["ids"].numel()) for t in state["tables"])
         resp.slot_export.tensors = len(state["dense"])
-        return [resp.SerializeToString(), buf.getbuffer()]
+        return [resp.SerializeToString(), move_wire.encode(state)]
 
     def _slot_import(self, req, frames) -> list:
-        import io
-
         if len(frames) != 1:
             raise invalid("a slot_import carries one frame (the export)")
-        raw = buffer_of(frames[0])
-        state = torch.load(io.BytesIO(bytes(raw)), weights_only=False)
+        state = move_wire.decode(buffer_of(frames[0]), self.store)  # refused before any change
         done = moves.install(self.store, state)
         resp = ps_pb2.DataResponse(code=0, seq=req.seq)
         resp.slot_import.rows, resp.slot_import.tensors = done["rows"], done["tensors"]
