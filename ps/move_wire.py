@@ -158,8 +158,8 @@ def _dense(row, cfg, own, mask) -> Dense:
 
 
 def _optim_state(sd, cfg: dict, value: torch.Tensor, name: str) -> None:
-    """A torch.optim state dict of one tensor as `cfg`'s optimizer makes it: the same
-    hyperparameters of the same types (load_state_dict takes them from the export), and state
+    """A torch.optim state dict of one tensor as `cfg`'s optimizer makes it: its very
+    hyperparameters (load_state_dict takes them from the export), and state
     tensors of the tensor's shape and dtype (a scalar step)."""
     what = f"tensor {name!r}'s optimizer state"
     _need(isinstance(sd, dict) and set(sd) == {"state", "param_groups"}, what)
@@ -168,7 +168,9 @@ def _optim_state(sd, cfg: dict, value: torch.Tensor, name: str) -> None:
     _need(isinstance(groups, list) and len(groups) == 1 and isinstance(groups[0], dict)
           and set(groups[0]) == set(fresh) and groups[0]["params"] == [0], f"{what}: groups")
     for k, v in groups[0].items():
-        _need(k == "params" or _like(v, fresh[k]), f"{what}: hyperparameter {k!r}")
+        # a dense optimizer's hyperparameters are the model's (nothing retunes them)
+        _need(k == "params" or _like(v, fresh[k]) and v == fresh[k],
+              f"{what}: hyperparameter {k!r} is not the optimizer's")
     state = sd["state"]
     _need(isinstance(state, dict) and set(state) <= {0}, f"{what}: state")
     _need(isinstance(state.get(0, {}), dict)

@@ -34,12 +34,6 @@ _PULL_METAS: dict[tuple, bytes] = {}
 MAX_PULL_METAS = 256
 
 
-class LocalHeader(bytes):
-    """The header of a request this PS makes to itself (a MoveSlots call's slot_import): the
-    only way, with a primary's replication, a slot_import is served (never from the network,
-    whose headers are plain bytes)."""
-
-
 class MovedAfterApplied(WrongOwner):
     """A retried mutation whose first try was applied here before its slots moved: answered
     WRONG_OWNER with the duplicate flag (nothing read; re-route only the reads)."""
@@ -69,7 +63,7 @@ class Handlers:
         if kind == "slot_export":
             return self._slot_export(req, frames)
         if kind == "slot_import":
-            if not isinstance(header, LocalHeader) and not replicated:
+            if not replicated:  # this PS's own import is `import_slots`, never a request
                 raise invalid("slot_import is sent by a PS to itself during a slot move")
             return self._slot_import(req, frames)
         if kind not in CLIENT_KINDS:
@@ -125,6 +119,11 @@ class Handlers:
         resp.slot_export.rows = sum(int(t["ids"].numel()) for t in state["tables"])
         resp.slot_export.tensors = len(state["dense"])
         return [resp.SerializeToString(), move_wire.encode(state)]
+
+    def import_slots(self, req, frames: list) -> list:
+        """Write a slot move's export (`frames`: its one frame) into this store: the new
+        owner's own call (ps/slot_calls.py), as a primary's backups replay it."""
+        return self._slot_import(req, frames)
 
     def _slot_import(self, req, frames) -> list:
         if len(frames) != 1:

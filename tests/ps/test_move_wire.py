@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from protos import ps_pb2
 from ps import checkpoint, move_wire, moves
-from ps.dataplane.handlers import Handlers, LocalHeader
+from ps.dataplane.handlers import Handlers
 from ps.ownership import Ownership
 from ps.params import ParamStore
 from ps.slot_calls import SlotCalls
@@ -76,7 +76,7 @@ def _refused(dst: ParamStore, frame) -> None:
     before = fingerprint(dst)
     req = ps_pb2.DataRequest(slot_import=ps_pb2.SlotMove(slots=MOVED))
     try:
-        Handlers(dst).handle("slot_import", req, [frame], LocalHeader(req.SerializeToString()))
+        Handlers(dst).import_slots(req, [frame])
     except ServiceError as exc:
         assert exc.code in ("INVALID_ARGUMENT", "FAILED_PRECONDITION"), exc
         assert fingerprint(dst) == before
@@ -218,8 +218,7 @@ def test_a_changed_field_installs_whole_or_is_refused_and_changes_nothing(path, 
     before = fingerprint(dst)
     req = ps_pb2.DataRequest(slot_import=ps_pb2.SlotMove(slots=MOVED))
     try:
-        Handlers(dst).handle("slot_import", req, [_raw(state)],
-                             LocalHeader(req.SerializeToString()))
+        Handlers(dst).import_slots(req, [_raw(state)])
     except ServiceError as exc:
         assert exc.code in ("INVALID_ARGUMENT", "FAILED_PRECONDITION"), exc
         assert fingerprint(dst) == before

@@ -12,7 +12,7 @@ import torch
 
 from protos import ps_pb2
 from ps import move_wire, moves
-from ps.dataplane.handlers import Handlers, LocalHeader
+from ps.dataplane.handlers import Handlers
 from ps.gate import Gate
 from ps.ownership import Ownership
 from ps.params import ParamStore
@@ -192,8 +192,11 @@ def test_slot_import_is_refused_from_the_network():
     req = ps_pb2.DataRequest(slot_import=ps_pb2.SlotMove(slots=[1]))
     with pytest.raises(ServiceError, match="slot move"):
         Handlers(dst).handle("slot_import", req, [b"x"], req.SerializeToString())
-    with pytest.raises(Exception):  # local: it is read (and this frame is not an export)
-        Handlers(dst).handle("slot_import", req, [b"x"], LocalHeader(req.SerializeToString()))
+    with pytest.raises(ServiceError, match="slot move"):  # whatever header it carries
+        Handlers(dst).handle("slot_import", req, [b"x"], b"")
+    with pytest.raises(ServiceError) as err:  # the named local call reads it: not an export
+        Handlers(dst).import_slots(req, [b"x"])
+    assert err.value.code == "INVALID_ARGUMENT"
 
 
 def test_a_whole_pull_answers_only_owned_tensors_and_init_checks_slots():
