@@ -140,6 +140,8 @@ def read(f, size: int) -> dict:
         skeleton = torch.load(io.BytesIO(take(length)), weights_only=True)
         metas = [(_DTYPES[dtype], tuple(int(d) for d in shape))
                  for dtype, shape in skeleton["tensors"]]
+        if any(d < 0 for _, shape in metas for d in shape):
+            raise CorruptCheckpoint("a tensor of negative shape")
     except CorruptCheckpoint:
         raise
     except Exception as exc:  # noqa: BLE001 - any failure to read it means unusable

@@ -99,7 +99,9 @@ def export(store, slots, version: int, attempt: int = 0, handover: bool = True) 
 def install(store, state: dict) -> dict:
     """Write an export into this store without owning its slots yet: step 2 above. A store
     never initialized takes the model's declaration from it; one holding another model is
-    refused MODEL_MISMATCH. Returns {rows, tensors}."""
+    refused MODEL_MISMATCH. An export from the network is checked whole first
+    (ps.move_wire.decode), so a refusal here comes before anything changes. Returns
+    {rows, tensors}."""
     own = store.ownership
     slots = np.asarray(state["slots"], dtype=np.int64)
     with store.gate.exclusive():
@@ -115,23 +117,23 @@ def install(store, state: dict) -> dict:
             raise precondition(Reason.MODEL_MISMATCH, f"PS {store.index} holds another "
                                f"optimizer ({store.optimizer_cfg}) than the moved slots' "
                                f"({state['optimizer']})")
-        for row in state["tables"]:
-            spec = TableSpec(**row["spec"])
+        specs = [TableSpec(**row["spec"]) for row in state["tables"]]
+        for spec in specs:  # every table checked before any is created
             table = store.tables.get(spec.name)
-            if table is None:
-                store.tables[spec.name] = table = Table(
-                    spec, RowOptimizer.from_config(row["optimizer"]),
-                    row_cap=own.row_share(spec.max_rows))
+            # bounds (RETUNABLE) may differ for a moment while a retune reaches every PS:
+            # the rows mean the same, and this PS keeps the bounds it was given
+            changes = [] if table is None else [
+                c for c in spec_changes(table.spec, spec) if c[0] not in RETUNABLE]
+            if changes:
+                field, held, moved = changes[0]
+                raise precondition(Reason.MODEL_MISMATCH, f"table {spec.name!r} differs: "
+                                   f"{field} {held!r} on PS {store.index}, {moved!r} in "
+                                   "the move")
+        for spec, row in zip(specs, state["tables"]):
+            if spec.name not in store.tables:
+                store.tables[spec.name] = Table(spec, RowOptimizer.from_config(row["optimizer"]),
+                                                row_cap=own.row_share(spec.max_rows))
                 store.table_cfgs[spec.name] = dict(row["optimizer"])
-            else:
-                # bounds (RETUNABLE) may differ for a moment while a retune reaches every PS:
-                # the rows mean the same, and this PS keeps the bounds it was given
-                changes = [c for c in spec_changes(table.spec, spec) if c[0] not in RETUNABLE]
-                if changes:
-                    field, held, moved = changes[0]
-                    raise precondition(Reason.MODEL_MISMATCH, f"table {spec.name!r} differs: "
-                                       f"{field} {held!r} on PS {store.index}, {moved!r} in "
-                                       "the move")
         rows = 0
         for row in state["tables"]:
             table = store.tables[row["spec"]["name"]]
@@ -140,6 +142,9 @@ def install(store, state: dict) -> dict:
             files.import_rows(table, row)
             rows += int(row["ids"].numel())
         for row in state["dense"]:
+            if isinstance(row, Dense):  # built and checked by ps.move_wire.decode
+                store.dense[row.name] = row
+                continue
             value = row["value"].contiguous()
             store.dense[row["name"]] = Dense(
                 row["name"], value, restore_dense(store.optimizer_cfg, value, row["optim"]),

@@ -28,7 +28,6 @@ from pswire.slots import decode_ranges
 from rpckit.errors import Reason, ServiceError, invalid, unavailable
 
 from . import moves
-from .dataplane.handlers import LocalHeader
 from .ownership import ranges_mask
 
 log = logging.getLogger(__name__)
@@ -57,9 +56,10 @@ class SlotCalls:
                  warm: threading.Event | None = None,
                  durable: Callable[[], object] | None = None):
         """chain: what serves this PS's data-plane requests after auth (a
-        ps.replication.ReplicaNode, or the Handlers of a standalone PS): the slot_import
-        goes through it as a client's mutation would. warm: set once the PS loaded its
-        compiled loops and torch's optimizers (ps/__main__.py's warm-up, after it listens);
+        ps.replication.ReplicaNode, or the Handlers of a standalone PS): its `import_slots`
+        writes the export through the replication order as a client's mutation would.
+        warm: set once the PS loaded its compiled loops and torch's optimizers
+        (ps/__main__.py's warm-up, after it listens);
         an IMPORT waits for it before it asks the owner for anything, so that loading never
         falls inside a hand-over, while the old owner's slots are frozen. durable: writes this
         PS's checkpoint (a delta when it can), called after each write of a move unless an
@@ -171,12 +171,11 @@ class SlotCalls:
     def _write(self, req: ps_pb2.MoveSlotsRequest, frame) -> ps_pb2.SlotMoveResult:
         put = ps_pb2.DataRequest(token=self.token, slot_import=ps_pb2.SlotMove(
             slots=req.slots, layout_version=req.layout_version, attempt=req.attempt))
-        header = LocalHeader(put.SerializeToString())
         with self._lock:
             if any(self._newest.get(slot, 0) > req.attempt for slot in req.slots):
                 raise ServiceError("ABORTED", Reason.MOVE_ABORTED, f"a newer attempt at "
                                    f"these slots began here: attempt {req.attempt} is late")
-            reply = self.chain.handle("slot_import", put, [frame], header)
+            reply = self.chain.import_slots(put, [frame])
         done = ps_pb2.DataResponse.FromString(bytes(reply[0]))
         if done.code != 0:
             raise refusal(done, "writing the moved slots here: ")

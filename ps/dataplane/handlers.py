@@ -20,7 +20,7 @@ from pswire.optimizers import config_from_pb
 from pswire.tables import spec_from_pb
 from rpckit.errors import invalid
 
-from .. import moves
+from .. import move_wire, moves
 from ..ownership import WrongOwner
 from ..params import ParamStore
 from ..steps import StepParts
@@ -32,12 +32,6 @@ CLIENT_KINDS = frozenset({"init_parameters", "pull", "push", "pull_rows", "push_
 # few sets every step; the bound only keeps odd clients from growing it
 _PULL_METAS: dict[tuple, bytes] = {}
 MAX_PULL_METAS = 256
-
-
-class LocalHeader(bytes):
-    """The header of a request this PS makes to itself (a MoveSlots call's slot_import): the
-    only way, with a primary's replication, a slot_import is served (never from the network,
-    whose headers are plain bytes)."""
 
 
 class MovedAfterApplied(WrongOwner):
@@ -69,7 +63,7 @@ class Handlers:
         if kind == "slot_export":
             return self._slot_export(req, frames)
         if kind == "slot_import":
-            if not isinstance(header, LocalHeader) and not replicated:
+            if not replicated:  # this PS's own import is `import_slots`, never a request
                 raise invalid("slot_import is sent by a PS to itself during a slot move")
             return self._slot_import(req, frames)
         if kind not in CLIENT_KINDS:
@@ -118,25 +112,23 @@ class Handlers:
         return [n for n in sorted(self.store.dense) if own.owned[own.tensor_slot(n)]]
 
     def _slot_export(self, req, frames) -> list:
-        import io
-
         state = moves.export(self.store, list(req.slot_export.slots),
                              req.slot_export.layout_version, req.slot_export.attempt,
                              req.slot_export.handover)
-        buf = io.BytesIO()
-        torch.save(state, buf)
         resp = ps_pb2.DataResponse(code=0, seq=req.seq)
         resp.slot_export.rows = sum(int(t["ids"].numel()) for t in state["tables"])
         resp.slot_export.tensors = len(state["dense"])
-        return [resp.SerializeToString(), buf.getbuffer()]
+        return [resp.SerializeToString(), move_wire.encode(state)]
+
+    def import_slots(self, req, frames: list) -> list:
+        """Write a slot move's export (`frames`: its one frame) into this store: the new
+        owner's own call (ps/slot_calls.py), as a primary's backups replay it."""
+        return self._slot_import(req, frames)
 
     def _slot_import(self, req, frames) -> list:
-        import io
-
         if len(frames) != 1:
             raise invalid("a slot_import carries one frame (the export)")
-        raw = buffer_of(frames[0])
-        state = torch.load(io.BytesIO(bytes(raw)), weights_only=False)
+        state = move_wire.decode(buffer_of(frames[0]), self.store)  # refused before any change
         done = moves.install(self.store, state)
         resp = ps_pb2.DataResponse(code=0, seq=req.seq)
         resp.slot_import.rows, resp.slot_import.tensors = done["rows"], done["tensors"]

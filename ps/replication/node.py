@@ -104,9 +104,7 @@ class ReplicaNode:
             if role != Role.BACKUP or backup is None:
                 raise fenced(f"PS {self.store.index} is {role.value}, not a backup")
             return backup.on_replicate(req, frames)
-        if role != Role.PRIMARY or primary is None:
-            raise fenced(f"PS {self.store.index} is {role.value} (generation "
-                         f"{self.generation}), not the primary: ask the master (ListPS)")
+        self._primary_only(role, primary)
         if req.generation > self.generation:
             raise fenced(f"PS {self.store.index} is at generation {self.generation}, the "
                          f"request names {req.generation}: this PS was deposed")
@@ -119,6 +117,22 @@ class ReplicaNode:
                                   lambda: self.handlers.handle(kind, req, frames, header),
                                   reads_change)
         return self.handlers.handle(kind, req, frames, header)
+
+    def import_slots(self, req: ps_pb2.DataRequest, frames: list) -> list:
+        """A slot move's export written here (ps/slot_calls.py: this PS's own call, never a
+        request off the network), through the replication order so the backups hold it too
+        (they replay it as a `slot_import`)."""
+        role, primary = self.role, self.primary
+        self._primary_only(role, primary)
+        if self.replicas > 0:
+            return primary.mutate(req, req.SerializeToString(), frames,
+                                  lambda: self.handlers.import_slots(req, frames))
+        return self.handlers.import_slots(req, frames)
+
+    def _primary_only(self, role, primary) -> None:
+        if role != Role.PRIMARY or primary is None:
+            raise fenced(f"PS {self.store.index} is {role.value} (generation "
+                         f"{self.generation}), not the primary: ask the master (ListPS)")
 
     def _follow(self, primary: Primary, req: ps_pb2.DataRequest) -> list:
         if self.replicas == 0:

@@ -4,7 +4,6 @@ writes without serving, the layout hands over, abort rolls back; WRONG_OWNER, SL
 a retried mutation after its slots moved."""
 from __future__ import annotations
 
-import io
 import threading
 
 import numpy as np
@@ -12,8 +11,8 @@ import pytest
 import torch
 
 from protos import ps_pb2
-from ps import moves
-from ps.dataplane.handlers import Handlers, LocalHeader
+from ps import move_wire, moves
+from ps.dataplane.handlers import Handlers
 from ps.gate import Gate
 from ps.ownership import Ownership
 from ps.params import ParamStore
@@ -54,18 +53,17 @@ def _push_all(s: ParamStore, seq: int, ids: torch.Tensor) -> None:
     s.push("c", seq + 1, [(n, -torch.ones(3)) for n in NAMES], [0] * len(NAMES))
 
 
-def _shipped(state: dict) -> dict:
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    return torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+def _shipped(state: dict, dst: ParamStore) -> dict:
+    """An export as the new owner reads it off the wire (ps/move_wire.py)."""
+    return move_wire.decode(move_wire.encode(state), dst)
 
 
 def _move(src: ParamStore, dst: ParamStore, slots: np.ndarray, version: int,
           between=lambda: None) -> dict:
     """The copy (slots serving), `between` (writes meanwhile), the hand-over, the layout."""
-    done = moves.install(dst, _shipped(moves.export(src, slots, version, 7, handover=False)))
+    done = moves.install(dst, _shipped(moves.export(src, slots, version, 7, handover=False), dst))
     between()
-    moves.install(dst, _shipped(moves.export(src, slots, version, 7)))
+    moves.install(dst, _shipped(moves.export(src, slots, version, 7), dst))
     owned_src, owned_dst = src.ownership.owned.copy(), dst.ownership.owned.copy()
     owned_src[slots], owned_dst[slots] = False, True
     moves.apply_layout(dst, owned_dst, version)
@@ -194,8 +192,11 @@ def test_slot_import_is_refused_from_the_network():
     req = ps_pb2.DataRequest(slot_import=ps_pb2.SlotMove(slots=[1]))
     with pytest.raises(ServiceError, match="slot move"):
         Handlers(dst).handle("slot_import", req, [b"x"], req.SerializeToString())
-    with pytest.raises(Exception):  # local: it is read (and this frame is not an export)
-        Handlers(dst).handle("slot_import", req, [b"x"], LocalHeader(req.SerializeToString()))
+    with pytest.raises(ServiceError, match="slot move"):  # whatever header it carries
+        Handlers(dst).handle("slot_import", req, [b"x"], b"")
+    with pytest.raises(ServiceError) as err:  # the named local call reads it: not an export
+        Handlers(dst).import_slots(req, [b"x"])
+    assert err.value.code == "INVALID_ARGUMENT"
 
 
 def test_a_whole_pull_answers_only_owned_tensors_and_init_checks_slots():
@@ -242,7 +243,7 @@ def test_a_move_into_a_table_that_must_grow_marks_its_rows_changed():
     dst = _store(1, np.zeros(SLOTS, bool))  # a small table: the install grows it
     _push_all(src, 1, torch.arange(5000))
     slots = np.arange(SLOTS)
-    moves.install(dst, _shipped(moves.export(src, slots, 2, 3, handover=False)))
+    moves.install(dst, _shipped(moves.export(src, slots, 2, 3, handover=False), dst))
     table = dst.tables["e"]
     assert len(table) == 5000 and table.dirty[: table.high].sum() == 5000
 
@@ -280,8 +281,8 @@ def test_a_move_written_here_survives_a_restart_until_the_layout_settles_it(tmp_
     ids = torch.arange(200)
     _push_all(src, 1, ids[torch.from_numpy(half[row_slot(ids.numpy(), SLOTS)])])
     slots = np.arange(4)
-    moves.install(dst, _shipped(moves.export(src, slots, 2, 7, handover=False)))
-    moves.install(dst, _shipped(moves.export(src, slots, 2, 7)))
+    moves.install(dst, _shipped(moves.export(src, slots, 2, 7, handover=False), dst))
+    moves.install(dst, _shipped(moves.export(src, slots, 2, 7), dst))
     wanted = {i: r for i, r in src.tables["e"].rows().items()
               if row_slot(np.array([i]), SLOTS)[0] < 4}
     assert wanted and dst.ownership.incoming[slots].all()
