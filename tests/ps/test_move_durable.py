@@ -15,7 +15,7 @@ import torch
 
 from protos import master_pb2 as pb
 from protos import ps_pb2, ps_pb2_grpc
-from ps.slot_calls import KILL_ENV
+from ps.slot_calls import KILL_ENV, PAUSE_ENV
 from tests.ps.test_resize_exact import (NAMES, ROWS, Pusher, _events, _resize, _settled,
                                         _start, _until)
 from worker_sdk.ps.data_client import DataClient
@@ -83,8 +83,12 @@ def test_the_new_owner_killed_after_the_commit_with_a_backup_keeps_what_existed(
     pusher.wait_for(10)
     before = pusher.answered
     _resize(master, 3)
+    # the pause (between the old owner's export and its write here, each batch) gives the
+    # backup started next the time to attach and sync before the first commit: the case under
+    # test is a move held by an in-sync backup. Without it a slow backup start let the move
+    # fall back to this PS's checkpoint, which nothing here restores.
     added = launcher.ps(master.address, index=2, num_ps=0, checkpoint_dir="ps2",
-                        env={KILL_ENV: "commit"})
+                        env={KILL_ENV: "commit", PAUSE_ENV: "8"})
     backup = launcher.ps(master.address, index=2, num_ps=0, checkpoint_dir="b2")
     assert added.wait(120) == -9, added.output(tail=3000)
     _until(lambda: _settled(master, 3), timeout=120, why="grow to 3 after the failover")
