@@ -109,7 +109,8 @@ def comparable(status: pb.GetStatusResponse) -> bytes:
     return status.SerializeToString(deterministic=True)
 
 
-TICK_KINDS = {"worker_lost", "lease_requeued", "epoch_finished", "ps_lost"}
+TICK_KINDS = {"worker_lost", "lease_requeued", "epoch_finished", "ps_lost",
+              "ps_resize_waiting"}  # the mover says on its tick what a resize waits for
 
 
 @pytest.mark.slow

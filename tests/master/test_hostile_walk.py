@@ -22,7 +22,8 @@ from tests.rpckit.hostile import variants
 pytestmark = pytest.mark.slow
 
 BUGS = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
-TICK_KINDS = {"worker_lost", "lease_requeued", "epoch_finished", "ps_lost", "ps_backup_lost"}
+TICK_KINDS = {"worker_lost", "lease_requeued", "epoch_finished", "ps_lost", "ps_backup_lost",
+              "ps_resize_waiting"}  # the mover says on its tick what a resize waits for
 PROGRESS = pb.ShardReport.PROGRESS
 # the field a call uses up: each variant gets a fresh one (a worker that leaves, a dataset
 # that is dropped), unless that field is the hostile one
