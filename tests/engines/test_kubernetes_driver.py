@@ -47,16 +47,9 @@ class Clock:
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     server = FakeApiServer()
-    for resource in ("v1/pods", "apps/v1/deployments"):
-        server.emulator.resources[resource] = __import__("kmock").ResourceInfo()
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod: kubeconfig
     monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(tmp_path / "kubeconfig")))
-    client.AppsV1Api(server.api_client()).create_namespaced_deployment(NS, {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "j-master", "namespace": NS, "uid": "uid-j-master"},
-        "spec": {"selector": {"matchLabels": {"a": "b"}},
-                 "template": {"metadata": {"labels": {"a": "b"}},
-                              "spec": {"containers": [{"name": "m", "image": "x"}]}}}})
+    server.master_deployment(NS, "j-master", "uid-j-master")
     yield server
     server.close()
 
