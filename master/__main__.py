@@ -8,6 +8,10 @@ over. A leader that loses its lease (it was frozen past it, or could not reach t
 to renew it) exits with status 4 and never writes again: restarted, it comes back as a
 standby. On SIGTERM a leader finishes its calls, commits, and frees the lease, so a standby
 takes over at its next look (0.1 s) instead of after a whole lease.
+
+`run` builds the parts from the settings in order: `listen` (the ports: a start that cannot
+listen leaves no database behind), `open_store` (the database, upgraded and checked), then a
+`Master` that campaigns, serves and closes; `Leading` is what it runs for each term it wins.
 """
 from __future__ import annotations
 
@@ -213,6 +217,11 @@ class Master:
         self.servicer = MasterServicer(None, None, None)  # core and committer come with the lease
         self.election: Election | None = None
         self.gate = LeaderGate(SERVICE, leading=self.serving, leader=self.leader)
+        # set by `prepare`, once the ports are bound and the database is open
+        self.listening: Listening | None = None
+        self.store: Store | None = None
+        self.address = ""
+        self.lease: LeaderLease | None = None
 
     def serving(self) -> bool:
         return self.ready.is_set() and self.election.serving
