@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 from typing import Protocol
 
 
-class Role(str, enum.Enum):
+class ProcessKind(str, enum.Enum):
+    """What a launched process is (`Handle.role`, a Decision's role, a Pod's role label)."""
+
     MASTER = "master"
     PS = "ps"
     WORKER = "worker"

@@ -8,6 +8,10 @@ over. A leader that loses its lease (it was frozen past it, or could not reach t
 to renew it) exits with status 4 and never writes again: restarted, it comes back as a
 standby. On SIGTERM a leader finishes its calls, commits, and frees the lease, so a standby
 takes over at its next look (0.1 s) instead of after a whole lease.
+
+`run` builds the parts from the settings in order: `listen` (the ports: a start that cannot
+listen leaves no database behind), `open_store` (the database, upgraded and checked), then a
+`Master` that campaigns, serves and closes; `Leading` is what it runs for each term it wins.
 """
 from __future__ import annotations
 
@@ -18,8 +22,11 @@ import socket
 import sys
 import threading
 import uuid
+from dataclasses import dataclass
 
+import grpc
 from grpc_health.v1 import health_pb2
+from grpc_health.v1.health import HealthServicer
 
 from rpckit import auth
 from rpckit import server as rpc_server
@@ -30,7 +37,7 @@ from . import metrics as master_metrics
 from .core import MasterCore, Settings
 from .ha.election import Deposed, Election
 from .ha.gate import LeaderGate
-from .ha.leader import LeaderLease
+from .ha.leader import LeaderLease, Leadership
 from .persistence.committer import Committer
 from .persistence.store import Store, StoreError
 from .ps.layout import SlotsMismatch
@@ -123,134 +130,227 @@ def _job_metrics(settings: MasterSettings, metrics: Metrics, leading) -> None:
             lambda: getattr(leading(), "driver", None)))
 
 
-def run(settings: MasterSettings) -> int:
-    stop = threading.Event()
-    exit_code = [0]
-    leading: list[Leading] = []
-    ready = threading.Event()  # the core is loaded and serving
-    servicer = MasterServicer(None, None, None)  # core and committer come with the lease
-    election: Election | None = None
+class StartRefused(Exception):
+    """A start that cannot go on: elastic-master prints the message and exits 1."""
 
-    def leader() -> str:
-        return election.leader_address if election is not None else ""
 
-    gate = LeaderGate(SERVICE, leading=lambda: ready.is_set() and election.serving,
-                      leader=leader)
-    # Ports first, the database after: a start that cannot listen leaves no database behind.
+@dataclass
+class Listening:
+    """The bound ports: gRPC (not started yet) and, with --metrics-port, the metrics page."""
+    server: grpc.Server
+    port: int
+    health: HealthServicer
+    metrics: Metrics | None
+    metrics_port: int
+
+    def set_health(self, status) -> None:
+        for name in ("", SERVICE):
+            self.health.set(name, status)
+
+    def close(self) -> None:
+        self.server.stop(None)
+        if self.metrics:
+            self.metrics.close()
+
+
+def _interceptors(settings: MasterSettings, metrics: Metrics | None, gate) -> list:
+    # latency first (refused calls are timed too); then the token: an unauthenticated caller
+    # learns nothing, not even the leader
+    return [*([RpcLatency(metrics)] if metrics else []),
+            *auth.server_interceptors(auth.read_token(settings.auth_token,
+                                                      settings.auth_token_file)),
+            gate]
+
+
+def listen(settings: MasterSettings, servicer: MasterServicer, gate) -> Listening:
+    """Bind the metrics and gRPC ports, every service NOT_SERVING until the state is loaded.
+    Ports come before the database: a start that cannot listen leaves no database behind."""
     metrics = Metrics() if settings.metrics_port >= 0 else None
     try:
         metrics_port = metrics.serve(settings.host, settings.metrics_port) if metrics else 0
         server, port, health = rpc_server.build_server(
-            settings.host, settings.port, settings.threads,
-            [(register, servicer)], [SERVICE],
+            settings.host, settings.port, settings.threads, [(register, servicer)], [SERVICE],
             credentials=auth.server_credentials(settings.tls_cert, settings.tls_key),
-            # latency first (refused calls are timed too); then the token: an
-            # unauthenticated caller learns nothing, not even the leader
-            interceptors=[*([RpcLatency(metrics)] if metrics else []),
-                          *auth.server_interceptors(
-                              auth.read_token(settings.auth_token, settings.auth_token_file)),
-                          gate],
-        )
+            interceptors=_interceptors(settings, metrics, gate))
     except (PortInUse, MetricsPortInUse, auth.SecurityConfigError) as exc:
-        print(f"elastic-master: {exc}", file=sys.stderr)
         if metrics:
             metrics.close()
-        return 1
+        raise StartRefused(str(exc)) from None
+    listening = Listening(server, port, health, metrics, metrics_port)
+    listening.set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+    return listening
+
+
+def _check_slots(settings: MasterSettings, store: Store) -> None:
+    stored = store.ps_slots()
+    if stored and stored != settings.ps_slots:  # fixed for the job: refuse before leading
+        raise SlotsMismatch(
+            f"--ps-slots {settings.ps_slots} but the job on this --db has a PS layout of "
+            f"{stored} slots: the slot count is fixed for a job, since rows and tensors "
+            f"are placed by slot. Start the master with --ps-slots {stored}, or give a new "
+            "job a new --db")
+
+
+def open_store(settings: MasterSettings) -> Store:
+    """The database, upgraded to the current schema and checked against --ps-slots."""
     try:
         store = Store(settings.db)
         store.upgrade()
-        stored = store.ps_slots()
-        if stored and stored != settings.ps_slots:  # fixed for the job: refuse before leading
-            raise SlotsMismatch(
-                f"--ps-slots {settings.ps_slots} but the job on this --db has a PS layout of "
-                f"{stored} slots: the slot count is fixed for a job, since rows and tensors "
-                f"are placed by slot. Start the master with --ps-slots {stored}, or give a new "
-                "job a new --db")
+        _check_slots(settings, store)
     except Exception as exc:  # noqa: BLE001 - unreachable, a broken schema, gone away
         why = exc if isinstance(exc, (StoreError, SlotsMismatch)) else \
             f"cannot prepare the database: {exc}"
-        print(f"elastic-master: {why}", file=sys.stderr)
-        server.stop(None)
-        if metrics:
-            metrics.close()
-        return 1
-    servicer.store = store
-    for name in ("", SERVICE):
-        health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    address = _advertised(settings, port)
+        raise StartRefused(str(why)) from None
+    return store
 
-    def fail(code: int, why: str) -> None:
-        if not exit_code[0]:
-            exit_code[0] = code
+
+class Master:
+    """One master process: it listens at once, campaigns for the leader lease, leads (a
+    Leading per term won) or stands by, and stops on a signal or when it must (`fail`)."""
+
+    def __init__(self, settings: MasterSettings):
+        self.settings = settings
+        self.stop = threading.Event()
+        self.ready = threading.Event()  # the core is loaded and serving
+        self.exit_code = 0
+        self.leading: list[Leading] = []
+        self.servicer = MasterServicer(None, None, None)  # core and committer come with the lease
+        self.election: Election | None = None
+        self.gate = LeaderGate(SERVICE, leading=self.serving, leader=self.leader)
+        # set by `prepare`, once the ports are bound and the database is open
+        self.listening: Listening | None = None
+        self.store: Store | None = None
+        self.address = ""
+        self.lease: LeaderLease | None = None
+
+    def serving(self) -> bool:
+        return self.ready.is_set() and self.election.serving
+
+    def leader(self) -> str:
+        return self.election.leader_address if self.election is not None else ""
+
+    def fail(self, code: int, why: str) -> None:
+        if not self.exit_code:
+            self.exit_code = code
             log.critical("stopping: %s", why)
-        ready.clear()
-        stop.set()
+        self.ready.clear()
+        self.stop.set()
 
-    def on_fatal(exc: BaseException) -> None:
+    def _on_fatal(self, exc: BaseException) -> None:
         if isinstance(exc, Deposed):
-            fail(EXIT_DEPOSED, str(exc))
+            self.fail(EXIT_DEPOSED, str(exc))
         else:
-            fail(3, f"commit failed: {exc}")
+            self.fail(3, f"commit failed: {exc}")
 
-    def on_elected(term: int) -> None:
+    def _on_elected(self, term: int) -> None:
         try:
-            leading.append(Leading(settings, store, servicer, election, stop, on_fatal,
-                                   address))
+            self.leading.append(Leading(self.settings, self.store, self.servicer,
+                                        self.election, self.stop, self._on_fatal,
+                                        self.address))
         except Exception as exc:  # noqa: BLE001 - cannot lead: let a standby do it
-            fail(3, f"cannot load the state as the new leader: {exc}")
+            self.fail(3, f"cannot load the state as the new leader: {exc}")
             return
-        ready.set()
-        for name in ("", SERVICE):
-            health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        announce(f"elastic-master leading (term {term}) at {address}")
+        self.ready.set()
+        self.listening.set_health(health_pb2.HealthCheckResponse.SERVING)
+        announce(f"elastic-master leading (term {term}) at {self.address}")
 
-    lease = LeaderLease(f"{address}/{os.getpid()}/{uuid.uuid4().hex[:8]}", address,
-                        settings.leader_lease_s)
-    if metrics:
+    def prepare(self, listening: Listening, store: Store) -> None:
+        """The lease this process campaigns with, its election and its metrics."""
+        self.listening, self.store = listening, store
+        self.servicer.store = store
+        self.address = _advertised(self.settings, listening.port)
+        self.lease = LeaderLease(f"{self.address}/{os.getpid()}/{uuid.uuid4().hex[:8]}",
+                                 self.address, self.settings.leader_lease_s)
+        if listening.metrics:
+            self._install_metrics(listening.metrics)
+        self.election = Election(
+            store.engine, self.lease, self._on_elected,
+            lambda why: self.fail(EXIT_DEPOSED, f"{why}; restart as standby"))
+
+    def _install_metrics(self, metrics: Metrics) -> None:
+        ready, servicer, lease = self.ready, self.servicer, self.lease
         master_metrics.install(
-            metrics, store,
+            metrics, self.store,
             serving=lambda: ((servicer.core, servicer.committer) if ready.is_set()
                              else (None, None)),
-            leader=lambda: (lease.role.value == "leader" and ready.is_set(), lease.term))
-        _job_metrics(settings, metrics,
-                     lambda: leading[-1] if ready.is_set() and leading else None)
-    election = Election(store.engine, lease,
-                        on_elected, lambda why: fail(EXIT_DEPOSED, f"{why}; restart as standby"))
-    server.start()
-    try:
-        election.step()  # a free lease, or our own seat: lead before telling anyone we listen
-    except Exception as exc:  # noqa: BLE001 - the election thread tries again
-        log.warning("leader lease: %s", exc)
-    if lease.role.value == "leader":
-        ready.wait(START_LEADING_S)
+            leader=lambda: (lease.role is Leadership.LEADER and ready.is_set(), lease.term))
+        _job_metrics(self.settings, metrics,
+                     lambda: self.leading[-1] if ready.is_set() and self.leading else None)
+
+    def start(self) -> None:
+        """Serve, and lead at once when the lease is free or our own seat: a leader is
+        loaded before the start line says it listens."""
+        self.listening.server.start()
+        try:
+            self.election.step()
+        except Exception as exc:  # noqa: BLE001 - the election thread tries again
+            log.warning("leader lease: %s", exc)
+        if self.lease.role is Leadership.LEADER:
+            self.ready.wait(START_LEADING_S)
+
+    def serve(self) -> None:
+        """Campaign (or renew) in the background until SIGTERM, SIGINT or `fail`."""
+        threading.Thread(target=self.election.run, args=(self.stop,), name="election",
+                         daemon=True).start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop.set())
+        self.stop.wait()
+
+    def started_line(self) -> str:
+        s, net = self.settings, self.listening
+        role = "leader" if self.ready.is_set() else \
+            f"standby (leader: {self.leader() or 'none yet'})"
+        shown = f", metrics on http://{s.host}:{net.metrics_port}/metrics" if net.metrics else ""
+        return (f"elastic-master listening on {s.host}:{net.port} (pid {os.getpid()}) as "
+                f"{role}{shown}")
+
+    def close(self) -> int:
+        """Stop serving, close every term's parts, free the lease after a clean stop (a
+        standby then takes over at once), and return the exit status."""
+        log.info("stopping")
+        self.listening.health.enter_graceful_shutdown()
+        self.listening.server.stop(grace=2).wait()
+        self.ready.clear()
+        for part in self.leading:
+            part.close()
+        if not self.exit_code and all(p.committer.fatal is None for p in self.leading):
+            try:
+                self.election.release()
+            except Exception as exc:  # noqa: BLE001 - a standby takes over after the lease
+                log.warning("could not free the leader lease: %s", exc)
+        self.store.close()
+        if self.listening.metrics:
+            self.listening.metrics.close()
+        return self.exit_code
+
+
+def _log_settings(settings: MasterSettings, port: int) -> None:
     log.info("settings: %s", settings.describe())
     if settings.port == 0:
         log.warning("--port 0: listening on port %d for this run only; restarted, the master "
                     "gets another port and its workers and PS cannot find it: give a fixed "
                     "--port to a job that must survive a restart (docs/operations.md)", port)
-    role = "leader" if ready.is_set() else f"standby (leader: {leader() or 'none yet'})"
-    shown = f", metrics on http://{settings.host}:{metrics_port}/metrics" if metrics else ""
-    announce(f"elastic-master listening on {settings.host}:{port} (pid {os.getpid()}) as "
-             f"{role}{shown}")
-    threading.Thread(target=election.run, args=(stop,), name="election", daemon=True).start()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-    log.info("stopping")
-    health.enter_graceful_shutdown()
-    server.stop(grace=2).wait()
-    ready.clear()
-    for part in leading:
-        part.close()
-    if not exit_code[0] and all(p.committer.fatal is None for p in leading):
-        try:
-            election.release()
-        except Exception as exc:  # noqa: BLE001 - a standby takes over after the lease instead
-            log.warning("could not free the leader lease: %s", exc)
-    store.close()
-    if metrics:
-        metrics.close()
-    return exit_code[0]
+
+
+def run(settings: MasterSettings) -> int:
+    master = Master(settings)
+    try:
+        listening = listen(settings, master.servicer, master.gate)
+    except StartRefused as exc:
+        print(f"elastic-master: {exc}", file=sys.stderr)
+        return 1
+    try:
+        store = open_store(settings)
+    except StartRefused as exc:
+        print(f"elastic-master: {exc}", file=sys.stderr)
+        listening.close()
+        return 1
+    master.prepare(listening, store)
+    master.start()
+    _log_settings(settings, listening.port)
+    announce(master.started_line())
+    master.serve()
+    return master.close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -49,6 +49,21 @@ def register(servicer: "MasterServicer", server: grpc.Server) -> None:
     decode.add_servicer(server, servicer, DESCRIPTOR)
 
 
+def _page(rows, to_pb: Callable, items):
+    """Append each row's message to `items` (a reply's repeated field) while the page stays
+    within EVENTS_PAGE_BYTES; a page holds at least one. Returns the last one appended, or
+    None."""
+    budget, last = EVENTS_PAGE_BYTES, None
+    for row in rows:
+        message = to_pb(row)
+        budget -= message.ByteSize() + 8
+        if budget < 0 and len(items):
+            break
+        items.append(message)
+        last = message
+    return last
+
+
 def _guard(method: Callable) -> Callable:
     """Turn ServiceError into its gRPC status; anything else is a bug, logged as such."""
 
@@ -142,15 +157,10 @@ class MasterServicer(pb_grpc.MasterServicer):
         check_int("GetEvents limit (0 means 1000)", request.limit, 0, MAX_INT32)
         limit = min(request.limit or 1000, MAX_EVENTS_PAGE)
         reply = pb.GetEventsResponse(next=request.since)
-        budget = EVENTS_PAGE_BYTES
         with closing(self.store.iter_events(request.since, limit)) as rows:
-            for row in rows:
-                event = pb.Event(**row)
-                budget -= event.ByteSize() + 8
-                if budget < 0 and reply.events:  # a page holds at least one event
-                    break
-                reply.events.append(event)
-                reply.next = event.seq
+            last = _page(rows, lambda row: pb.Event(**row), reply.events)
+        if last is not None:
+            reply.next = last.seq
         return reply
 
     @_guard
@@ -161,15 +171,11 @@ class MasterServicer(pb_grpc.MasterServicer):
         self.committer.read(lambda: self.core._dataset(request.dataset))  # NOT_FOUND
         limit = min(request.limit or 1000, MAX_EVENTS_PAGE)
         reply = pb.GetLeasesResponse(next=request.after)
-        budget = EVENTS_PAGE_BYTES
         with closing(self.store.iter_leases(request.dataset, request.after, limit)) as rows:
-            for row in rows:
-                lease = pb.LeaseRecord(**{f: row[f] for f in LEASE_FIELDS})
-                budget -= lease.ByteSize() + 8
-                if budget < 0 and reply.leases:  # a page holds at least one lease
-                    break
-                reply.leases.append(lease)
-                reply.next = lease.lease_id
+            last = _page(rows, lambda row: pb.LeaseRecord(**{f: row[f] for f in LEASE_FIELDS}),
+                         reply.leases)
+        if last is not None:
+            reply.next = last.lease_id
         return reply
 
     @_guard

@@ -1,4 +1,5 @@
-"""Shared fixtures: real master processes on 127.0.0.1 (cluster.launch), killed at teardown."""
+"""Shared fixtures: real master processes on 127.0.0.1 (cluster.launch), killed at teardown,
+and a leader's parts in this process (a real database, core and committer)."""
 from __future__ import annotations
 
 import pytest
@@ -32,3 +33,24 @@ def master_factory(launcher):
 def master(master_factory) -> MasterProc:
     """A master with the default settings."""
     return master_factory()
+
+
+@pytest.fixture
+def leader_parts(tmp_path):
+    """(store, core, committer) as a leader runs them, on a SQLite file under tmp_path: the
+    core loaded from the upgraded store, the committer started. A fatal commit error fails the
+    test at teardown."""
+    from master.core import MasterCore
+    from master.persistence.committer import Committer
+    from master.persistence.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'm.db'}")
+    store.upgrade()
+    fatal = []
+    core = MasterCore(snapshot=store.load())
+    committer = Committer(core, store, fatal.append)
+    committer.start()
+    yield store, core, committer
+    committer.stop()
+    store.close()
+    assert fatal == []

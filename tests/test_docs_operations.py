@@ -14,26 +14,10 @@ from cluster.launch import Launcher
 from master.ctl import cli as ctl
 from master import settings as master_settings
 from ps import settings as ps_settings
-from rpckit.settings import FlagParser, env_name
+from rpckit.settings import env_name
+from tests.flags import server_parser
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
-
-
-class _Parsed(Exception):
-    pass
-
-
-def _parser(parse, monkeypatch) -> argparse.ArgumentParser:
-    seen = {}
-
-    def grab(self, cls, argv, check=None):
-        seen["parser"] = self
-        raise _Parsed
-
-    monkeypatch.setattr(FlagParser, "settings", grab)
-    with pytest.raises(_Parsed):
-        parse([])
-    return seen["parser"]
 
 
 def _flags(parser: argparse.ArgumentParser) -> list[str]:
@@ -44,7 +28,7 @@ def _flags(parser: argparse.ArgumentParser) -> list[str]:
 @pytest.mark.parametrize("parse", [master_settings.parse, ps_settings.parse],
                          ids=["master", "ps"])
 def test_every_server_flag_and_its_variable_is_documented(parse, monkeypatch):
-    flags = _flags(_parser(parse, monkeypatch))
+    flags = _flags(server_parser(parse, monkeypatch))
     assert "--metrics-port" in flags
     for flag in flags:
         assert f"| `{flag}` |" in DOC, flag

@@ -289,6 +289,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--auth-token-file", default=None, metavar="FILE",
                    help="read the token from this file (env ELASTIC_PS_AUTH_TOKEN_FILE)")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_reading(sub)
+    _add_steering(sub)
+    add_plan_parser(sub)
+    return p
+
+
+def _add_reading(sub) -> None:
+    """The subcommands that only read the master."""
     sub.add_parser("status", help="datasets, workers and PS").set_defaults(fn=cmd_status)
     ev = sub.add_parser("events", help="the elasticity timeline")
     ev.add_argument("--since", type=int, default=0, help="only events after this seq")
@@ -318,6 +326,10 @@ def parser() -> argparse.ArgumentParser:
     co.add_argument("--default-price", type=float, default=1.0,
                     help="price per worker-hour of workers no --price covers (default 1.0)")
     co.set_defaults(fn=cmd_cost)
+
+
+def _add_steering(sub) -> None:
+    """The subcommands that change the job."""
     dr = sub.add_parser("drop", help="forget a dataset (its name can then be created again)")
     dr.add_argument("dataset", help="the dataset's name (as in elastic-ctl status)")
     dr.add_argument("--force", action="store_true",
@@ -338,8 +350,6 @@ def parser() -> argparse.ArgumentParser:
                     "--index K), fewer moves the slots of the indices >= N away (those PS "
                     "then exit)")
     rz.set_defaults(fn=cmd_resize_ps)
-    add_plan_parser(sub)
-    return p
 
 
 def main(argv: list[str] | None = None) -> None:

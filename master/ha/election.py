@@ -26,7 +26,7 @@ from sqlalchemy import bindparam, event, select, update
 from sqlalchemy.engine import Connection, Engine
 
 from ..persistence import schema
-from .leader import Action, LeaderLease, LeaseRow, Role
+from .leader import Action, LeaderLease, LeaseRow, Leadership
 
 log = logging.getLogger(__name__)
 ROW = schema.leader.c.id == 1
@@ -93,7 +93,7 @@ class Election:
 
     def release(self) -> None:
         """Free the row (a clean stop): a standby takes over at its next look."""
-        if self.lease.role is not Role.LEADER:
+        if self.lease.role is not Leadership.LEADER:
             return
         with self.engine.begin() as conn:
             conn.execute(update(schema.leader).where(*self._mine()).values(
@@ -117,7 +117,7 @@ class Election:
     def step(self) -> bool:
         """One look at the row or one renewal; False once this master lost the lease."""
         lease = self.lease
-        if lease.role is Role.STANDBY:
+        if lease.role is Leadership.STANDBY:
             row = self.read()
             self.leader_address = row.address if row.holder else ""
             if lease.observe(row) is Action.ACQUIRE:
@@ -131,7 +131,7 @@ class Election:
                     threading.Thread(target=self.on_elected, args=(term,), name="elected",
                                      daemon=True).start()
             return True
-        if lease.role is not Role.LEADER:
+        if lease.role is not Leadership.LEADER:
             return False
         action = lease.due()
         if action is Action.RENEW:
@@ -158,7 +158,7 @@ class Election:
                     return
             except Exception as exc:  # noqa: BLE001 - a database hiccup: the lease decides
                 log.warning("leader lease: %s", exc)
-                if self.lease.role is Role.LEADER and self.lease.due() is Action.STEP_DOWN:
+                if self.lease.role is Leadership.LEADER and self.lease.due() is Action.STEP_DOWN:
                     self._lose(f"the leader lease could not be renewed within "
                                f"{self.lease.lease_s:g} s ({exc})")
                     return

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 
-class Role(str, enum.Enum):
+class Leadership(str, enum.Enum):
+    """Where this master process stands with the leader lease."""
+
     STANDBY = "standby"
     LEADER = "leader"
     STOPPED = "stopped"  # lost the lease: this process no longer serves (it exits)
@@ -53,7 +55,7 @@ class LeaderLease:
         self.renew_s = lease_s / 3  # two renewals may fail before the lease runs out
         self.poll_s = min(0.1, lease_s / 10)  # a standby's look at the row
         self.clock = clock
-        self.role = Role.STANDBY
+        self.role = Leadership.STANDBY
         self.term = 0
         self._seen: LeaseRow | None = None
         self._seen_at = 0.0
@@ -75,7 +77,7 @@ class LeaderLease:
 
     def acquired(self, term: int, started: float) -> None:
         """The takeover that began at `started` (this clock) committed with `term`."""
-        self.role = Role.LEADER
+        self.role = Leadership.LEADER
         self.term = term
         self._renew_started = started
         self._valid_until = started + self.lease_s
@@ -97,15 +99,15 @@ class LeaderLease:
 
     def lost(self) -> None:
         """The lease is gone (another master holds it, or it ran out): stop serving."""
-        self.role = Role.STOPPED
+        self.role = Leadership.STOPPED
 
     @property
     def serving(self) -> bool:
-        return self.role is Role.LEADER and self.clock() < self._valid_until
+        return self.role is Leadership.LEADER and self.clock() < self._valid_until
 
     def next_poll(self) -> float:
         """Seconds until the next look at the row."""
-        if self.role is Role.LEADER:
+        if self.role is Leadership.LEADER:
             now = self.clock()
             return max(0.0, min(self._renew_started + self.renew_s, self._valid_until) - now)
         return self.poll_s

@@ -28,13 +28,13 @@ from ..persistence.journal import Journal
 from ..states import EventKind
 from .layout import PSLayout
 from .leases import PrimaryLeases
-from .replicas import Join, Promotion, ReplicaSets, Role, check_instance
+from .replicas import Join, Promotion, ReplicaSets, ReplicaRole, check_instance
 
 
 @dataclass
 class PSRegistration:
     incarnation: int
-    role: Role
+    role: ReplicaRole
     generation: int
     primary: dict  # the index's primary row (this PS's own when role is primary)
 
@@ -85,7 +85,7 @@ class PSRegistry:
             made = f"; layout version 1 made: {self.layout.ps_slots} slots over {num_ps} PS"
         if join == Join.BACKUP:
             self.replicas.add_backup(index, instance, address, data_address, data_public_key)
-            return PSRegistration(previous["incarnation"], Role.BACKUP,
+            return PSRegistration(previous["incarnation"], ReplicaRole.BACKUP,
                                   self.replicas.generation(index), previous)
         incarnation = self._register_primary(address, data_address, index, num_ps,
                                              data_public_key, made)
@@ -93,7 +93,7 @@ class PSRegistry:
         generation = self.replicas.set_primary(index, instance)
         if generation != before and self.leases is not None:
             self.leases.new_primary(index)
-        return PSRegistration(incarnation, Role.PRIMARY, generation, self.rows[index])
+        return PSRegistration(incarnation, ReplicaRole.PRIMARY, generation, self.rows[index])
 
     def _check_lease_over(self, index: int) -> None:
         left = self.leases.left(index) if self.leases is not None else 0.0

@@ -35,7 +35,9 @@ MAX_REPLICAS = 8
 MAX_INSTANCE = 64
 
 
-class Role(str, enum.Enum):
+class ReplicaRole(str, enum.Enum):
+    """What the master makes a registered PS of its index (sent as PSRegistration.role)."""
+
     PRIMARY = "primary"
     BACKUP = "backup"
 

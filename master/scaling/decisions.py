@@ -6,10 +6,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-
-class Role(str, enum.Enum):
-    WORKER = "worker"
-    PS = "ps"
+from engines.port import ProcessKind
 
 
 class Reason(str, enum.Enum):
@@ -33,7 +30,7 @@ class Decision:
     the PS role the count is the PS set's size, changed by a live resize. `signals` is what
     the policy saw (Signals.summary()), kept with the `scale_decided` event."""
 
-    role: Role
+    role: ProcessKind  # WORKER or PS: the master is not scaled
     market: str
     from_count: int
     to_count: int

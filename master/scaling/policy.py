@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engines.port import ProcessKind
 from master.job.spec import JobSpec
 
-from .decisions import Decision, Reason, Role
+from .decisions import Decision, Reason
 from .signals import Signals
 from .state import Block, PolicyState, Probe
 
-W, PS = Role.WORKER.value, Role.PS.value
+W, PS = ProcessKind.WORKER.value, ProcessKind.PS.value
 MAX_BACKOFF_INTERVALS = 32   # a crash-looping command waits at most 32 intervals between tries
 
 
@@ -85,7 +86,7 @@ class _Plan:
             if key not in counts:
                 counts[key] = (self.ps_from if role == PS and self.ps_from is not None
                                else self.signals.live(role, market))
-            out.append(Decision(Role(role), market, counts[key], counts[key] + delta, reason,
+            out.append(Decision(ProcessKind(role), market, counts[key], counts[key] + delta, reason,
                                 seen))
             counts[key] += delta
         return tuple(out)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-Key = tuple[str, str]  # (role, market); Role is a str enum, so Role.WORKER == "worker"
+Key = tuple[str, str]  # (role, market); ProcessKind is a str enum: ProcessKind.WORKER == "worker"
 
 
 def _frozen(counts: Mapping[Key, int] | None) -> Mapping[Key, int]:

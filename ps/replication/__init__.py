@@ -10,7 +10,7 @@ See docs/ps.md "Replicas".
 """
 from __future__ import annotations
 
-from .node import ReplicaNode, Role, mutates
+from .node import NodeRole, ReplicaNode, mutates
 from .primary import Fenced
 
-__all__ = ["Fenced", "ReplicaNode", "Role", "mutates"]
+__all__ = ["Fenced", "NodeRole", "ReplicaNode", "mutates"]

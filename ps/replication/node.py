@@ -54,7 +54,10 @@ def mutates(kind: str, req: ps_pb2.DataRequest, stateful=lambda table: False) ->
     return kind in MUTATIONS
 
 
-class Role(str, enum.Enum):
+class NodeRole(str, enum.Enum):
+    """Where this PS stands in its replica set: the master's word (primary, backup), before
+    its first one (pending), or after a renewal was refused (fenced)."""
+
     PENDING = "pending"
     PRIMARY = "primary"
     BACKUP = "backup"
@@ -80,7 +83,7 @@ class ReplicaNode:
         self.data_address = data_address
         self.data_public_key = data_public_key
         self.ack_timeout = ack_timeout
-        self.role = Role.PENDING
+        self.role = NodeRole.PENDING
         self.generation = 0
         self.replicas = 0
         self.primary: Primary | None = None
@@ -101,7 +104,7 @@ class ReplicaNode:
         role, primary = self.role, self.primary
         if kind == "replicate":
             backup = self.backup
-            if role != Role.BACKUP or backup is None:
+            if role != NodeRole.BACKUP or backup is None:
                 raise fenced(f"PS {self.store.index} is {role.value}, not a backup")
             return backup.on_replicate(req, frames)
         self._primary_only(role, primary)
@@ -130,7 +133,7 @@ class ReplicaNode:
         return self.handlers.import_slots(req, frames)
 
     def _primary_only(self, role, primary) -> None:
-        if role != Role.PRIMARY or primary is None:
+        if role != NodeRole.PRIMARY or primary is None:
             raise fenced(f"PS {self.store.index} is {role.value} (generation "
                          f"{self.generation}), not the primary: ask the master (ListPS)")
 
@@ -153,35 +156,35 @@ class ReplicaNode:
     def on_role(self, role: str, generation: int, primary: ps_pb2.PSInfo, replicas: int) -> None:
         with self._lock:
             self.replicas = replicas
-            if role == Role.PRIMARY and replicas > 0:
+            if role == NodeRole.PRIMARY and replicas > 0:
                 self.more_handlers.set()
-            if role == Role.PRIMARY:
-                if self.role == Role.PRIMARY and self.generation == generation:
+            if role == NodeRole.PRIMARY:
+                if self.role == NodeRole.PRIMARY and self.generation == generation:
                     return
                 self._stop_backup()
                 if self.primary is not None:
                     self.primary.close()
                 was = self.role
-                self.generation, self.role = generation, Role.PRIMARY
+                self.generation, self.role = generation, NodeRole.PRIMARY
                 self.primary = Primary(self.store, self.ctx, self.token, generation,
                                        self._report, self.ack_timeout)
                 self.urgent.clear()
                 # a start's first role is news, not a warning; a promotion (a backup's primary
                 # lost) or a return after a fence is
-                log.log(logging.INFO if was == Role.PENDING else logging.WARNING,
+                log.log(logging.INFO if was == NodeRole.PENDING else logging.WARNING,
                         "PS %d is the primary of generation %d (was %s)", self.store.index,
                         generation, was.value)
-            elif role == Role.BACKUP:
+            elif role == NodeRole.BACKUP:
                 if self.primary is not None:
                     self.primary.fence()
                     self.primary.close()
                     self.primary = None
-                if self.role != Role.BACKUP or self.generation != generation:
-                    log.log(logging.INFO if self.role in (Role.PENDING, Role.BACKUP)
+                if self.role != NodeRole.BACKUP or self.generation != generation:
+                    log.log(logging.INFO if self.role in (NodeRole.PENDING, NodeRole.BACKUP)
                             else logging.WARNING, "PS %d is a backup of %s (generation %d)",
                             self.store.index, primary.data_address, generation)
                     self.urgent.clear()
-                self.generation, self.role = generation, Role.BACKUP
+                self.generation, self.role = generation, NodeRole.BACKUP
                 if self.backup is None:
                     self.backup = Backup(self.store, self.ctx, self.token, self.instance,
                                          self.data_address, self.data_public_key,
@@ -197,7 +200,7 @@ class ReplicaNode:
         try:
             return self.report(self.generation, in_sync)
         except Fenced:
-            self.role = Role.FENCED  # not under _lock: on_role may be closing this primary
+            self.role = NodeRole.FENCED  # not under _lock: on_role may be closing this primary
             log.warning("PS %d was deposed (generation %d): registering again",
                         self.store.index, self.generation)
             self.urgent.set()

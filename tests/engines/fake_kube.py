@@ -51,6 +51,17 @@ class FakeApiServer:
         self.thread.join(timeout=10)
         self.loop.close()
 
+    def master_deployment(self, namespace: str, name: str, uid: str) -> dict:
+        """Create a job's master Deployment, as `elastic-job manifests` makes it, with the uid
+        a real API server would assign (the emulator assigns none); return its body."""
+        body = {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": namespace, "uid": uid},
+                "spec": {"selector": {"matchLabels": {"app": "m"}},
+                         "template": {"metadata": {"labels": {"app": "m"}},
+                                      "spec": {"containers": [{"name": "m", "image": "x"}]}}}}
+        client.AppsV1Api(self.api_client()).create_namespaced_deployment(namespace, body)
+        return body
+
     def kubeconfig(self, path: Path) -> Path:
         """A kubeconfig naming this server: what `kubernetes.config.load_kube_config` reads."""
         path.write_text(yaml.safe_dump({

@@ -56,13 +56,7 @@ def core(fake) -> client.CoreV1Api:
 def owner(fake) -> dict:
     """The job's master Deployment, as `elastic-job manifests` creates it (the fake assigns
     no uid: the test gives it one, as the API server would)."""
-    apps = client.AppsV1Api(fake.api_client())
-    apps.create_namespaced_deployment(NS, {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": f"{JOB}-master", "namespace": NS, "uid": "uid-of-the-master"},
-        "spec": {"selector": {"matchLabels": {"app": "m"}},
-                 "template": {"metadata": {"labels": {"app": "m"}},
-                              "spec": {"containers": [{"name": "m", "image": "x"}]}}}})
+    fake.master_deployment(NS, f"{JOB}-master", "uid-of-the-master")
     found = owner_of(fake.api_client(), NS, JOB)
     assert found is not None
     return found

@@ -17,13 +17,10 @@ pytest.importorskip("kubernetes")
 from kubernetes import client  # noqa: E402
 
 from engines.kubernetes import LABEL_JOB, LABEL_MARKET, LABEL_ROLE, KubernetesEngine  # noqa: E402
-from master.core import MasterCore  # noqa: E402
 from master.job.book import JobBook, ProcState  # noqa: E402
 from master.job.driver import JobDriver  # noqa: E402
 from master.job.leading import make_engine  # noqa: E402
 from master.job.spec import parse_spec  # noqa: E402
-from master.persistence.committer import Committer  # noqa: E402
-from master.persistence.store import Store  # noqa: E402
 from tests.engines.fake_kube import FakeApiServer  # noqa: E402
 
 NS = "train"
@@ -50,32 +47,11 @@ class Clock:
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     server = FakeApiServer()
-    for resource in ("v1/pods", "apps/v1/deployments"):
-        server.emulator.resources[resource] = __import__("kmock").ResourceInfo()
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod: kubeconfig
     monkeypatch.setenv("KUBECONFIG", str(server.kubeconfig(tmp_path / "kubeconfig")))
-    client.AppsV1Api(server.api_client()).create_namespaced_deployment(NS, {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "j-master", "namespace": NS, "uid": "uid-j-master"},
-        "spec": {"selector": {"matchLabels": {"a": "b"}},
-                 "template": {"metadata": {"labels": {"a": "b"}},
-                              "spec": {"containers": [{"name": "m", "image": "x"}]}}}})
+    server.master_deployment(NS, "j-master", "uid-j-master")
     yield server
     server.close()
-
-
-@pytest.fixture
-def master(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'm.db'}")
-    store.upgrade()
-    fatal = []
-    core = MasterCore(snapshot=store.load())
-    committer = Committer(core, store, fatal.append)
-    committer.start()
-    yield store, core, committer
-    committer.stop()
-    store.close()
-    assert fatal == []
 
 
 def pods(api, **labels) -> dict[str, client.V1Pod]:
@@ -91,8 +67,8 @@ def status(api, name: str, value: dict) -> None:
 
 
 def test_the_driver_runs_a_job_as_pods_and_moves_reclaimed_spot_to_on_demand(
-        tmp_path, fake, master):
-    store, core, committer = master
+        tmp_path, fake, leader_parts):
+    store, core, committer = leader_parts
     api = client.CoreV1Api(fake.api_client())
     spec = parse_spec(SPEC)
     book = committer.call(lambda: JobBook(core.journal))

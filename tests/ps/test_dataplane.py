@@ -351,7 +351,7 @@ def test_an_empty_tensor_with_huge_dimensions_is_refused_not_internal(inproc_ps)
 def test_auto_threads_serve_with_one_handler_and_four_for_a_primary_with_backups():
     from protos import master_pb2
     from ps.dataplane import AUTO, AUTO_THREADS, Handlers, data_plane
-    from ps.replication import ReplicaNode, Role
+    from ps.replication import NodeRole, ReplicaNode
 
     store = ParamStore()
     node = ReplicaNode(store, Handlers(store), zmq.Context.instance(), "", "instance",
@@ -363,17 +363,17 @@ def test_auto_threads_serve_with_one_handler_and_four_for_a_primary_with_backups
         handlers = lambda: [t for t in plane._threads if t.name != "ps-data-proxy"]  # noqa: E731
         assert len(handlers()) == 1
         assert [t.name for t in plane._threads] == ["ps-data"]  # the socket's own, no proxy
-        node.on_role(Role.PRIMARY, 1, master_pb2.PSInfo(), replicas=0)
+        node.on_role(NodeRole.PRIMARY, 1, master_pb2.PSInfo(), replicas=0)
         assert len(handlers()) == 1  # a primary without backups never waits in a handler
         with _client(f"tcp://127.0.0.1:{plane.bound_port}".split()) as c:
             c.init_parameters({"w": torch.zeros(3)}, "sgd", lr=1.0)
-            node.on_role(Role.PRIMARY, 1, master_pb2.PSInfo(), replicas=1)
+            node.on_role(NodeRole.PRIMARY, 1, master_pb2.PSInfo(), replicas=1)
             deadline = time.monotonic() + 5  # the transport reads the node's wish between polls
             while len(handlers()) < AUTO_THREADS and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert len(handlers()) == AUTO_THREADS and all(t.is_alive() for t in handlers())
             assert plane._threads[0].name == "ps-data-proxy" and not plane.failed
-            node.on_role(Role.PRIMARY, 1, master_pb2.PSInfo(), replicas=1)
+            node.on_role(NodeRole.PRIMARY, 1, master_pb2.PSInfo(), replicas=1)
             assert len(handlers()) == AUTO_THREADS  # once
             assert torch.equal(c.pull(["w"])["w"], torch.zeros(3))  # still served
     finally:

@@ -11,7 +11,7 @@ import zmq
 from protos import master_pb2
 from ps.dataplane import Handlers
 from ps.params import ParamStore
-from ps.replication.node import ReplicaNode, Role
+from ps.replication.node import ReplicaNode, NodeRole
 
 NODE_LOG = "ps.replication.node"
 
@@ -32,16 +32,16 @@ def _said(caplog):
 
 def test_a_normal_start_as_primary_is_info(node, caplog):
     with caplog.at_level(logging.INFO, logger=NODE_LOG):
-        node.on_role(Role.PRIMARY, 1, master_pb2.PSInfo(), 0)
-        node.on_role(Role.PRIMARY, 1, master_pb2.PSInfo(), 0)  # the same word again: nothing
+        node.on_role(NodeRole.PRIMARY, 1, master_pb2.PSInfo(), 0)
+        node.on_role(NodeRole.PRIMARY, 1, master_pb2.PSInfo(), 0)  # the same word again: nothing
     assert _said(caplog) == [(logging.INFO, "PS 0 is the primary of generation 1 (was pending)")]
 
 
 def test_primary_again_after_a_fence_is_a_warning(node, caplog):
-    node.on_role(Role.PRIMARY, 1, master_pb2.PSInfo(), 0)
-    node.role = Role.FENCED  # what a renewal answered FENCED leaves
+    node.on_role(NodeRole.PRIMARY, 1, master_pb2.PSInfo(), 0)
+    node.role = NodeRole.FENCED  # what a renewal answered FENCED leaves
     with caplog.at_level(logging.INFO, logger=NODE_LOG):
-        node.on_role(Role.PRIMARY, 3, master_pb2.PSInfo(), 0)
+        node.on_role(NodeRole.PRIMARY, 3, master_pb2.PSInfo(), 0)
     assert _said(caplog) == [(logging.WARNING,
                               "PS 0 is the primary of generation 3 (was fenced)")]
 
@@ -49,8 +49,8 @@ def test_primary_again_after_a_fence_is_a_warning(node, caplog):
 def test_a_normal_start_as_backup_is_info_and_a_promotion_a_warning(node, caplog):
     upstream = master_pb2.PSInfo(data_address="tcp://127.0.0.1:9")  # nothing answers there
     with caplog.at_level(logging.INFO, logger=NODE_LOG):
-        node.on_role(Role.BACKUP, 1, upstream, 1)
-        node.on_role(Role.PRIMARY, 2, master_pb2.PSInfo(), 1)  # its primary was lost
+        node.on_role(NodeRole.BACKUP, 1, upstream, 1)
+        node.on_role(NodeRole.PRIMARY, 2, master_pb2.PSInfo(), 1)  # its primary was lost
     assert _said(caplog) == [
         (logging.INFO, "PS 0 is a backup of tcp://127.0.0.1:9 (generation 1)"),
         (logging.WARNING, "PS 0 is the primary of generation 2 (was backup)"),

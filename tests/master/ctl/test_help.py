@@ -10,25 +10,7 @@ import pytest
 from master import settings as master_settings
 from master.ctl import cli as ctl
 from ps import settings as ps_settings
-from rpckit.settings import FlagParser
-
-
-class _Parsed(Exception):
-    pass
-
-
-def _server_parser(parse, monkeypatch) -> argparse.ArgumentParser:
-    """The FlagParser `parse` builds, caught before it parses anything."""
-    seen = {}
-
-    def grab(self, cls, argv, check=None):
-        seen["parser"] = self
-        raise _Parsed
-
-    monkeypatch.setattr(FlagParser, "settings", grab)
-    with pytest.raises(_Parsed):
-        parse([])
-    return seen["parser"]
+from tests.flags import server_parser
 
 
 def _without_help(parser: argparse.ArgumentParser, where: str) -> list[str]:
@@ -62,7 +44,7 @@ def test_every_elastic_ctl_argument_and_subcommand_has_help():
 @pytest.mark.parametrize("parse,name", [(master_settings.parse, "elastic-master"),
                                         (ps_settings.parse, "elastic-ps")])
 def test_every_server_flag_has_help(parse, name, monkeypatch):
-    parser = _server_parser(parse, monkeypatch)
+    parser = server_parser(parse, monkeypatch)
     assert len(parser._actions) > 10
     assert _without_help(parser, name) == []
 
@@ -78,6 +60,6 @@ def test_the_walk_finds_an_argument_without_help():
 
 
 def test_the_data_ipc_help_names_the_plain_unix_socket(monkeypatch):
-    parser = _server_parser(ps_settings.parse, monkeypatch)
+    parser = server_parser(ps_settings.parse, monkeypatch)
     (ipc,) = [a for a in parser._actions if "--data-ipc" in a.option_strings]
     assert "unix://" in ipc.help and "plain" in ipc.help

@@ -5,7 +5,7 @@ import pytest
 from sqlalchemy import select
 
 from master.ha.election import Deposed, Election
-from master.ha.leader import LeaderLease, Role
+from master.ha.leader import LeaderLease, Leadership
 from master.persistence import schema
 from master.persistence.batch import Batch
 from master.persistence.store import Store
@@ -47,13 +47,13 @@ def _two_masters_one_leader_and_a_fenced_deposed_one(url):
     b_store, b = _master(url, "b", clock, elected)
     a.step()
     b.step()
-    assert a.lease.role is Role.LEADER and b.lease.role is Role.STANDBY
+    assert a.lease.role is Leadership.LEADER and b.lease.role is Leadership.STANDBY
     assert b.leader_address == "a:1"
     a_store.apply(_batch(1))  # the leader commits
     # a is frozen: no renewal for a whole lease on b's clock, so b takes over
     clock.now += 5.0
     b.step()
-    assert b.lease.role is Role.LEADER and b.lease.term == a.lease.term + 1
+    assert b.lease.role is Leadership.LEADER and b.lease.term == a.lease.term + 1
     # a still believes it leads, but every commit of it is refused and writes nothing
     with pytest.raises(Deposed):
         a_store.apply(_batch(2))
@@ -62,15 +62,15 @@ def _two_masters_one_leader_and_a_fenced_deposed_one(url):
     # and its next renewal finds the row gone
     a.lease.renewed(clock.now)
     clock.now += 2.0
-    assert a.step() is False and a.lease.role is Role.STOPPED
+    assert a.step() is False and a.lease.role is Leadership.STOPPED
     assert ("a", "lost") in elected
     # a clean stop frees the row: another master takes it at its first look
     c_store, c = _master(url, "c", clock, elected)
     c.step()
-    assert c.lease.role is Role.STANDBY
+    assert c.lease.role is Leadership.STANDBY
     b.release()
     c.step()
-    assert c.lease.role is Role.LEADER
+    assert c.lease.role is Leadership.LEADER
     for store in (a_store, b_store, c_store):
         store.close()
 

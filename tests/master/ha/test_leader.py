@@ -1,7 +1,7 @@
 """The leader lease's decisions, on a fake clock."""
 from __future__ import annotations
 
-from master.ha.leader import Action, LeaderLease, LeaseRow, Role
+from master.ha.leader import Action, LeaderLease, LeaseRow, Leadership
 
 LEASE = 5.0
 
@@ -57,7 +57,7 @@ def test_a_leader_renews_every_third_of_the_lease_and_serves_until_it_runs_out()
     clock = Clock()
     l = lease(clock=clock)
     l.acquired(term=4, started=clock.now)
-    assert l.role is Role.LEADER and l.term == 4 and l.serving
+    assert l.role is Leadership.LEADER and l.term == 4 and l.serving
     assert l.due() is Action.WAIT
     clock.now += LEASE / 3
     assert l.due() is Action.RENEW
@@ -86,7 +86,7 @@ def test_a_lost_lease_stops_serving_for_good():
     l = lease(clock=clock)
     l.acquired(term=1, started=clock.now)
     l.lost()
-    assert l.role is Role.STOPPED and not l.serving
+    assert l.role is Leadership.STOPPED and not l.serving
 
 
 def test_polls_are_frequent_for_a_standby_and_timed_to_renewals_for_a_leader():

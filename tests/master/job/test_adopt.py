@@ -12,12 +12,9 @@ import pytest
 
 from engines import process
 from engines.local import LocalEngine
-from master.core import MasterCore
 from master.job.book import JobBook, ProcState
 from master.job.driver import JobDriver
 from master.job.spec import parse_spec
-from master.persistence.committer import Committer
-from master.persistence.store import Store
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 SPEC = {"name": "t", "workers": {"command": "true", "min": 1, "max": 3,
@@ -25,22 +22,8 @@ SPEC = {"name": "t", "workers": {"command": "true", "min": 1, "max": 3,
                                              {"name": "on-demand", "price": 1.0}]}}
 
 
-@pytest.fixture
-def master(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'm.db'}")
-    store.upgrade()
-    fatal = []
-    core = MasterCore(snapshot=store.load())
-    committer = Committer(core, store, fatal.append)
-    committer.start()
-    yield store, core, committer
-    committer.stop()
-    store.close()
-    assert fatal == []
-
-
-def test_a_new_leader_adopts_resolves_and_launches_nothing_twice(tmp_path, master):
-    store, core, committer = master
+def test_a_new_leader_adopts_resolves_and_launches_nothing_twice(tmp_path, leader_parts):
+    store, core, committer = leader_parts
     run = tmp_path / "run"
     old = LocalEngine(run)
     book = committer.call(lambda: JobBook(core.journal))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from master.core import Settings
-from master.ps.replicas import Role
+from master.ps.replicas import ReplicaRole
 from rpckit.errors import ServiceError
 from tests.master.harness import Harness
 
@@ -32,13 +32,14 @@ def kinds(h):
 
 def test_second_process_of_an_index_joins_as_a_backup_and_a_third_is_refused(h):
     first = join(h, 10, "a")
-    assert (first.role, first.generation) == (Role.PRIMARY, 1)
+    assert (first.role, first.generation) == (ReplicaRole.PRIMARY, 1)
     second = join(h, 20, "b")
-    assert (second.role, second.generation) == (Role.BACKUP, 1)
+    assert (second.role, second.generation) == (ReplicaRole.BACKUP, 1)
     assert second.primary["address"] == "h:10"
     assert refusal(lambda: join(h, 30, "c")) == ("FAILED_PRECONDITION", "PS_REPLICAS_FULL")
     # re-registrations keep their roles and the generation
-    assert join(h, 10, "a").role == Role.PRIMARY and join(h, 20, "b").role == Role.BACKUP
+    assert join(h, 10, "a").role == ReplicaRole.PRIMARY
+    assert join(h, 20, "b").role == ReplicaRole.BACKUP
     assert h.core.replicas.generation(0) == 1
     assert [b["state"] for b in h.core.replicas.backups_of(0)] == ["syncing"]
 
@@ -47,7 +48,7 @@ def test_without_replicas_a_new_process_replaces_the_primary_and_bumps_the_gener
     h = Harness(Settings(ps_replicas=0))
     join(h, 10, "a")
     joined = join(h, 20, "b")
-    assert (joined.role, joined.generation) == (Role.PRIMARY, 2)
+    assert (joined.role, joined.generation) == (ReplicaRole.PRIMARY, 2)
     assert h.core.ps[0]["address"] == "h:20" and not h.core.replicas.backups_of(0)
 
 
@@ -68,7 +69,7 @@ def test_only_an_in_sync_backup_is_promoted_on_failover(h):
         "FAILED_PRECONDITION", "FENCED")
     # ... and when it comes back it joins as a backup of the new primary
     back = join(h, 10, "a")
-    assert (back.role, back.generation, back.primary["address"]) == (Role.BACKUP, 2, "h:20")
+    assert (back.role, back.generation, back.primary["address"]) == (ReplicaRole.BACKUP, 2, "h:20")
 
 
 def test_lost_primary_without_an_in_sync_backup_hands_over_to_a_syncing_one(h):
@@ -86,7 +87,8 @@ def test_a_primary_restarted_at_its_address_lets_its_in_sync_backup_take_over(h)
     join(h, 20, "b")
     h.core.report_replicas(0, 1, "a", ["b"])
     again = join(h, 10, "a2")  # same address, another process
-    assert (again.role, again.generation, again.primary["address"]) == (Role.BACKUP, 2, "h:20")
+    assert (again.role, again.generation, again.primary["address"]) == (
+        ReplicaRole.BACKUP, 2, "h:20")
     assert ("ps_promoted", "restarted") in kinds(h)
 
 
@@ -109,7 +111,7 @@ def test_a_lost_backup_frees_its_place(h):
     assert h.core.lose_ps_backup(0, "b", "down")
     assert not h.core.lose_ps_backup(0, "b", "down")
     h.commit()
-    assert join(h, 30, "c").role == Role.BACKUP
+    assert join(h, 30, "c").role == ReplicaRole.BACKUP
 
 
 def test_generations_and_roles_survive_a_master_restart(h):
