@@ -319,12 +319,13 @@ def _worth_one_more(spec: JobSpec, signals: Signals, state: PolicyState, plan: _
     """Whether a worker added on `market` is predicted to pay for itself, before one is launched
     to find out: the records/s it can add (a worker's average, capped by what the PS set's CPU
     leaves idle) must be at least `min_gain` of a worker's average, and cost no more per record
-    than the job pays now (so its $ per record falls). A PS set at ps.max and at full CPU
-    leaves nothing for it: without this the probe launched a worker, judged it `no_gain` and
-    tried again every `ps_cooldown_s`, all day long."""
+    than the job pays now (so its $ per record falls). Only at ps.max: below it a busy set
+    grows (`ps_hot`) instead. A set at ps.max and at full CPU leaves nothing for a worker:
+    without this the probe launched one, judged it `no_gain` and tried again every
+    `ps_cooldown_s`, all day long."""
     rps = signals.records_per_s
-    if not live or rps <= 0:
-        return True  # nothing measured yet: the probe finds out
+    if state.ps < spec.ps.max or not live or rps <= 0:
+        return True  # the PS set may still grow (ps_hot), or nothing measured yet: probe
     average = rps / live
     busy = sum(signals.ps_cpu)
     gain = average if busy <= 0 else min(average, rps * (len(signals.ps_cpu) - busy) / busy)

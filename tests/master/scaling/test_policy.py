@@ -136,6 +136,14 @@ def test_no_probe_at_ps_max_when_the_ps_set_has_no_room_for_another_worker():
     roomy = signals(workers(spot=3), ps_cpu=(0.9, 0.9, 0.9))
     decisions, state = decide(SPEC, roomy, state, 410.0)
     assert brief(decisions) == [("worker", "spot", 3, 4, "throughput_gain")]
+    # one worker with every PS at 0.88 (not hot): 13.6 records/s of room, under 20. At ps.max
+    # no probe; below it the probe judges the worker as before (the set grows once hot)
+    busy = signals(workers(spot=1), ps_cpu=(0.88, 0.88, 0.88))
+    decisions, _ = decide(SPEC, busy, started(workers=1, ps=3), 10.0)
+    assert brief(decisions) == []
+    busy = signals(workers(spot=1), ps_cpu=(0.88, 0.88))
+    decisions, _ = decide(SPEC, busy, started(workers=1, ps=2), 10.0)
+    assert brief(decisions) == [("worker", "spot", 1, 2, "throughput_gain")]
 
 
 def test_no_probe_for_a_worker_whose_predicted_cost_per_record_is_above_the_job_s():
