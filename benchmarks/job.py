@@ -7,9 +7,8 @@ database afterwards (events, processes, leases) it measures:
 
 - every record trained: the summary's epochs exact (each record counted once);
 - each preempted worker replaced within one interval (and registered, its start-up after);
-- on-demand worker-seconds (the ledger's, as `elastic-ctl cost` prices them; the processes'
-  launch-to-exit seconds beside them) against the bound: the outage plus two intervals per
-  worker;
+- on-demand worker-seconds, the ledger's (as `elastic-ctl cost` prices them) and the processes'
+  (launch to exit), both against the bound: the outage plus two intervals per worker;
 - workers back on spot within two intervals of its return;
 - no failure budget spent on a preemption: no lease FAILED, lost or timed out;
 - nothing left running after `elastic-job` exits.
@@ -117,7 +116,10 @@ def verdict(m: dict, summary: dict, interval: float) -> dict:
         "every_record_trained": bool(summary.get("epochs_exact")),
         "replaced_within_an_interval": m["preemptions"] > 0 and
         m["max_replaced_in_s"] <= interval + tick,
-        "on_demand_within_bound": m["on_demand_worker_s"] <= m["on_demand_bound_s"],
+        # both: the ledger's seconds are what elastic-ctl cost prices, the processes' what a
+        # cloud bills (launch to exit: start-up and the exit after a drain too)
+        "on_demand_within_bound": max(m["on_demand_worker_s"], m["on_demand_process_s"])
+        <= m["on_demand_bound_s"],
         "back_on_spot_within_two_intervals": m["back_on_spot_in_s"] is not None and
         m["back_on_spot_in_s"] <= 2 * interval + tick,
         "no_failure_budget_spent": m["leases_with_failures"] == 0 and not

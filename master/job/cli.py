@@ -46,9 +46,6 @@ def run_job(args) -> int:
                          f"{args.spec} | kubectl apply -f -")
     if spec.engine == "ray" and importlib.util.find_spec("ray") is None:
         raise UsageError("run: engine 'ray' needs Ray: pip install 'elastic-ps[ray]'")
-    if spec.engine not in ("local", "ray"):
-        raise UsageError(f"run: engine {spec.engine!r} is not available in this build yet; "
-                         "use engine: local or ray")
     from .run import run_job as run  # the engine and gRPC only when asked for
     from .run import stored_job_problem
 

@@ -30,6 +30,11 @@ log = logging.getLogger(__name__)
 TICK_S = 0.25
 MAX_PS_BACKOFF_S = 300.0
 FINISH_GRACE_S = 10.0  # a finished job's workers see the end (END) and exit by themselves
+# A drained worker that has left the master (its leases handed back, exact) gets this long to
+# exit by itself, as long as the SDK gives its own main thread after the leave; then it is
+# killed. Its interpreter's teardown took 4-11 s on a loaded machine: paid process time (an
+# on-demand one's, after a market return) with nothing of the job left in it.
+LEFT_GRACE_S = 3.0
 RESIZE_REASONS = ("ps_hot", "ps_cold", "above_max", "budget")  # the PS set's size changes
 
 
@@ -51,6 +56,8 @@ class JobDriver:
         self.next_decide = 0.0
         self.ps_retry: dict[int, tuple[float, int]] = {}  # index -> (not before, crashes)
         self.wind_down_since: float | None = None
+        # drained workers seen gone from the master: since when (None: killed)
+        self.left_at: dict[str, float | None] = {}
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -104,6 +111,7 @@ class JobDriver:
             if proc.name in names or (proc.role == "ps" and proc.state == ProcState.RUNNING
                                       and indices.get(proc.slot, -1) >= proc.launched_ms):
                 self.up.add(proc.name)
+        self._kill_left(names)
         for event in self.engine.events():
             self._on_event(event)
         state = self.book.state
@@ -117,6 +125,21 @@ class JobDriver:
                 return
         if self.book.state in (JobState.FINISHING, JobState.STOPPING):
             self._wind_down()
+
+    def _kill_left(self, alive: set[str]) -> None:
+        """Kill a worker we drained once it has been gone from the master (left, or declared
+        dead) for LEFT_GRACE_S: it holds no lease any more, so nothing is lost, and its
+        process's time is no longer the job's. One never seen up is left to the engine's grace
+        (it may be registering right now)."""
+        now = self.clock()
+        for proc in self.book.live("worker"):
+            if (proc.state != ProcState.STOPPING or not proc.engine_id
+                    or proc.name not in self.up or proc.name in alive):
+                continue
+            since = self.left_at.setdefault(proc.name, now)
+            if since is not None and now - since >= LEFT_GRACE_S:
+                self.left_at[proc.name] = None  # once: the exit event ends it
+                self.engine.stop(proc.handle(), graceful=False)
 
     def _datasets_finished(self) -> bool:
         return self.committer.read(lambda: bool(self.core.datasets) and all(
@@ -184,6 +207,7 @@ class JobDriver:
         self._commit(lambda: (self.book.end(proc, state, event.code, cause),
                               self._event(EventKind.NODE_EXITED, proc, cause, code=event.code)))
         self.up.discard(proc.name)
+        self.left_at.pop(proc.name, None)
 
     def _ps_crashed(self, proc: Proc) -> None:
         if proc.role != "ps":

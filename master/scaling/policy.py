@@ -6,10 +6,11 @@ workers held within [min, max] and PS within [ps.min, ps.max]; a preempted or lo
 replaced at the next interval; spot first (the first market listed), the next market when a
 launch there failed or stayed pending for `spot_wait_s`, and back when the first admits
 launches again; one more worker while the last one added raised records/s by at least
-`min_gain` of a worker's average (no PS hot, the budget allows), one fewer when it did not; PS
-+1 when one has been hot for `ps_hot_intervals` intervals, -1 when all have been cold as long,
-at most once
-per `ps_cooldown_s`; never above `budget_per_hour` (the spec guarantees the floors fit in it).
+`min_gain` of a worker's average (no PS hot, the budget allows; at ps.max, only while the PS
+set's idle CPU leaves room for that gain at a lower $ per record than the job pays), one fewer
+when it did not; PS +1 when one has been hot for `ps_hot_intervals` intervals, -1 when all have
+been cold as long, at most once per `ps_cooldown_s`; never above `budget_per_hour` (the spec
+guarantees the floors fit in it).
 
 Decisions come decreases first, so applying them in order never runs more than max processes.
 """
@@ -297,18 +298,42 @@ def _target(spec: JobSpec, signals: Signals, state: PolicyState, now: float, pla
     state = state.with_(probe=probe)
     held = (state.hold_until is not None and now < state.hold_until
             and state.hold_ps == state.ps)
-    # a hot PS holds growth while the set may still grow; at ps.max the probe decides
+    # a hot PS holds growth while the set may still grow; at ps.max the probe decides, when
+    # the set's idle CPU leaves room for one (_worth_one_more)
     hot = state.ps < spec.ps.max and any(c > s.ps_hot_cpu for c in signals.ps_cpu)
     moving = returning or bool(plan.steps)  # grow once workers and the PS set settle
     if (probe is None and not held and not hot and not disturbed and not pending and not moving
             and live == target and target < w.max and (signals.records_per_s > 0 or not live)
             and not _backing_off(state, now)):
+        market = _fill_market(spec, signals, state)
         more = _worker_counts(spec, plan)
-        more[_fill_market(spec, signals, state)] += 1
-        if _within_budget(spec, signals, more, state.ps):
+        more[market] += 1
+        if (_within_budget(spec, signals, more, state.ps)
+                and _worth_one_more(spec, signals, state, plan, market, live)):
             state = state.with_(probe=Probe(signals.records_per_s, live))
             return state, target + 1, Reason.THROUGHPUT_GAIN, None
     return state, target, None, None
+
+
+def _worth_one_more(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan,
+                    market: str, live: int) -> bool:
+    """Whether a worker added on `market` is predicted to pay for itself, before one is launched
+    to find out: the records/s it can add (a worker's average, capped by what the PS set's CPU
+    leaves idle) must be at least `min_gain` of a worker's average, and cost no more per record
+    than the job pays now (so its $ per record falls). Only at ps.max: below it a busy set
+    grows (`ps_hot`) instead. A set at ps.max and at full CPU leaves nothing for a worker:
+    without this the probe launched one, judged it `no_gain` and tried again every
+    `ps_cooldown_s`, all day long."""
+    rps = signals.records_per_s
+    if state.ps < spec.ps.max or not live or rps <= 0:
+        return True  # the PS set may still grow (ps_hot), or nothing measured yet: probe
+    average = rps / live
+    busy = sum(signals.ps_cpu)
+    gain = average if busy <= 0 else min(average, rps * (len(signals.ps_cpu) - busy) / busy)
+    if gain <= 0 or gain < spec.scaling.min_gain * average:
+        return False
+    paying = _cost(spec, signals, _worker_counts(spec, plan), state.ps)
+    return _price(spec, signals, market) / gain <= paying / rps + 1e-12
 
 
 def _returns(spec: JobSpec, signals: Signals, state: PolicyState,

@@ -86,3 +86,13 @@ def test_a_spot_wait_shorter_than_the_start_up_does_not_bounce_the_workers_for_e
     assert out.records > 0.9 * 2 * model.worker_rps * 2 * 3600
     # two decisions per move; the rest doubles up to 32 * spot_wait_s: ~14 moves in 2 h
     assert out.decisions["market_returned"] <= 2 * 20
+
+
+def test_a_ps_set_at_max_and_full_is_not_probed_with_workers_all_day():
+    # 2 PS (ps.max) serve 310 records/s: the fourth worker would add 10, under min_gain (20)
+    # of a worker's 100. The policy sees it from the PS's CPU and keeps 3 workers; it used to
+    # launch the fourth, judge it no_gain and try again every ps_cooldown_s.
+    spec = parse_spec({**SPEC, "ps": {"count": 2, "max": 2}})
+    out = simulate(spec, TRACE, RECORDS, Model(worker_rps=100.0, ps_capacity_rps=155.0))
+    assert out.finished and out.decisions.get("no_gain", 0) == 0
+    assert out.decisions["throughput_gain"] == 2  # 1 -> 3 workers

@@ -124,6 +124,41 @@ def test_no_worker_is_added_while_a_ps_is_hot_and_the_set_may_still_grow():
     assert brief(decisions) == [("worker", "spot", 2, 3, "throughput_gain")]
 
 
+def test_no_probe_at_ps_max_when_the_ps_set_has_no_room_for_another_worker():
+    # 3 PS (ps.max) at 0.99 of their CPU serve 300 records/s: what they leave idle is 3
+    # records/s, under min_gain (0.2) of the 100 a worker makes: no worker launched to find out
+    state = started(workers=3, ps=3)
+    full = signals(workers(spot=3), ps_cpu=(0.99, 0.99, 0.99))
+    for now in (10.0, 20.0, 400.0):
+        decisions, state = decide(SPEC, full, state, now)
+        assert brief(decisions) == [] and state.probe is None, now
+    # at 0.9 they leave 33 records/s idle: worth a probe
+    roomy = signals(workers(spot=3), ps_cpu=(0.9, 0.9, 0.9))
+    decisions, state = decide(SPEC, roomy, state, 410.0)
+    assert brief(decisions) == [("worker", "spot", 3, 4, "throughput_gain")]
+    # one worker with every PS at 0.88 (not hot): 13.6 records/s of room, under 20. At ps.max
+    # no probe; below it the probe judges the worker as before (the set grows once hot)
+    busy = signals(workers(spot=1), ps_cpu=(0.88, 0.88, 0.88))
+    decisions, _ = decide(SPEC, busy, started(workers=1, ps=3), 10.0)
+    assert brief(decisions) == []
+    busy = signals(workers(spot=1), ps_cpu=(0.88, 0.88))
+    decisions, _ = decide(SPEC, busy, started(workers=1, ps=2), 10.0)
+    assert brief(decisions) == [("worker", "spot", 1, 2, "throughput_gain")]
+
+
+def test_no_probe_for_a_worker_whose_predicted_cost_per_record_is_above_the_job_s():
+    # the same 33 records/s of room: a spot worker (0.3/h) makes them cheaper than the job's
+    # (4 + 0.9) / 300 per record-hour; an on-demand one (1.0/h) dearer than (4 + 3) / 300
+    state = started(workers=3, ps=3)
+    s = signals(workers(on_demand=3), ps_cpu=(0.9, 0.9, 0.9), admits={"on-demand"})
+    decisions, _ = decide(SPEC, s, state, 10.0)
+    assert brief(decisions) == []
+    # with the PS set's room for a whole worker, the on-demand one pays for itself
+    s = signals(workers(on_demand=3), ps_cpu=(0.5, 0.5, 0.5), admits={"on-demand"})
+    decisions, _ = decide(SPEC, s, state, 10.0)
+    assert brief(decisions) == [("worker", "on-demand", 3, 4, "throughput_gain")]
+
+
 def test_ps_plus_one_after_ps_hot_intervals_hot_intervals_and_the_cooldown():
     state = started(workers=4)  # at workers.max: no growth to tell apart
     hot = signals(workers(spot=4), ps_cpu=(0.95, 0.4))
