@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 Capacity = Callable[[str, float], "int | None"]  # (market, seconds since the job started)
 POLL_S = 0.1
+LOOPBACK = "127.0.0.1"  # every process on this machine: a PS is reached on the loopback
 # `sh -c WRAPPER LOG ARGV...`: runs ARGV as its child and writes its status to LOG.PID.exit
 # (PID: sh's, the process the engine knows). The trap makes sh outlive a SIGTERM sent to the
 # group until the command ended (POSIX runs a trap after the foreground command), and a
@@ -79,12 +80,13 @@ def _code(status: int | None, exit_file: Path) -> int | None:
 
 class LocalEngine(Owner):
     """See the module docstring. `workdir` holds the logs and exit files; `started_s` is the
-    job's start (wall clock, what the trace counts from); `clock` the wall clock."""
+    job's start (wall clock, what the trace counts from); `clock` the wall clock; `host` the
+    address a PS it runs listens on and advertises (`ps_host_flags`)."""
 
     def __init__(self, workdir: str | Path, *, capacity: Capacity | None = None,
                  started_s: float | None = None, preempt_grace_s: float = 30.0,
                  stop_grace_s: float = 30.0, cwd: str | Path | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, host: str = LOOPBACK):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.capacity = capacity
@@ -93,6 +95,7 @@ class LocalEngine(Owner):
         self.preempt_grace_s = preempt_grace_s
         self.stop_grace_s = stop_grace_s
         self.cwd = cwd
+        self.ps_host_flags = ["--host", host]
         super().__init__()
         self._procs: dict[str, _Proc] = {}
         self._stop = threading.Event()

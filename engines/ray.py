@@ -48,6 +48,12 @@ log = logging.getLogger(__name__)
 
 CPU = "CPU"
 INFO_TIMEOUT_S = 5.0
+# in a command, the address of the node it runs on as Ray lists it (`ray.nodes()`), filled in
+# by its actor once placed (the master builds the command before Ray picks the node); the
+# command also gets it as RAY_NODE_IP
+NODE_IP = "$(RAY_NODE_IP)"
+# a PS listens on, and advertises, its node's address: the one the other nodes reach it at
+PS_HOST_FLAGS = ("--host", NODE_IP, "--advertise-host", NODE_IP)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -59,6 +65,20 @@ def _die_with_parent() -> None:
         pass
 
 
+def node_ip(node_id: str) -> str:
+    """The address Ray lists for node `node_id` (its NodeManagerAddress)."""
+    for node in ray.nodes():
+        if node["NodeID"] == node_id:
+            return node["NodeManagerAddress"]
+    raise LookupError(f"Ray lists no node {node_id}")
+
+
+def with_node_ip(command: list[str], env: dict[str, str],
+                 ip: str) -> tuple[list[str], dict[str, str]]:
+    """`command` with NODE_IP replaced by `ip`, and `env` with RAY_NODE_IP."""
+    return [arg.replace(NODE_IP, ip) for arg in command], {**env, "RAY_NODE_IP": ip}
+
+
 class Runner:
     """The actor holding one process: started in __init__ (the actor's main thread, which
     lives as long as the actor: the parent-death signal is tied to that thread)."""
@@ -67,6 +87,8 @@ class Runner:
                  cwd: str | None):
         self.error = ""
         self.popen: subprocess.Popen | None = None
+        command, env = with_node_ip(command, env,
+                                    node_ip(ray.get_runtime_context().get_node_id()))
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(log_path, "ab") as out:
@@ -141,6 +163,7 @@ class RayEngine(Owner):
         self._owns_connection = False
         self._connect(address)
         self.address = ray.get_runtime_context().gcs_address
+        self.ps_host_flags = list(PS_HOST_FLAGS)
         super().__init__()
         self._procs: dict[str, _Proc] = {}
         self._closed = False
