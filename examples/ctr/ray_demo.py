@@ -40,8 +40,11 @@ def main(args: argparse.Namespace) -> int:
     from examples.ctr.demo import describe, describe_schedule, interrupted
     from examples.ctr.ray_job import RayJob
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, interrupted)
+
+    def on_signals() -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, interrupted)
+    on_signals()
     records, epochs = args.records or RECORDS, args.epochs or EPOCHS
     pace_s = PACE_S if args.pace_s is None else args.pace_s
     work = Path(args.workdir).resolve() / "ray"
@@ -67,6 +70,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         try:
             addresses = ray_job.start_cluster()
+            on_signals()  # Ray's driver set its own SIGTERM handler (it aborts the process)
             print(f"\nRay: a head with no CPUs, an on-demand node, a spot node at "
                   f"{ray_job.address}; every node at {', '.join(addresses)}", flush=True)
             if addresses != ["127.0.0.1"]:
