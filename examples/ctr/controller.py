@@ -166,6 +166,11 @@ def train(cluster: LocalCluster, auc: HeldOutAUC, name: str, job: Job,
     return run
 
 
+def interrupted(signum, frame) -> None:
+    """The demos' SIGTERM handler: stop as Ctrl-C does (everything started is closed)."""
+    raise KeyboardInterrupt
+
+
 def loop(cluster: LocalCluster, job: Job, schedule: Schedule, ctx: Context,
          watch: AUCWatch | None, progress: Progress, started: float) -> None:
     """Until training ends: poll, move the schedule on, pace, show progress."""

@@ -56,13 +56,13 @@ from pathlib import Path
 from cluster.local import LocalCluster
 from examples.ctr import data as ctr_data
 from examples.ctr import resize
-from examples.ctr.controller import Job, Run, train
+from examples.ctr.controller import Job, Run, interrupted, train
 from examples.ctr.evaluate import HeldOutAUC
 from examples.ctr.schedule import Schedule, Step
 from examples.ctr.resize import Grow, Shrink
 from examples.ctr.steps import KillLeader, KillPrimary, KillWorker, Rejoin, ScaleUp, StopWorker
-from examples.ctr.summary import (churn_claims, churn_ok, describe_churn, describe_ha,
-                                  ha_claims, ha_ok, run_json)
+from examples.ctr.summary import (churn_claims, churn_ok, describe, describe_churn,
+                                  describe_ha, describe_schedule, ha_claims, ha_ok, run_json)
 
 __all__ = ["Run", "main"]
 
@@ -124,25 +124,6 @@ def available_gib() -> float | None:
     except OSError:
         pass
     return None
-
-
-def describe(run: Run) -> list[str]:
-    auc = f"final AUC {run.auc:.4f}" if run.curve else "AUC not scored"
-    lines = [f"  {run.name}: wall {run.wall_s:.1f} s, {auc}, every record of every epoch "
-             f"counted done exactly once: {run.exactly_once}"]
-    for e in run.epochs:
-        requeues = ", ".join(f"{k} {v}" for k, v in sorted(e.requeues.items())) or "none"
-        lines.append(f"    epoch {e.epoch}: {e.handouts} hand-outs for {e.done} shards, "
-                     f"{e.records_done}/{e.records_total} records, {e.records_rehanded} handed "
-                     f"out again of which {e.records_redone} possibly trained twice, "
-                     f"{e.duplicates} duplicates; requeues: {requeues}")
-    for epoch, errors in sorted(run.audit.items()):
-        lines.append(f"    epoch {epoch}, lease history: " + "; ".join(errors))
-    if run.ledger is not None:
-        lines.append(f"    goodput {run.ledger.goodput:.1%} ({run.ledger.records_done} records "
-                     f"done, at most {run.ledger.records_redone} trained twice), "
-                     f"{run.ledger.worker_seconds_total:.0f} worker-seconds")
-    return lines
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -225,10 +206,6 @@ def plan(args: argparse.Namespace) -> tuple[list[Step], int] | None:
     return steps, workers
 
 
-def interrupted(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.engine == "ray":
@@ -288,18 +265,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return 0 if summary["ok"] else 1
-
-
-def describe_schedule(run: Run) -> list[str]:
-    lines = [f"  the schedule ({len(run.steps)} steps; training held {run.held_s:.1f} s in all "
-             "for it):"]
-    for s in run.steps:
-        if s["state"] == "settled":
-            lines.append(f"    {s['name']}: fired at {s['fired_fraction']:.0%} of the records "
-                         f"({s['fired_s']:.1f} s), its effect seen {s['settled_s']:.1f} s")
-        else:
-            lines.append(f"    {s['name']}: {s['state'].upper()}: {s['why']}")
-    return lines
 
 
 def summarize(runs: list[Run], optimum: float, args: argparse.Namespace) -> dict:

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from examples.ctr import data as ctr_data
 from examples.ctr.audit import exactly_once
-from examples.ctr.controller import Job, Progress, Run, final_status, loop
+from examples.ctr.controller import Job, Progress, Run, final_status, interrupted, loop
 from examples.ctr.schedule import Schedule, State
 from examples.ctr import ray_steps
-from examples.ctr.summary import run_json
+from examples.ctr.summary import describe, describe_schedule, run_json
 
 END = 0.9
 RECORDS, EPOCHS, PACE_S = 8000, 1, 40.0  # small: the whole demo fits a 2-core machine
@@ -37,9 +37,13 @@ BATCH, SHARD = 128, 256
 
 def main(args: argparse.Namespace) -> int:
     """`args`: examples.ctr.demo's, with --engine ray."""
-    from examples.ctr.demo import describe, describe_schedule, interrupted
-    from examples.ctr.ray_job import RayJob
-
+    try:
+        from examples.ctr.ray_job import RayJob  # first: it keeps Ray on 127.0.0.1
+        import ray  # noqa: F401 - the ray extra (with psutil, which ray_job imports)
+    except ImportError as exc:
+        print(f"--engine ray needs the ray extra (pip install -e \".[ray]\"): {exc}",
+              file=sys.stderr)
+        return 2
 
     def on_signals() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -90,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
         return 130
     run.wall_s = time.monotonic() - started
     summary = summarize(run, ctx, plan, drain, back, code, in_ray, outside,
-                        work / "job" / "summary.json", describe, describe_schedule)
+                        work / "job" / "summary.json")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return 0 if summary["ok"] else 1
@@ -131,7 +135,7 @@ def train_on(ray_job, job: Job, schedule: Schedule):
 
 
 def summarize(run: Run, ctx, plan, drain, back, code, in_ray: list[str], outside: list[str],
-              job_json: Path, describe, describe_schedule) -> dict:
+              job_json: Path) -> dict:
     print("\nSUMMARY")
     print("\n".join(describe(run)))
     print("\n".join(describe_schedule(run)))

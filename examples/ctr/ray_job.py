@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,7 +27,6 @@ import psutil  # noqa: E402
 import yaml  # noqa: E402
 
 from cluster.launch import CODE_ROOT, child_env  # noqa: E402
-from master.job.run import free_ports  # noqa: E402
 from protos import master_pb2 as pb  # noqa: E402
 from protos import master_pb2_grpc as pb_grpc  # noqa: E402
 from rpckit.channels import LeaderStub  # noqa: E402
@@ -112,7 +112,9 @@ class RayJob:
     # ---- the job ----------------------------------------------------------------------------
 
     def write_spec(self) -> Path:
-        port = free_ports(1)[0]
+        with socket.socket() as s:  # a free port, said to the master up front: we call it
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
         spec = {
             "name": "ctr-ray",
             "engine": "ray",
