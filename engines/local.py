@@ -11,7 +11,6 @@ does one round of that (reap, enforce, kill at deadlines); `start()` runs it on 
 """
 from __future__ import annotations
 
-import collections
 import logging
 import signal
 import subprocess
@@ -22,12 +21,14 @@ from pathlib import Path
 from typing import Callable
 
 from . import process
+from .owner import Owner
 from .port import EngineEvent, EventKind, Handle, LaunchFailed, Refusal, check_launch
 
 log = logging.getLogger(__name__)
 
 Capacity = Callable[[str, float], "int | None"]  # (market, seconds since the job started)
 POLL_S = 0.1
+LOOPBACK = "127.0.0.1"  # every process on this machine: a PS is reached on the loopback
 # `sh -c WRAPPER LOG ARGV...`: runs ARGV as its child and writes its status to LOG.PID.exit
 # (PID: sh's, the process the engine knows). The trap makes sh outlive a SIGTERM sent to the
 # group until the command ended (POSIX runs a trap after the foreground command), and a
@@ -77,14 +78,15 @@ def _code(status: int | None, exit_file: Path) -> int | None:
     return status
 
 
-class LocalEngine:
+class LocalEngine(Owner):
     """See the module docstring. `workdir` holds the logs and exit files; `started_s` is the
-    job's start (wall clock, what the trace counts from); `clock` the wall clock."""
+    job's start (wall clock, what the trace counts from); `clock` the wall clock; `host` the
+    address a PS it runs listens on and advertises (`ps_host_flags`)."""
 
     def __init__(self, workdir: str | Path, *, capacity: Capacity | None = None,
                  started_s: float | None = None, preempt_grace_s: float = 30.0,
                  stop_grace_s: float = 30.0, cwd: str | Path | None = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, host: str = LOOPBACK):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.capacity = capacity
@@ -93,9 +95,9 @@ class LocalEngine:
         self.preempt_grace_s = preempt_grace_s
         self.stop_grace_s = stop_grace_s
         self.cwd = cwd
+        self.ps_host_flags = ["--host", host]
+        super().__init__()
         self._procs: dict[str, _Proc] = {}
-        self._events: collections.deque[EngineEvent] = collections.deque()
-        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -177,17 +179,6 @@ class LocalEngine:
         """CPU seconds the process and its children used so far (None: gone)."""
         return process.cpu_seconds(int(handle.id.partition(":")[0]))
 
-    def running(self) -> list[Handle]:
-        with self._lock:
-            return [p.handle for p in self._procs.values()]
-
-    def events(self) -> list[EngineEvent]:
-        """The events since the last call, oldest first."""
-        with self._lock:
-            out = list(self._events)
-            self._events.clear()
-            return out
-
     # ---- the round ----------------------------------------------------------------------------
 
     def poll(self) -> list[EngineEvent]:
@@ -253,11 +244,6 @@ class LocalEngine:
     def _counted(self, market: str) -> int:
         return sum(1 for p in self._procs.values() if p.handle.market == market and not p.noticed)
 
-    def _emit(self, kind: EventKind, handle: Handle, *, code: int | None = None,
-              deadline_ms: int | None = None, detail: str = "") -> None:
-        self._events.append(EngineEvent(kind, handle, int(self.clock() * 1000), code,
-                                        deadline_ms, detail))
-
     # ---- lifetime -----------------------------------------------------------------------------
 
     def start(self, period_s: float = POLL_S) -> "LocalEngine":
@@ -272,24 +258,9 @@ class LocalEngine:
         self._thread.start()
         return self
 
-    def stop_all(self, graceful: bool = True, timeout: float = 60.0) -> list[EngineEvent]:
-        """Stop every process and wait until all ended (SIGKILL after the grace, or at
-        `timeout`). The events of their ends (also queued)."""
-        with self._lock:
-            handles = [p.handle for p in self._procs.values()]
-            before = len(self._events)
-        for handle in handles:
-            self.stop(handle, graceful)
-        deadline = time.monotonic() + timeout
-        while True:
-            self.poll()
-            with self._lock:
-                if not self._procs:
-                    return list(self._events)[before:]
-                if time.monotonic() > deadline:
-                    for proc in self._procs.values():
-                        self._kill(proc)
-            time.sleep(0.05)
+    def _overdue(self, late_s: float, timeout: float) -> None:
+        for proc in self._procs.values():  # again each round: a SIGCONT'd child may linger
+            self._kill(proc)
 
     def close(self) -> None:
         """Stop polling and refuse launches; the processes are left as they are (a master

@@ -98,7 +98,12 @@ def check_launch(name: str, command: list[str], closed: bool, admits: bool, full
 
 class Engine(Protocol):
     """What the master needs of an engine. Every method is safe to call from one thread at a
-    time; `events()` returns each event once."""
+    time; `events()` returns each event once. `ps_host_flags`: where a PS it runs listens and
+    what it advertises (`--host`, `--advertise-host`), an address the job's other processes
+    reach wherever the engine puts them (local: the loopback; Ray: its node's address as Ray
+    lists it; Kubernetes: its pod's IP)."""
+
+    ps_host_flags: list[str]
 
     def launch(self, role: str, name: str, market: str, command: list[str],
                env: dict[str, str]) -> Handle: ...

@@ -26,14 +26,12 @@ one machine).
 from __future__ import annotations
 
 import asyncio
-import collections
 import ctypes
 import hashlib
 import logging
 import os
 import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +41,19 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from . import process
+from .owner import Owner
 from .port import EngineEvent, EventKind, Handle, LaunchFailed, Refusal, check_launch
 
 log = logging.getLogger(__name__)
 
 CPU = "CPU"
 INFO_TIMEOUT_S = 5.0
+# in a command, the address of the node it runs on as Ray lists it (`ray.nodes()`), filled in
+# by its actor once placed (the master builds the command before Ray picks the node); the
+# command also gets it as RAY_NODE_IP
+NODE_IP = "$(RAY_NODE_IP)"
+# a PS listens on, and advertises, its node's address: the one the other nodes reach it at
+PS_HOST_FLAGS = ("--host", NODE_IP, "--advertise-host", NODE_IP)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -60,6 +65,20 @@ def _die_with_parent() -> None:
         pass
 
 
+def node_ip(node_id: str) -> str:
+    """The address Ray lists for node `node_id` (its NodeManagerAddress)."""
+    for node in ray.nodes():
+        if node["NodeID"] == node_id:
+            return node["NodeManagerAddress"]
+    raise LookupError(f"Ray lists no node {node_id}")
+
+
+def with_node_ip(command: list[str], env: dict[str, str],
+                 ip: str) -> tuple[list[str], dict[str, str]]:
+    """`command` with NODE_IP replaced by `ip`, and `env` with RAY_NODE_IP."""
+    return [arg.replace(NODE_IP, ip) for arg in command], {**env, "RAY_NODE_IP": ip}
+
+
 class Runner:
     """The actor holding one process: started in __init__ (the actor's main thread, which
     lives as long as the actor: the parent-death signal is tied to that thread)."""
@@ -68,6 +87,8 @@ class Runner:
                  cwd: str | None):
         self.error = ""
         self.popen: subprocess.Popen | None = None
+        command, env = with_node_ip(command, env,
+                                    node_ip(ray.get_runtime_context().get_node_id()))
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(log_path, "ab") as out:
@@ -120,7 +141,7 @@ def namespace_of(workdir: Path | str) -> str:
     return f"elastic-ps-{digest}"
 
 
-class RayEngine:
+class RayEngine(Owner):
     """See the module docstring. `workdir`: the job's log folder (and its namespace);
     `num_cpus`: the logical CPUs each process holds on its node; `stop_grace_s`: SIGTERM to
     SIGKILL for a stop; `preempt_grace_s`: the same for a drain without a deadline."""
@@ -142,9 +163,9 @@ class RayEngine:
         self._owns_connection = False
         self._connect(address)
         self.address = ray.get_runtime_context().gcs_address
+        self.ps_host_flags = list(PS_HOST_FLAGS)
+        super().__init__()
         self._procs: dict[str, _Proc] = {}
-        self._events: collections.deque[EngineEvent] = collections.deque()
-        self._lock = threading.RLock()
         self._closed = False
 
     def _connect(self, address: str) -> None:
@@ -266,22 +287,11 @@ class RayEngine:
         except (RayActorError, GetTimeoutError):
             return None
 
-    def running(self) -> list[Handle]:
-        with self._lock:
-            return [p.handle for p in self._procs.values()]
-
     def node_of(self, handle: Handle) -> str:
         """The hex id of the Ray node the process runs on ('' until it is placed)."""
         with self._lock:
             proc = self._procs.get(handle.id)
             return proc.node_id if proc else ""
-
-    def events(self) -> list[EngineEvent]:
-        """The events since the last call, oldest first."""
-        with self._lock:
-            out = list(self._events)
-            self._events.clear()
-            return out
 
     # ---- the round ----------------------------------------------------------------------------
 
@@ -362,37 +372,19 @@ class RayEngine:
             log.warning("ray engine: cannot read the draining nodes", exc_info=True)
             return {}
 
-    def _emit(self, kind: EventKind, handle: Handle, *, code: int | None = None,
-              deadline_ms: int | None = None, detail: str = "") -> None:
-        self._events.append(EngineEvent(kind, handle, int(self.clock() * 1000), code,
-                                        deadline_ms, detail))
-
     # ---- lifetime -----------------------------------------------------------------------------
 
     def stop_all(self, graceful: bool = True, timeout: float = 60.0) -> list[EngineEvent]:
-        """Stop every process and wait until all ended (SIGKILL after the grace, or at
-        `timeout`). The events of their ends (also queued)."""
-        if not ray.is_initialized():
+        if not ray.is_initialized():  # closed: nothing of ours to reach any more
             return []
-        with self._lock:
-            handles = [p.handle for p in self._procs.values()]
-            before = len(self._events)
-        for handle in handles:
-            self.stop(handle, graceful)
-        deadline = time.monotonic() + timeout
-        while True:
-            self.poll()
-            with self._lock:
-                if not self._procs:
-                    return list(self._events)[before:]
-                if time.monotonic() > deadline:
-                    for proc in list(self._procs.values()):
-                        if not proc.killed:
-                            self._kill(proc)
-                if time.monotonic() > deadline + timeout:  # the actors no longer answer
-                    for proc in list(self._procs.values()):
-                        ray.kill(proc.actor, no_restart=True)
-            time.sleep(0.05)
+        return super().stop_all(graceful, timeout)
+
+    def _overdue(self, late_s: float, timeout: float) -> None:
+        for proc in list(self._procs.values()):
+            if not proc.killed:
+                self._kill(proc)
+            if late_s > timeout:  # the actor no longer answers: its end frees the command
+                ray.kill(proc.actor, no_restart=True)
 
     def close(self) -> None:
         """Refuse launches and leave Ray; the processes run on (a master that stops hands

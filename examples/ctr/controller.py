@@ -166,8 +166,13 @@ def train(cluster: LocalCluster, auc: HeldOutAUC, name: str, job: Job,
     return run
 
 
-def loop(cluster: LocalCluster, job: Job, schedule: Schedule, ctx: Context, watch: AUCWatch,
-         progress: Progress, started: float) -> None:
+def interrupted(signum, frame) -> None:
+    """The demos' SIGTERM handler: stop as Ctrl-C does (everything started is closed)."""
+    raise KeyboardInterrupt
+
+
+def loop(cluster: LocalCluster, job: Job, schedule: Schedule, ctx: Context,
+         watch: AUCWatch | None, progress: Progress, started: float) -> None:
     """Until training ends: poll, move the schedule on, pace, show progress."""
     run, done, paced, held_since = ctx.run, 0, None, None
     while True:
@@ -178,7 +183,7 @@ def loop(cluster: LocalCluster, job: Job, schedule: Schedule, ctx: Context, watc
         # no answer while a standby takes over: the records done are what they were
         done = records_done(ds) if ds is not None else done
         fraction = done / job.total
-        if done:
+        if done and watch is not None:  # None: no AUC scored (the Ray demo)
             watch.begin()
         for line in schedule.poll(fraction, ctx):
             progress.say(now, line)

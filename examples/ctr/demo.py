@@ -56,13 +56,13 @@ from pathlib import Path
 from cluster.local import LocalCluster
 from examples.ctr import data as ctr_data
 from examples.ctr import resize
-from examples.ctr.controller import Job, Run, train
+from examples.ctr.controller import Job, Run, interrupted, train
 from examples.ctr.evaluate import HeldOutAUC
 from examples.ctr.schedule import Schedule, Step
 from examples.ctr.resize import Grow, Shrink
 from examples.ctr.steps import KillLeader, KillPrimary, KillWorker, Rejoin, ScaleUp, StopWorker
-from examples.ctr.summary import (churn_claims, churn_ok, describe_churn, describe_ha,
-                                  ha_claims, ha_ok, run_json)
+from examples.ctr.summary import (churn_claims, churn_ok, describe, describe_churn,
+                                  describe_ha, describe_schedule, ha_claims, ha_ok, run_json)
 
 __all__ = ["Run", "main"]
 
@@ -126,35 +126,24 @@ def available_gib() -> float | None:
     return None
 
 
-def describe(run: Run) -> list[str]:
-    lines = [f"  {run.name}: wall {run.wall_s:.1f} s, final AUC {run.auc:.4f}, every record "
-             f"of every epoch counted done exactly once: {run.exactly_once}"]
-    for e in run.epochs:
-        requeues = ", ".join(f"{k} {v}" for k, v in sorted(e.requeues.items())) or "none"
-        lines.append(f"    epoch {e.epoch}: {e.handouts} hand-outs for {e.done} shards, "
-                     f"{e.records_done}/{e.records_total} records, {e.records_rehanded} handed "
-                     f"out again of which {e.records_redone} possibly trained twice, "
-                     f"{e.duplicates} duplicates; requeues: {requeues}")
-    for epoch, errors in sorted(run.audit.items()):
-        lines.append(f"    epoch {epoch}, lease history: " + "; ".join(errors))
-    if run.ledger is not None:
-        lines.append(f"    goodput {run.ledger.goodput:.1%} ({run.ledger.records_done} records "
-                     f"done, at most {run.ledger.records_redone} trained twice), "
-                     f"{run.ledger.worker_seconds_total:.0f} worker-seconds")
-    return lines
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--records", type=int, default=60_000)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--shard-size", type=int, default=1024)
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="local (default): the processes on this machine, as above; ray: the "
+                   "job through `elastic-job run` on a local multi-node Ray the demo starts, "
+                   "its spot node drained mid-training and spot given back later "
+                   "(examples/ctr/ray_demo.py; needs the ray extra). Takes --records, "
+                   "--epochs, --batch-size, --shard-size, --pace-s (defaults 8000, 1, 128, "
+                   "256, 40), --workdir, --timeout and --json")
+    p.add_argument("--records", type=int, default=None, help="default 60000")
+    p.add_argument("--epochs", type=int, default=None, help="default 2")
+    p.add_argument("--batch-size", type=int, default=None, help="default 256")
+    p.add_argument("--shard-size", type=int, default=None, help="default 1024")
     p.add_argument("--workers", type=int, default=4,
                    help="workers at the peak of the churn (default 4; at least 3: one is "
                    "SIGKILLed, one SIGTERMed, one finishes; fewer when the machine is small)")
-    p.add_argument("--pace-s", type=float, default=60.0,
+    p.add_argument("--pace-s", type=float, default=None,
                    help="the run with churn spreads its records over about this many seconds "
                    "(default 60; holds for the schedule come on top), so that its steps fit "
                    "in the training; 0: full speed")
@@ -176,6 +165,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "second (default 5, as elastic-master's)")
     p.add_argument("--json", metavar="PATH", help="also write the summary as JSON to PATH")
     args = p.parse_args(argv)
+    if args.engine == "ray":
+        if (args.records or 1000) < 1000 or (args.epochs or 1) < 1 or (args.pace_s or 0) < 0 \
+                or args.timeout <= 0:
+            p.error("--records must be 1000 or more, --epochs 1 or more, --pace-s 0 or more, "
+                    "--timeout above 0")
+        return args  # the Ray demo's own defaults (examples/ctr/ray_demo.py)
+    for name, default in (("records", 60_000), ("epochs", 2), ("batch_size", 256),
+                          ("shard_size", 1024), ("pace_s", 60.0)):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     if args.workers < 3 and not args.no_worker_churn:
         p.error("--workers: the churn needs 3 at least (one SIGKILLed, one SIGTERMed, one "
                 "to finish)")
@@ -207,12 +206,12 @@ def plan(args: argparse.Namespace) -> tuple[list[Step], int] | None:
     return steps, workers
 
 
-def interrupted(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.engine == "ray":
+        from examples.ctr import ray_demo  # ray only when asked for
+
+        return ray_demo.main(args)
     # Ctrl-C and SIGTERM stop every process of the demo (the `with` blocks close them), also
     # when it was started where SIGINT is ignored (a background job of a script)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -266,18 +265,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return 0 if summary["ok"] else 1
-
-
-def describe_schedule(run: Run) -> list[str]:
-    lines = [f"  the schedule ({len(run.steps)} steps; training held {run.held_s:.1f} s in all "
-             "for it):"]
-    for s in run.steps:
-        if s["state"] == "settled":
-            lines.append(f"    {s['name']}: fired at {s['fired_fraction']:.0%} of the records "
-                         f"({s['fired_s']:.1f} s), its effect seen {s['settled_s']:.1f} s")
-        else:
-            lines.append(f"    {s['name']}: {s['state'].upper()}: {s['why']}")
-    return lines
 
 
 def summarize(runs: list[Run], optimum: float, args: argparse.Namespace) -> dict:

@@ -1,6 +1,7 @@
 """The demo's summary as checkable values: what the worker churn and the high-availability part
-claim (each claim a value a test can read back from `--json`), their lines for people, and a
-run as JSON.
+claim (each claim a value a test can read back from `--json`), their lines for people, a run
+and its schedule in lines (`describe`, `describe_schedule`: the default and the Ray demo), and
+a run as JSON.
 
 `run` is `examples.ctr.demo.Run`: the epochs, ledger, lease-history audit, kills
 (`examples.ctr.failover.Kill`) and what the master and the PS said at the start and the end.
@@ -143,3 +144,34 @@ def run_json(run) -> dict:
                     "records_redone": e.records_redone} for e in run.epochs],
         "goodput": run.ledger.goodput if run.ledger is not None else None,
     }
+
+
+def describe(run) -> list[str]:
+    auc = f"final AUC {run.auc:.4f}" if run.curve else "AUC not scored"
+    lines = [f"  {run.name}: wall {run.wall_s:.1f} s, {auc}, every record of every epoch "
+             f"counted done exactly once: {run.exactly_once}"]
+    for e in run.epochs:
+        requeues = ", ".join(f"{k} {v}" for k, v in sorted(e.requeues.items())) or "none"
+        lines.append(f"    epoch {e.epoch}: {e.handouts} hand-outs for {e.done} shards, "
+                     f"{e.records_done}/{e.records_total} records, {e.records_rehanded} handed "
+                     f"out again of which {e.records_redone} possibly trained twice, "
+                     f"{e.duplicates} duplicates; requeues: {requeues}")
+    for epoch, errors in sorted(run.audit.items()):
+        lines.append(f"    epoch {epoch}, lease history: " + "; ".join(errors))
+    if run.ledger is not None:
+        lines.append(f"    goodput {run.ledger.goodput:.1%} ({run.ledger.records_done} records "
+                     f"done, at most {run.ledger.records_redone} trained twice), "
+                     f"{run.ledger.worker_seconds_total:.0f} worker-seconds")
+    return lines
+
+
+def describe_schedule(run) -> list[str]:
+    lines = [f"  the schedule ({len(run.steps)} steps; training held {run.held_s:.1f} s in all "
+             "for it):"]
+    for s in run.steps:
+        if s["state"] == "settled":
+            lines.append(f"    {s['name']}: fired at {s['fired_fraction']:.0%} of the records "
+                         f"({s['fired_s']:.1f} s), its effect seen {s['settled_s']:.1f} s")
+        else:
+            lines.append(f"    {s['name']}: {s['state'].upper()}: {s['why']}")
+    return lines

@@ -3,8 +3,9 @@
 Workers run the spec's command with `ELASTIC_PS_MASTER` (every master of the job),
 `ELASTIC_PS_WORKER_NAME` (the process's name) and `ELASTIC_PS_LABELS=market=NAME`, so the
 SDK registers where it runs and `elastic-ctl cost` prices it (DESIGN, round 4). A PS is
-`python -m ps` registered with the masters under its index; the first PS set of a job is told
-its size (`--num-ps`), a later PS takes the master's layout.
+`python -m ps` registered with the masters under its index, listening where the engine says
+(its `ps_host_flags`); the first PS set of a job is told its size (`--num-ps`), a later PS
+takes the master's layout.
 """
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines import process
-
-HOST = "127.0.0.1"  # the local engine: every process on this machine
 
 
 @dataclass(frozen=True)
@@ -43,16 +42,18 @@ def worker(spec, name: str, market: str, masters: str,
     return list(spec.workers.command), process.clean_env(env)
 
 
-def ps(spec, name: str, index: int, masters: str, workdir: Path, *, num_ps: int = 0,
-       security: Security = Security(),
-       host_flags: list[str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """`num_ps`: the PS set's size for the job's first PS set (0: the master's layout says);
-    `host_flags` where it listens and what it advertises (the engine's `ps_host_flags`: a pod
-    listens on every address and advertises its IP; default: this machine's loopback).
+def ps(spec, name: str, index: int, masters: str, workdir: Path, *, host_flags: list[str],
+       num_ps: int = 0, security: Security = Security()) -> tuple[list[str], dict[str, str]]:
+    """`host_flags`: where it listens and what it advertises, the engine's `ps_host_flags`
+    (the local engine: this machine's loopback; Ray: the node's address; Kubernetes: every
+    address, advertising the pod's IP); `num_ps`: the PS set's size for the job's first PS set
+    (0: the master's layout says).
     Without replicas every process of an index restores from the index's checkpoints; with
     them each has its own (a backup copies its primary)."""
     ckpt = workdir / (f"ps{index}-ckpt" if not spec.ps.replicas else f"{name}-ckpt")
-    argv = [sys.executable, "-m", "ps", *(host_flags or ["--host", HOST]),
+    if not host_flags:
+        raise ValueError(f"{name}: the engine gave no address for the PS (ps_host_flags)")
+    argv = [sys.executable, "-m", "ps", *host_flags,
             "--port", "0", "--data-port", "0",
             "--index", str(index), *(["--num-ps", str(num_ps)] if num_ps else []),
             "--checkpoint-dir", str(ckpt), "--master", masters, *security.ps_flags(),

@@ -317,7 +317,7 @@ class JobDriver:
         if role == "ps":
             argv, env = commands.ps(self.spec, proc.name, slot, self.masters, self.workdir,
                                     num_ps=num_ps, security=self.security,
-                                    host_flags=getattr(self.engine, "ps_host_flags", None))
+                                    host_flags=self.engine.ps_host_flags)
         else:
             argv, env = commands.worker(self.spec, proc.name, market, self.masters,
                                         self.security)

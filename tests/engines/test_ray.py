@@ -179,6 +179,30 @@ def test_every_ray_process_is_on_loopback_and_launches_land_on_their_market(clus
     assert other.adopt(handles[1]) and other.find("worker", handles[0].name, "spot") is None
 
 
+def test_a_ps_gets_its_nodes_address_as_ray_lists_it(cluster, engine):
+    from engines.ray import NODE_IP, with_node_ip
+
+    # the master gives a placeholder: the address is filled in where the command runs
+    assert engine.ps_host_flags == ["--host", NODE_IP, "--advertise-host", NODE_IP]
+    assert with_node_ip(["--host", NODE_IP], {"A": "1"}, "10.1.2.3") == \
+        (["--host", "10.1.2.3"], {"A": "1", "RAY_NODE_IP": "10.1.2.3"})
+    show = [sys.executable, "-c",
+            "import os, sys, time\n"
+            "print('host', sys.argv[1:], os.environ['RAY_NODE_IP'], flush=True)\n"
+            "print('ready', os.getpid(), flush=True)\n"
+            "time.sleep(120)", *engine.ps_host_flags]
+    handle = engine.launch("ps", "ps-address", "on-demand", show, process.clean_env())
+    _ready(engine, handle, cluster)
+    assert _until(lambda: engine.poll() is not None and engine.node_of(handle), timeout=30)
+    listed = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    address = listed[engine.node_of(handle)]
+    assert engine.node_of(handle) == cluster.nodes_by_market["on-demand"].node_id
+    line = next(x for x in open(handle.log).read().splitlines() if x.startswith("host "))
+    assert line == f"host {['--host', address, '--advertise-host', address]!r} {address}"
+    engine.stop(handle, graceful=False)
+    assert _events(engine, (EventKind.EXITED, EventKind.LOST), 1)
+
+
 def test_drained_spot_node_notices_its_processes_and_a_lost_node_loses_them(cluster, engine):
     from ray.core.generated import autoscaler_pb2
 
