@@ -14,7 +14,7 @@ from master.job.driver import JobDriver
 from master.job.leading import make_engine
 from master.job.spec import parse_spec
 
-from .test_adopt import SPEC, master  # noqa: F401 - the fixture
+from .test_adopt import SPEC
 
 PS_SPEC = {**SPEC, "ps": {"count": 1}}
 
@@ -24,8 +24,8 @@ def argv_of(pid: int) -> list[str]:
 
 
 def test_the_local_engine_gives_the_loopback_and_the_driver_uses_what_the_engine_gives(
-        tmp_path, master):  # noqa: F811
-    _, core, committer = master
+        tmp_path, leader_parts):
+    _, core, committer = leader_parts
     spec = parse_spec(PS_SPEC)
     assert make_engine(spec, tmp_path / "default", time.time()).ps_host_flags == \
         ["--host", "127.0.0.1"]
