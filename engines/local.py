@@ -95,6 +95,7 @@ class LocalEngine(Owner):
         self.preempt_grace_s = preempt_grace_s
         self.stop_grace_s = stop_grace_s
         self.cwd = cwd
+        self.host = host
         self.ps_host_flags = ["--host", host]
         super().__init__()
         self._procs: dict[str, _Proc] = {}
@@ -127,6 +128,14 @@ class LocalEngine(Owner):
             self._procs[ident] = _Proc(handle, popen, popen.pid, exit_file)
             self._emit(EventKind.STARTED, handle)
             return handle
+
+    def reserve(self, names: list[str], market: str,
+                port: int = 0) -> list[tuple[str, int]]:
+        """Where the processes to be launched as `names` listen: `host` (every process is on
+        this machine), `port` for the first (0: a free one) and free ports for the rest."""
+        first = [port] if port and names else []
+        rest = process.free_ports(self.host, len(names) - len(first), tuple(first))
+        return [(self.host, p) for p in first + rest]
 
     def stop(self, handle: Handle, graceful: bool = True) -> None:
         """SIGTERM (then SIGKILL after `stop_grace_s`) or SIGKILL now; an exit event follows."""

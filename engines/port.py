@@ -119,3 +119,16 @@ class Engine(Protocol):
     def events(self) -> list[EngineEvent]: ...
 
     def close(self) -> None: ...
+
+
+class MastersEngine(Engine, Protocol):
+    """An engine `elastic-job run` starts the masters on (local, Ray; on Kubernetes the
+    masters are a Deployment behind a Service). Every master's address goes into every
+    master's and worker's command line, so it is known before any launch: `reserve` picks,
+    for the processes to be launched as `names` on `market`, where each will listen (host,
+    port), an address every node of the job reaches: `port` for the first (0: a free one),
+    ports free where each will run for the rest. A later `launch` of such a name runs it
+    there."""
+
+    def reserve(self, names: list[str], market: str,
+                port: int = 0) -> list[tuple[str, int]]: ...

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -87,6 +88,29 @@ def wait_for_line(popen: subprocess.Popen, log: Path | str, offset: int, pattern
                 f"still running after {timeout:g} s"
             raise StartTimeout(why, text)
         time.sleep(0.02)
+
+
+def free_ports(host: str, n: int, taken: tuple[int, ...] = ()) -> list[int]:
+    """`n` distinct ports free on `host` of this machine now, none of them in `taken`: all
+    held open together while picked, so none is picked twice."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        # each socket holds its own port: at most len(taken) picks are skipped
+        for _ in range(n + len(taken)):
+            if len(ports) == n:
+                break
+            s = socket.socket(family)
+            socks.append(s)
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+            if port not in taken:
+                ports.append(port)
+    finally:
+        for s in socks:
+            s.close()
+    return ports
 
 
 def signal_group(pid: int, sig: int) -> bool:

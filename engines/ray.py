@@ -22,10 +22,18 @@ local one) and starts a local Ray when none runs; there the one node serves ever
 Launched processes get RAY_ADDRESS, so a master launched through this engine drives its job
 on the same cluster. The log folder must be one every node writes to (shared storage, or
 one machine).
+
+The masters' addresses go into every process's command line before anything runs, so
+`reserve` places them first: each on a live, undrained node of its market with a CPU free
+(spread: a standby apart from its master where the market has room on several nodes), at
+that node's address as Ray lists it, on a port picked free on that node by a task pinned
+there; the master's launch then pins its actor to that node (`NodeAffinitySchedulingStrategy`,
+not soft). No address of the machine that asked is assumed.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
 import ctypes
 import hashlib
 import logging
@@ -35,10 +43,11 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection, Mapping
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from . import process
 from .owner import Owner
@@ -48,6 +57,7 @@ log = logging.getLogger(__name__)
 
 CPU = "CPU"
 INFO_TIMEOUT_S = 5.0
+PORTS_TIMEOUT_S = 60.0  # a task on a node: a worker process starts there first
 # in a command, the address of the node it runs on as Ray lists it (`ray.nodes()`), filled in
 # by its actor once placed (the master builds the command before Ray picks the node); the
 # command also gets it as RAY_NODE_IP
@@ -71,6 +81,35 @@ def node_ip(node_id: str) -> str:
         if node["NodeID"] == node_id:
             return node["NodeManagerAddress"]
     raise LookupError(f"Ray lists no node {node_id}")
+
+
+def market_nodes(nodes: list[dict], market: str, label: str | None,
+                 draining: Collection[str]) -> list[dict]:
+    """Of `nodes` (as `ray.nodes()` lists them), the live, undrained ones of `market` (those
+    labelled `label=market`; every one when `label` is None)."""
+    return [n for n in nodes if n["Alive"] and n["NodeID"] not in draining
+            and (label is None or n.get("Labels", {}).get(label) == market)]
+
+
+def spread(nodes: list[dict], n: int, num_cpus: float,
+           held: Mapping[str, float]) -> list[dict]:
+    """A node of `nodes` for each of `n` processes holding `num_cpus`: of the nodes with room
+    left once `held` (node id -> CPUs held there) and those before it are counted, the one
+    with the fewest of these `n` so far, then the most room (a standby apart from its master
+    where it can be); LookupError when one fits nowhere."""
+    room = {node["NodeID"]: node.get("Resources", {}).get(CPU, 0.0) - held.get(node["NodeID"], 0)
+            for node in nodes}
+    picked: collections.Counter[str] = collections.Counter()
+    out = []
+    for _ in range(n):
+        fits = [node for node in nodes if room[node["NodeID"]] >= num_cpus]
+        if not fits:
+            raise LookupError(f"no live node has {num_cpus:g} CPU free")
+        best = min(fits, key=lambda node: (picked[node["NodeID"]], -room[node["NodeID"]]))
+        room[best["NodeID"]] -= num_cpus
+        picked[best["NodeID"]] += 1
+        out.append(best)
+    return out
 
 
 def with_node_ip(command: list[str], env: dict[str, str],
@@ -121,6 +160,7 @@ class Runner:
 
 
 _RemoteRunner = ray.remote(Runner)
+_free_ports = ray.remote(num_cpus=0, max_retries=0)(process.free_ports)
 
 
 @dataclass
@@ -166,6 +206,7 @@ class RayEngine(Owner):
         self.ps_host_flags = list(PS_HOST_FLAGS)
         super().__init__()
         self._procs: dict[str, _Proc] = {}
+        self._reserved: dict[str, str] = {}  # name -> hex id of the node it is to run on
         self._closed = False
 
     def _connect(self, address: str) -> None:
@@ -195,7 +236,11 @@ class RayEngine(Owner):
             log_path = self.workdir / f"{name}.log"
             options = dict(name=name, namespace=self.namespace, lifetime="detached",
                            max_restarts=0, max_task_retries=0, num_cpus=self.num_cpus)
-            if not self._any_node:
+            node_id = self._reserved.pop(name, None)
+            if node_id:
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id,
+                                                                                soft=False)
+            elif not self._any_node:
                 options["label_selector"] = {self.market_label: market}
             try:
                 actor = _RemoteRunner.options(**options).remote(
@@ -209,6 +254,53 @@ class RayEngine(Owner):
             self._watch(handle, actor)
             self._emit(EventKind.STARTED, handle)
             return handle
+
+    def reserve(self, names: list[str], market: str,
+                port: int = 0) -> list[tuple[str, int]]:
+        """Where the processes to be launched as `names` on `market` listen, reachable from
+        every node: a node of the market each (`spread`), its address as Ray lists it, `port`
+        for the first (0: a free one) and ports free on its node for the rest; `launch` of
+        such a name runs on that node. LaunchFailed (`no_capacity`) when the market has no
+        room for them all, (`start_failed`) when a node did not answer."""
+        with self._lock:
+            if self._closed:
+                raise LaunchFailed(Refusal.CLOSED, "the engine is closed")
+            nodes = market_nodes(ray.nodes(), market,
+                                 None if self._any_node else self.market_label, self._draining())
+            held: dict[str, float] = collections.Counter()
+            for node_id in [p.node_id for p in self._procs.values()] + \
+                    list(self._reserved.values()):
+                held[node_id] += self.num_cpus
+            try:
+                chosen = spread(nodes, len(names), self.num_cpus, held)
+            except LookupError as exc:
+                raise LaunchFailed(Refusal.NO_CAPACITY, f"market {market!r}: {exc}") from exc
+            ports = self._ports_on(chosen, port)
+            for name, node in zip(names, chosen):
+                self._reserved[name] = node["NodeID"]
+            return [(node["NodeManagerAddress"], p) for node, p in zip(chosen, ports)]
+
+    def _ports_on(self, chosen: list[dict], port: int) -> list[int]:
+        """`port` for the first of `chosen` (0: a free one), then a port free on each one's
+        node, picked there (one task per node, all of a node's at once: none twice)."""
+        fixed = 1 if port else 0
+        wanted = collections.Counter(node["NodeID"] for node in chosen[fixed:])
+        taken = {chosen[0]["NodeID"]: (port,)} if port else {}
+        refs = {}
+        for node in chosen[fixed:]:
+            node_id = node["NodeID"]
+            if node_id not in refs:
+                strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+                refs[node_id] = _free_ports.options(scheduling_strategy=strategy).remote(
+                    node["NodeManagerAddress"], wanted[node_id], taken.get(node_id, ()))
+        try:
+            free = dict(zip(refs, ray.get(list(refs.values()), timeout=PORTS_TIMEOUT_S)))
+        except (GetTimeoutError, RayError) as exc:
+            for ref in refs.values():
+                ray.cancel(ref, force=True)
+            raise LaunchFailed(Refusal.START_FAILED,
+                               f"no free port from the nodes: {_first_line(exc)}") from exc
+        return [port] * fixed + [free[node["NodeID"]].pop(0) for node in chosen[fixed:]]
 
     def _watch(self, handle: Handle, actor) -> None:
         self._procs[handle.id] = _Proc(handle, actor, actor.wait.remote(), actor.info.remote())
@@ -236,13 +328,8 @@ class RayEngine(Owner):
         totals, not Ray's available resources: those lag a placement, so a launch not yet seen
         placed was counted twice against them (and a second launch on a free node refused)."""
         draining = self._draining()
-        total = 0.0
-        for node in ray.nodes():
-            if not node["Alive"] or node["NodeID"] in draining:
-                continue
-            if not self._any_node and node.get("Labels", {}).get(self.market_label) != market:
-                continue
-            total += node.get("Resources", {}).get(CPU, 0.0)
+        total = sum(node.get("Resources", {}).get(CPU, 0.0) for node in market_nodes(
+            ray.nodes(), market, None if self._any_node else self.market_label, draining))
         with self._lock:
             ours = sum(1 for p in self._procs.values()
                        if (self._any_node or p.handle.market == market)

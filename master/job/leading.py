@@ -22,7 +22,8 @@ STOP_GRACE_S = 30.0
 
 
 def make_engine(spec, workdir: Path, started_s: float):
-    """The engine the spec names, its market clock counting from `started_s`."""
+    """The engine the spec names (one of spec.ENGINES: parse_spec refuses any other), its
+    market clock counting from `started_s`."""
     if spec.engine == "kubernetes":
         from engines.kubernetes import in_cluster  # the client only when asked for
 
@@ -30,9 +31,6 @@ def make_engine(spec, workdir: Path, started_s: float):
                           stop_grace_s=STOP_GRACE_S, hold_s=spec.scaling.spot_wait_s)
     if spec.engine == "ray":
         return ray_engine(spec, workdir, stop_grace_s=STOP_GRACE_S)
-    if spec.engine != "local":
-        raise NotImplementedError(f"engine {spec.engine!r} is not available in this build; "
-                                  "use engine: local, ray or kubernetes")
     options = spec.engine_options
     capacity = None
     if options.get("market_trace"):

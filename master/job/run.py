@@ -2,13 +2,16 @@
 follow the job until it is finished, then print its summary.
 
 The masters (1 + `master.standbys`, on `master.port` and free ports after it, or all free
-with port 0) get the spec (`--job`), the job's folder (`--job-dir`, logs) and every master's
-address (`--job-masters`, what the processes they launch are given); the leader launches the
-PS set and the workers and drives them (master/job/driver.py). This command only watches
-(`GetPlan`): once the job is finished it reads the summary, stops the masters, prints it and
-exits 0 if every record of every epoch was counted once (1 otherwise). Ctrl-C or SIGTERM asks
-the leader to stop the job as a preemption would (`StopJob`: workers hand their leases back
-exactly), waits for it, and exits 130 / 143; a second one stops the masters at once.
+with port 0) listen where the engine places them (`reserve`: the local engine on 127.0.0.1;
+Ray on a node of their market, at its address as Ray lists it, on ports picked free there),
+an address every process of the job reaches. They get the spec (`--job`), the job's folder
+(`--job-dir`, logs) and every master's address (`--job-masters`, what the processes they
+launch are given); the leader launches the PS set and the workers and drives them
+(master/job/driver.py). This command only watches (`GetPlan`): once the job is finished it
+reads the summary, stops the masters, prints it and exits 0 if every record of every epoch
+was counted once (1 otherwise). Ctrl-C or SIGTERM asks the leader to stop the job as a
+preemption would (`StopJob`: workers hand their leases back exactly), waits for it, and
+exits 130 / 143; a second one stops the masters at once.
 
 With `--tls-cert/--tls-key/--tls-ca` and `--auth-token-file` the masters serve TLS and require
 the token, and pass the CA and the token file on to the PS and workers they launch, as a master
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ import grpc
 
 from engines import process
 from engines.local import LocalEngine
-from engines.port import EventKind
+from engines.port import EventKind, LaunchFailed
 from protos import master_pb2 as pb
 from protos import master_pb2_grpc as pb_grpc
 from rpckit import auth
@@ -38,27 +40,17 @@ from .spec import load_spec
 from .summary import epochs_exact, format_summary, summarize, write_json
 
 log = logging.getLogger("elastic-job")
-HOST = "127.0.0.1"
 POLL_S = 0.5
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
-def free_ports(n: int, first: int = 0) -> list[int]:
-    """`first` (when not 0) and free ports for the rest."""
-    ports = [first] if first else []
-    socks = []
-    while len(ports) < n:
-        s = socket.socket()
-        s.bind((HOST, 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
+def master_names(n: int) -> list[str]:
+    return ["master" if i == 0 else f"master-standby{i}" for i in range(n)]
 
 
 def masters_engine(spec, workdir: Path):
-    """The masters run on the job's engine too (engine: ray puts them on Ray nodes)."""
+    """The masters run on the job's engine too (engine: ray puts them on Ray nodes); it says
+    where they listen (`reserve`)."""
     if spec.engine == "ray":
         from .leading import ray_engine
         return ray_engine(spec, workdir)
@@ -91,34 +83,46 @@ class RunSecurity:
 class JobRun:
     """One `elastic-job run`: its masters' engine, the leader's stub, the signal it got."""
 
-    def __init__(self, spec_path: str, out=print, security: RunSecurity = RunSecurity()):
+    def __init__(self, spec_path: str, out=print, security: RunSecurity = RunSecurity(),
+                 engine=None):
         self.spec_path = str(Path(spec_path).resolve())
         self.spec = load_spec(spec_path)  # SpecError: the caller exits 2, nothing started
         self.workdir = Path(self.spec_path).parent / f"{self.spec.name}-run"
         self.out = out
-        self.engine = masters_engine(self.spec, self.workdir / "masters")
+        self.engine = engine if engine is not None else masters_engine(
+            self.spec, self.workdir / "masters")
         self.security = security
         self.got: int | None = None  # the signal that asked us to stop
         self.started = time.monotonic()
         self.master_started: dict[str, float] = {}
         self.master_seconds = 0.0
-        ports = free_ports(1 + self.spec.master.standbys, self.spec.master.port)
-        self.addresses = [f"{HOST}:{p}" for p in ports]
+        self.names = master_names(1 + self.spec.master.standbys)
+        try:
+            self.places = self.engine.reserve(self.names, self.spec.ps.market,
+                                              self.spec.master.port)
+        except LaunchFailed:
+            self.engine.close()
+            raise
+        self.addresses = [f"{host}:{port}" for host, port in self.places]
         self.stub = LeaderStub(",".join(self.addresses), pb_grpc.MasterStub,
                                **security.stub_options())
 
     def start_masters(self) -> None:
         market = self.spec.ps.market
-        for n, address in enumerate(self.addresses):
-            name = "master" if n == 0 else f"master-standby{n}"
-            argv = [sys.executable, "-m", "master", "--host", HOST,
-                    "--port", address.rsplit(":", 1)[1], "--db", self.spec.master.db,
-                    "--job", self.spec_path, "--job-dir", str(self.workdir),
-                    "--job-masters", ",".join(self.addresses), *self.security.master_flags()]
-            handle = self.engine.launch("master", name, market, argv, process.clean_env())
+        for n, name in enumerate(self.names):
+            handle = self.engine.launch("master", name, market, self.master_argv(n),
+                                        process.clean_env())
             self.master_started[handle.id] = time.monotonic()
         self.out(f"elastic-job: job {self.spec.name}: masters at {','.join(self.addresses)}; "
                  f"logs in {self.workdir}")
+
+    def master_argv(self, n: int) -> list[str]:
+        """The command of the `n`th master: it listens where the engine placed it."""
+        host, port = self.places[n]
+        return [sys.executable, "-m", "master", "--host", host, "--port", str(port),
+                "--db", self.spec.master.db, "--job", self.spec_path,
+                "--job-dir", str(self.workdir), "--job-masters", ",".join(self.addresses),
+                *self.security.master_flags()]
 
     def plan(self, ended: bool = False) -> pb.GetPlanResponse | None:
         try:
@@ -212,7 +216,11 @@ def stored_job_problem(spec) -> str | None:
 def run_job(spec_path: str, json_path: str | None = None, out=print,
             security: RunSecurity = RunSecurity()) -> int:
     """The whole command; SpecError propagates (the CLI exits 2 naming the field)."""
-    job = JobRun(spec_path, out, security)
+    try:
+        job = JobRun(spec_path, out, security)
+    except LaunchFailed as exc:
+        out(f"elastic-job: cannot place the masters ({exc.reason}): {exc}")
+        return 1
 
     def on_signal(sig, _frame):
         if job.got is not None:  # a second one: stop the masters now

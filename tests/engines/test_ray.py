@@ -203,6 +203,47 @@ def test_a_ps_gets_its_nodes_address_as_ray_lists_it(cluster, engine):
     assert _events(engine, (EventKind.EXITED, EventKind.LOST), 1)
 
 
+# binds the address it is given (as a master's --host/--port) and says so
+LISTEN = [sys.executable, "-c",
+          "import os, socket, sys, time\n"
+          "s = socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen()\n"
+          "print('listening', *s.getsockname(), flush=True)\n"
+          "print('ready', os.getpid(), flush=True)\n"
+          "time.sleep(120)"]
+
+
+def test_the_masters_listen_on_the_node_ray_places_them_on(cluster, engine):
+    listed = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    spot = cluster.nodes_by_market["spot"].node_id
+    # the spot node holds two: a third is refused, and nothing is reserved by the refusal
+    with pytest.raises(LaunchFailed) as full:
+        engine.reserve(["m0", "m1", "m2"], "spot")
+    assert full.value.reason == Refusal.NO_CAPACITY
+    places = engine.reserve(["master", "master-standby1"], "spot")
+    assert [host for host, _ in places] == [listed[spot]] * 2
+    assert len({port for _, port in places}) == 2
+    # the reservation, not the label, decides where it runs: launched as on-demand, the
+    # master still runs on the spot node its address is on
+    handles = [engine.launch("master", name, "on-demand", [*LISTEN, host, str(port)],
+                             process.clean_env())
+               for name, (host, port) in zip(["master", "master-standby1"], places)]
+    for h, (host, port) in zip(handles, places):
+        _ready(engine, h, cluster)
+        assert _until(lambda: engine.poll() is not None and engine.node_of(h), timeout=30)
+        assert engine.node_of(h) == spot
+        assert listed[engine.node_of(h)] == host
+        assert f"listening {host} {port}" in open(h.log).read().splitlines()
+    # a fixed port is the first's as given; the next one's is picked free on its node
+    first = places[0][1]
+    fixed = engine.reserve(["other", "other-standby1"], "on-demand", port=first + 1)
+    ondemand = listed[cluster.nodes_by_market["on-demand"].node_id]
+    assert fixed[0] == (ondemand, first + 1)
+    assert fixed[1][0] == ondemand and fixed[1][1] not in (0, first + 1)
+    for h in handles:
+        engine.stop(h, graceful=False)
+    assert len(_events(engine, (EventKind.EXITED, EventKind.LOST), 2)) == 2
+
+
 def test_drained_spot_node_notices_its_processes_and_a_lost_node_loses_them(cluster, engine):
     from ray.core.generated import autoscaler_pb2
 
