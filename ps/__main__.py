@@ -144,7 +144,7 @@ def _start(settings: PSSettings, token: str, credentials, stop: threading.Event,
     Only what serving needs comes before the ready line: the compiled loops (seconds on a
     busy machine) load in a thread after it (`_warm_up`), while the registration goes out.
     torch._dynamo, which torch.optim imports on its first call, is never imported
-    (ps.optim)."""
+    (ps.store.optim)."""
     import torch
 
     from .registrar import connect
@@ -203,7 +203,7 @@ def _restore(settings: PSSettings, num_ps: int):
     """(store, checkpointer, what was restored or None), or 1 when the directory cannot be
     read (said on stderr)."""
     from .checkpoint import CheckpointDir, Checkpointer
-    from .params import ParamStore
+    from .store.params import ParamStore
 
     store = ParamStore(settings.index, num_ps, settings.max_staleness,
                        settings.applied_capacity, settings.limits)
@@ -350,9 +350,9 @@ def _warm_up(done: threading.Event) -> None:
     (docs/benchmarks.md, "Live PS resize"). Run in a thread once the PS listens: the
     registration need not wait for it, a request that needs a loop meanwhile waits for its
     load (numba's lock) instead of repeating it, and a slot import waits for `done`."""
-    from . import flat_dense
+    from .store import flat_dense
     from .replication.backup import warm_up as warm_optimizers
-    from .tables import kernels
+    from .store.tables import kernels
 
     try:
         warm_optimizers()

@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from .deltas import DeltaFiles
-from .params import ParamStore
+from .store.params import ParamStore
 from pswire.frames import as_buffer
 
 log = logging.getLogger(__name__)

@@ -28,12 +28,12 @@ from pswire.slots import row_slot
 from pswire.tables import RETUNABLE, TableSpec, spec_changes
 from rpckit.errors import Reason, ServiceError, invalid, precondition
 
-from .dense import Dense
-from .optim import RowOptimizer, restore_dense
+from .store.dense import Dense
+from .store.optim import RowOptimizer, restore_dense
 from .ownership import Ownership
-from .snapshots import _cloned
-from .tables import files
-from .tables.table import Table
+from .store.snapshots import _cloned
+from .store.tables import files
+from .store.tables.table import Table
 
 
 def _in(mask: np.ndarray, num_slots: int):

@@ -5,7 +5,7 @@
       -> ReplicaNode            the role gate: what this PS serves as primary, backup, fenced;
          (ps/replication/)      a primary's mutations go through the replication order first
       -> Handlers (handlers.py) frames -> tensors -> ParamStore calls -> answers
-      -> ParamStore (ps/params.py)
+      -> ParamStore (ps/store/params.py)
 
 No link calls back into the one before it. A standalone PS (no master) has no ReplicaNode.
 `build_chain` puts the links together.

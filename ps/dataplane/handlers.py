@@ -22,8 +22,8 @@ from rpckit.errors import invalid
 
 from .. import move_wire, moves
 from ..ownership import WrongOwner
-from ..params import ParamStore
-from ..steps import StepParts
+from ..store.params import ParamStore
+from ..store.steps import StepParts
 
 # Below this size a tensor is copied into the reply (cheaper than a tracked zero-copy frame).
 ZERO_COPY_MIN_BYTES = 64 * 1024

@@ -30,7 +30,7 @@ import zmq
 from protos import ps_pb2
 
 from rpckit.errors import Reason, ServiceError
-from ..params import ParamStore
+from ..store.params import ParamStore
 from .backup import Backup, Upstream
 from .primary import Fenced, Primary
 

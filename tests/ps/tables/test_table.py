@@ -1,17 +1,17 @@
-"""Bounded tables: admission, the cap with LRU/LFU, TTL, and deltas (ps.tables.table)."""
+"""Bounded tables: admission, the cap with LRU/LFU, TTL, and deltas (ps.store.tables.table)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from ps.embedding import initial_rows
+from ps.store.embedding import initial_rows
 from pswire.tables import TableSpec
-from ps.optim import RowOptimizer
-from ps.params import ParamStore
+from ps.store.optim import RowOptimizer
+from ps.store.params import ParamStore
 from pswire.optimizers import make_config
-from ps.tables.eviction import Cause
-from ps.tables.table import Table, row_share
+from ps.store.tables.eviction import Cause
+from ps.store.tables.table import Table, row_share
 from rpckit.errors import ServiceError
 
 

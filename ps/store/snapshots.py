@@ -19,7 +19,7 @@ from pswire.tables import TableSpec
 from .tables.table import Table
 from .tables import files
 from .optim import RowOptimizer, restore_dense
-from .ownership import Ownership, mask_ranges, ranges_mask
+from ..ownership import Ownership, mask_ranges, ranges_mask
 
 FORMAT = 1
 
@@ -71,7 +71,7 @@ class Snapshots:
         tensors are the live ones, pinned (a push copies a pinned tensor or table before
         changing it). Taken under the exclusive gate, which it holds only for that.
         `delta`: tables hold only what changed since the last checkpoint file
-        (ps.tables.table.Table.delta), unless that would be no smaller than their rows: the
+        (ps.store.tables.table.Table.delta), unless that would be no smaller than their rows: the
         view's "delta" says which it is, and "why_full" (then) why it is a full view though a
         delta was asked (no part of the state: pop it before writing); `clean`: this view
         becomes that file (a checkpoint's). Decided, taken and marked clean under the

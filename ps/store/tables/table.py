@@ -5,7 +5,7 @@ and per slot the row's id (-1: a free slot), its count (touches: one per request
 or pushes it), last-touched step (the table's push count then), a touch tick (the order of
 touches, for the cap's LRU/LFU choice) and last-touched time (for `ttl_s`). Ticks and times
 are kept up to date only where something reads them (a cap; `ttl_s`): elsewhere a row keeps
-those of its creation, which saves two writes per request. `ps.tables.index.RowIndex` maps ids to
+those of its creation, which saves two writes per request. `ps.store.tables.index.RowIndex` maps ids to
 slots at a cost per request independent of the table's size; slots freed by eviction are
 reused by the next rows created.
 
@@ -88,7 +88,7 @@ class Table:
         self.filed = np.zeros(capacity, dtype=bool)  # the row is in the last checkpoint file
         self.weights = torch.empty(capacity, spec.dim)
         self.accum = (torch.empty(capacity, spec.dim) if optimizer.has_accumulator else None)
-        self._np = None  # (weights, accum, their numpy views): ps/tables/one_pass.py
+        self._np = None  # (weights, accum, their numpy views): ps/store/tables/one_pass.py
         self.sketch = AdmissionSketch() if spec.admit_after > 1 else None
         self.step = 0
         self.pushes = 0
@@ -133,7 +133,7 @@ class Table:
         with self.lock:
             now = self.clock()
             self._expire(now)
-            rows = one_pass.pull(self, keys)  # the usual pull (ps/tables/one_pass.py)
+            rows = one_pass.pull(self, keys)  # the usual pull (ps/store/tables/one_pass.py)
             if rows is not None:
                 return rows, 0
             slots = self.index.lookup(keys)
@@ -215,7 +215,7 @@ class Table:
             return int(np.count_nonzero(estimate + 1 >= self.spec.admit_after))
 
     def retune(self, spec: TableSpec, row_cap: int, settle: bool = True) -> None:
-        """Adopt new bounds (ps.tables.bounds.retune)."""
+        """Adopt new bounds (ps.store.tables.bounds.retune)."""
         bounds.retune(self, spec, row_cap, settle)
 
     def expire(self) -> None:

@@ -4,7 +4,7 @@ Lookups, inserts and deletes take a batch of ids and cost O(batch) on average, w
 table's size (linear probing at a load factor of at most one half), with no per-id Python
 work and no copy of the key array (the sorted index it replaces copied the whole key array on
 every insert batch). Lookups and inserts, on every request, are compiled loops
-(ps/tables/kernels.py); deletes, on eviction only, are vectorized numpy. Deletes leave
+(ps/store/tables/kernels.py); deletes, on eviction only, are vectorized numpy. Deletes leave
 tombstones; the arrays are rebuilt (O(size), amortized over the inserts that filled them) when
 live keys and tombstones together pass half the capacity.
 """
@@ -78,7 +78,7 @@ class RowIndex:
         return out
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """The slot of each id, -1 where absent: one compiled pass (ps/tables/kernels.py)."""
+        """The slot of each id, -1 where absent: one compiled pass (ps/store/tables/kernels.py)."""
         if not ids.size or not self.size:
             return np.full(ids.shape, -1, dtype=np.int64)
         keys = np.ascontiguousarray(ids, dtype=np.int64)

@@ -1,6 +1,6 @@
 """A table's rows to and from checkpoint files: full exports, deltas, restores.
 
-Functions over a `ps.tables.table.Table` (its methods `export`, `delta`, `restore`,
+Functions over a `ps.store.tables.table.Table` (its methods `export`, `delta`, `restore`,
 `apply_delta` and `rows` call them), kept apart from the request path: what a file holds (the
 rows of slots [0, high) with their metadata and the table's counters, or only the rows touched
 and the ids of filed rows gone since the last file, with the admission counters changed) and
@@ -106,7 +106,7 @@ def restore(table, state: dict) -> None:
     if state["weights"].shape != (n, table.spec.dim):
         raise ValueError(f"table {table.spec.name!r}: checkpoint rows have shape "
                          f"{tuple(state['weights'].shape)}, expected ({n}, {table.spec.dim})")
-    table._np = None  # the numpy views of the old tensors (ps/tables/one_pass.py arrays)
+    table._np = None  # the numpy views of the old tensors (ps/store/tables/one_pass.py arrays)
     table.weights = state["weights"].contiguous()
     if table.accum is not None:
         accum = state.get("accum")

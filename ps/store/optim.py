@@ -8,7 +8,7 @@ push sets `.grad` and calls `step()`, so the PS's arithmetic is torch.optim's by
 A push of several Adagrad tensors runs as one foreach update over all of them (`step_dense_all`):
 the same per-tensor operations torch.optim's single-tensor Adagrad runs, in the same order, on
 the optimizers' own state, so the result is the same to the bit; a worker's packed push runs
-over flat buffers instead (ps/flat_dense.py), the same arithmetic again.
+over flat buffers instead (ps/store/flat_dense.py), the same arithmetic again.
 Embedding rows are updated the way `torch.optim.SGD` / `torch.optim.Adagrad` update a sparse
 `nn.Embedding(sparse=True)` weight: only the pushed rows change, duplicates are summed first.
 """
@@ -180,7 +180,7 @@ class RowOptimizer:
               grads: torch.Tensor, step: int) -> None:
         """Update rows `slots` (distinct, int64) of `weights` with the summed `grads`; `step`
         counts the updates of this table, 1 for the first (Adagrad's lr_decay uses it). One
-        compiled pass over the rows (ps/tables/kernels.py; `apply_reference` is the same
+        compiled pass over the rows (ps/store/tables/kernels.py; `apply_reference` is the same
         arithmetic as torch calls)."""
         w, g = weights.numpy(), float32_rows(grads)
         at = np.ascontiguousarray(slots, np.int64)

@@ -1,9 +1,9 @@
 """InitParameters on a PS: the first declaration wins; a later one is checked against it.
 
-A part of the `ParamStore` (ps/params.py), handed the store. The first call makes the model
+A part of the `ParamStore` (ps/store/params.py), handed the store. The first call makes the model
 (tensors, optimizer, tables) the PS's. A later call declaring the same model changes nothing;
 one declaring another is refused (MODEL_MISMATCH, naming the fields that differ:
-ps/model_match.py), except new bounds of a table (max_rows, ttl_s, ttl_steps, evict), which
+ps/store/model_match.py), except new bounds of a table (max_rows, ttl_s, ttl_steps, evict), which
 the PS adopts and files in a checkpoint before it answers (`model_match.file_bounds`).
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `max_rows`, `ttl_s`, `ttl_steps` and `evict` (pswire.tables.RETUNABLE) decide how many rows a
 table keeps and which, never what a row holds, so a later InitParameters may change them
-(ps/model_match.py decides which declarations may; docs/ps.md, "Changing a table's bounds").
+(ps/store/model_match.py decides which declarations may; docs/ps.md, "Changing a table's bounds").
 """
 from __future__ import annotations
 

@@ -8,10 +8,10 @@ messages into these calls. What it promises:
   model or optimizer is refused (FAILED_PRECONDITION, MODEL_MISMATCH, naming the differing
   fields), so a worker never trains a model the PS does not hold. A table's bounds
   (`max_rows`, `ttl_s`, `ttl_steps`, `evict`) may differ: the PS adopts the declared ones
-  (ps/model_match.py) and files them before it answers (`file_tables`).
+  (ps/store/model_match.py) and files them before it answers (`file_tables`).
 - A dense tensor has a version (pushes applied to it). A push applies the gradient with the
   tensor's own `torch.optim` optimizer (Adagrad: the push's tensors in one foreach update, or
-  the packed ones over flat buffers, the same arithmetic: ps/optim.py, ps/flat_dense.py) under
+  the packed ones over flat buffers, the same arithmetic: ps/store/optim.py, ps/store/flat_dense.py) under
   the tensor's lock and bumps the version. The push
   carries the versions the worker pulled; staleness (current - pulled) is recorded, and with
   `max_staleness >= 0` a push staler than that is refused whole (FAILED_PRECONDITION).
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from .applied import AppliedTable, Duplicate
-from .ownership import Ownership
+from ..ownership import Ownership
 from .dense import Dense, Stats
 from .flat_dense import FlatAdagrad
 from pswire.tables import TableSpec
@@ -85,7 +85,7 @@ class ParamStore:
         self.stopping = False
         # parts of the store, each handed the store: snapshots and restores, Step requests
         self.snapshots = Snapshots(self)
-        self.flat = FlatAdagrad()  # the packed tensors' flat buffers (ps/flat_dense.py)
+        self.flat = FlatAdagrad()  # the packed tensors' flat buffers (ps/store/flat_dense.py)
         self.steps = Steps(self)
         self.reads = Reads(self)
         self.restores = 0  # snapshots restored over the state (a checkpoint, a primary's copy)
@@ -99,31 +99,31 @@ class ParamStore:
     # -- what the parts do --------------------------------------------------------------------
 
     def step(self, client_id: str, seq: int, parts: StepParts, export) -> dict:
-        """A Step: the mutations once, then the reads (ps/steps.py)."""
+        """A Step: the mutations once, then the reads (ps/store/steps.py)."""
         return self.steps.step(client_id, seq, parts, export)
 
     def pull(self, names: Sequence[str] = (), export: Export = _copy_export) -> list[tuple]:
-        """Dense tensors by name, each read whole under its lock (ps/reads.py)."""
+        """Dense tensors by name, each read whole under its lock (ps/store/reads.py)."""
         return self.reads.pull(names, export)
 
     def pull_packed(self, names: Sequence[str] = (), export: Export = _copy_export):
-        """Dense tensors by name, the small ones packed into one tensor (ps/reads.py)."""
+        """Dense tensors by name, the small ones packed into one tensor (ps/store/reads.py)."""
         return self.reads.pull_packed(names, export)
 
     def snapshot(self) -> dict:
-        """A consistent, self-contained copy of everything a restart needs (ps/snapshots.py)."""
+        """A consistent, self-contained copy of everything a restart needs (ps/store/snapshots.py)."""
         return self.snapshots.snapshot()
 
     def snapshot_view(self, delta: bool = False, clean: bool = False):
-        """A consistent, pinned view of the live state, inside a `with` (ps/snapshots.py)."""
+        """A consistent, pinned view of the live state, inside a `with` (ps/store/snapshots.py)."""
         return self.snapshots.snapshot_view(delta, clean)
 
     def restore(self, state: dict) -> None:
-        """Replace the whole state by a snapshot's (ps/snapshots.py)."""
+        """Replace the whole state by a snapshot's (ps/store/snapshots.py)."""
         self.snapshots.restore(state)
 
     def apply_delta(self, state: dict) -> None:
-        """Apply a delta view on top of the restored state (ps/snapshots.py)."""
+        """Apply a delta view on top of the restored state (ps/store/snapshots.py)."""
         self.snapshots.apply_delta(state)
 
     # -- init ---------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ class ParamStore:
                         ) -> tuple[bool, dict[str, int], str, bool]:
         """Declare the tensors, optimizer and tables. Returns (initialized_now, versions,
         message, tables_changed); only the first call changes anything but tables' bounds
-        (ps/declare.py)."""
+        (ps/store/declare.py)."""
         return declare.init_parameters(self, tensors, optimizer, tables)
 
     def file_tables_now(self) -> None:
@@ -232,7 +232,7 @@ class ParamStore:
     def _apply(self, grads, versions, checked: bool = False,
                packed: torch.Tensor | None = None, packed_count: int = 0) -> dict:
         """Apply a validated push under its tensors' locks. `packed`: the flat tensor the first
-        `packed_count` grads are views of (their update may run over it: ps/flat_dense.py)."""
+        `packed_count` grads are views of (their update may run over it: ps/store/flat_dense.py)."""
         ordered = sorted(zip(grads, versions), key=lambda x: x[0][0])
         held = [self.dense[name] for (name, _), _ in ordered]
         for d in held:  # sorted by name: no deadlock between concurrent pushes
@@ -306,7 +306,7 @@ class ParamStore:
         """Under every d.lock: apply one gradient to each tensor (after any pull still sending
         it, and on a copy when a snapshot view still reads it), in one optimizer call; the
         tensors `packed_names` (of `held`), whose gradients are the flat `packed`, in flat
-        buffers when they fit (ps/flat_dense.py)."""
+        buffers when they fit (ps/store/flat_dense.py)."""
         for d in held:
             if d.snaps:
                 if any(not pin.done for pin in d.snaps):

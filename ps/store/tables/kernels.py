@@ -1,8 +1,8 @@
 """Compiled loops of a table's request path: row-index probes and row optimizer updates.
 
 Each replaces 10-20 numpy/torch calls on a request's few thousand ids with one call
-(pswire/jit.py says why). The index's layout and probing rules are `ps.tables.index`'s; the
-updates are `ps.optim.RowOptimizer`'s arithmetic in float32, rounding where torch rounds:
+(pswire/jit.py says why). The index's layout and probing rules are `ps.store.tables.index`'s; the
+updates are `ps.store.optim.RowOptimizer`'s arithmetic in float32, rounding where torch rounds:
 the accumulator's `state + grad**2` in two steps, the weight's `w + (-lr) * u` fused, as
 torch's `add_(u, alpha=-lr)` computes it (a fused multiply-add).
 """
@@ -13,7 +13,7 @@ import numpy as np
 from pswire.jit import njit, splitmix
 from pswire.slots import GOLDEN
 
-_FIB = GOLDEN  # ps.tables.index._MULT: Fibonacci hashing's multiplier is the same number
+_FIB = GOLDEN  # ps.store.tables.index._MULT: Fibonacci hashing's multiplier is the same number
 
 EMPTY = -1
 
@@ -80,13 +80,13 @@ def adagrad(weights, accum, slots, grads, clr, eps):
 
 @njit
 def _unit(bits):
-    """ps.embedding._unit: a uniform float64 in (0, 1] from 53 of 64 bits."""
+    """ps.store.embedding._unit: a uniform float64 in (0, 1] from 53 of 64 bits."""
     return (np.float64(bits >> np.uint64(11)) + 1.0) * (1.0 / 2.0**53)
 
 
 @njit
 def initial_rows(ids, base, dim, normal, a, b):
-    """ps.embedding.initial_rows' values [len(ids), dim] in float32: splitmix64 of the id
+    """ps.store.embedding.initial_rows' values [len(ids), dim] in float32: splitmix64 of the id
     mixed with the table's key, counters along the row; normal: Box-Muller (a + b * z, a
     pair of counters per two columns), else uniform in [a, b). The same integer steps; the
     float64 logarithm, cosine and sine are libm's where numpy's may be its own, so a value
