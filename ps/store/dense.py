@@ -3,10 +3,15 @@ views still reading it) and the PS's counters."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+
+# Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still
+# sending the tensor at most as long as copying the tensor would take, then copies.
+COPY_BYTES_PER_S = 2e9
 
 
 @dataclass
@@ -21,6 +26,67 @@ class Dense:
     # open snapshot views reading value and optimizer state (several may overlap: a
     # checkpoint and a backup's copy)
     snaps: list = field(default_factory=list)
+
+    def pin_send(self, tracker) -> None:
+        """Under self.lock: a send of `value`'s memory is in flight until `tracker.done`."""
+        # only sends still in flight matter to a push: dropping the finished ones here keeps
+        # a tensor that is pulled but never pushed from piling them up
+        self.pins = [p for p in self.pins if not p.done]
+        self.pins.append(tracker)
+
+    def pin_snapshot(self, pin) -> None:
+        """Under self.lock: an open snapshot view reads `value` and the optimizer state."""
+        self.snaps = [p for p in self.snaps if not p.done] + [pin]
+
+    def copy_state(self) -> None:
+        """Under self.lock: move the tensor and its optimizer state to fresh memory, leaving
+        what a snapshot view references untouched (the optimizer updates its state in
+        place: exp_avg, sum, even Adam's step counter)."""
+        self.value.data = self.value.data.clone()
+        self.pins = []  # sends in flight read the old memory, which nobody changes now
+        for state in self.optimizer.state.values():
+            for key, value in list(state.items()):
+                if isinstance(value, torch.Tensor):
+                    state[key] = value.clone()
+
+    def make_writable(self) -> tuple[bool, str]:
+        """Under self.lock, before an update: no open snapshot view and no send in flight
+        may see the memory change. Returns (copied for a snapshot view, what the sends
+        cost: "copied", "waited" or "")."""
+        copied = False
+        if self.snaps:
+            if any(not pin.done for pin in self.snaps):
+                self.copy_state()  # protects every open view at once
+                copied = True
+            self.snaps = []
+        return copied, self._unpin() if self.pins else ""
+
+    def _unpin(self) -> str:
+        """Wait for the sends at most about as long as copying the tensor would take (idle
+        waiting leaves the CPU to ZeroMQ and the workers); then copy on write."""
+        pins = [p for p in self.pins if not p.done]
+        self.pins = []
+        if not pins:
+            return ""
+        v = self.value
+        deadline = time.monotonic() + v.numel() * v.element_size() / COPY_BYTES_PER_S
+        for p in pins:
+            left = deadline - time.monotonic()
+            if left <= 0 or not hasattr(p, "wait"):
+                break
+            try:
+                p.wait(left)
+            except Exception:  # noqa: BLE001 - zmq.NotDone: still sending
+                break
+        if any(not p.done for p in pins):
+            v.data = v.data.clone()
+            return "copied"
+        return "waited"
+
+    def stepped(self) -> None:
+        """Under self.lock: one update applied."""
+        self.version += 1
+        self.pushes += 1
 
 
 @dataclass

@@ -79,9 +79,6 @@ class Reads:
             with d.lock:
                 payload, tracker = export(d.value)
                 if tracker is not None:
-                    # only sends still in flight matter to a push: dropping the finished ones
-                    # here keeps a tensor that is pulled but never pushed from piling them up
-                    d.pins = [p for p in d.pins if not p.done]
-                    d.pins.append(tracker)
+                    d.pin_send(tracker)
                 out.append((name, payload, d.version, d.value))
         return out

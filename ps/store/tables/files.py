@@ -17,6 +17,30 @@ from .index import RowIndex, distinct_in_order
 _META = ("counts", "steps", "ticks", "touched")
 
 
+class EvictedIds:
+    """The ids of a table's rows that the last checkpoint file holds and that left since (one
+    entry per row: a row leaves `filed` when it goes, so at most the rows that file holds):
+    the next delta lists them."""
+
+    def __init__(self) -> None:
+        self._parts: list[np.ndarray] = []
+        self._count = 0
+
+    def add(self, ids: np.ndarray) -> None:
+        self._parts.append(ids)
+        self._count += ids.size
+
+    def all(self) -> np.ndarray:
+        return np.concatenate(self._parts) if self._parts else np.empty(0, dtype=np.int64)
+
+    def clear(self) -> None:
+        self._parts, self._count = [], 0
+
+    @property
+    def nbytes(self) -> int:
+        return 8 * self._count
+
+
 def scalars(table, changes: bool = False) -> dict:
     """The table's counters and its admission sketch (with `changes`: only the counters of
     the sketch changed since the last file, AdmissionSketch.changes)."""
@@ -65,8 +89,7 @@ def delta(table) -> dict:
     with table.lock:
         slots = np.flatnonzero(table.dirty[: table.high] & (table.ids[: table.high] >= 0))
         at = torch.from_numpy(slots)
-        evicted = (np.concatenate(table.evicted_ids) if table.evicted_ids
-                   else np.empty(0, dtype=np.int64))
+        evicted = table.evicted_ids.all()
         meta = {name: torch.from_numpy(getattr(table, name)[slots]) for name in _META}
         return {"delta": True, "ids": torch.from_numpy(table.ids[slots]),
                 "weights": table.weights.index_select(0, at),
@@ -82,8 +105,7 @@ def left(table, slots: np.ndarray, gone: np.ndarray) -> None:
     filed = table.filed[slots]
     if filed.any():
         listed = gone[filed]
-        table.evicted_ids.append(listed)
-        table._evicted_pending += listed.size
+        table.evicted_ids.add(listed)
     table.ids[slots] = -1
     table.dirty[slots] = False
     table.filed[slots] = False
@@ -94,7 +116,7 @@ def mark_filed(table) -> None:
     table.dirty[:] = False
     table.filed[:] = False
     table.filed[: table.high] = table.ids[: table.high] >= 0
-    table.evicted_ids, table._evicted_pending = [], 0
+    table.evicted_ids.clear()
     if table.sketch is not None:
         table.sketch.mark_filed()
 
@@ -106,7 +128,7 @@ def restore(table, state: dict) -> None:
     if state["weights"].shape != (n, table.spec.dim):
         raise ValueError(f"table {table.spec.name!r}: checkpoint rows have shape "
                          f"{tuple(state['weights'].shape)}, expected ({n}, {table.spec.dim})")
-    table._np = None  # the numpy views of the old tensors (ps/store/tables/one_pass.py arrays)
+    table.views.drop()  # the numpy views of the old tensors
     table.weights = state["weights"].contiguous()
     if table.accum is not None:
         accum = state.get("accum")

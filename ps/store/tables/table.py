@@ -88,7 +88,7 @@ class Table:
         self.filed = np.zeros(capacity, dtype=bool)  # the row is in the last checkpoint file
         self.weights = torch.empty(capacity, spec.dim)
         self.accum = (torch.empty(capacity, spec.dim) if optimizer.has_accumulator else None)
-        self._np = None  # (weights, accum, their numpy views): ps/store/tables/one_pass.py
+        self.views = one_pass.NumpyViews()  # numpy views of weights and accum
         self.sketch = AdmissionSketch() if spec.admit_after > 1 else None
         self.step = 0
         self.pushes = 0
@@ -98,8 +98,7 @@ class Table:
         self.evicted = {cause: 0 for cause in Cause}
         # ids of rows the last checkpoint file holds that left since (one entry per row: a
         # row leaves `filed` when it goes, so at most the rows that file holds)
-        self.evicted_ids: list[np.ndarray] = []
-        self._evicted_pending = 0
+        self.evicted_ids = files.EvictedIds()
         self.snaps: list = []  # SnapshotPins of open snapshot views reading the rows
         # while a slot move copies rows out (ps/moves.py): the positions written and the ids
         # evicted since its copy, so the hand-over sends only those; None when none is
@@ -121,7 +120,7 @@ class Table:
         n += sum(a.nbytes for a in (self.ids, self.counts, self.steps, self.ticks, self.touched,
                                     self.dirty, self.filed, self.free))
         n += self.index.nbytes + (self.sketch.nbytes if self.sketch is not None else 0)
-        return n + 8 * self._evicted_pending
+        return n + self.evicted_ids.nbytes
 
     # -- reading and writing rows -------------------------------------------------------------
 
@@ -217,6 +216,10 @@ class Table:
     def retune(self, spec: TableSpec, row_cap: int, settle: bool = True) -> None:
         """Adopt new bounds (ps.store.tables.bounds.retune)."""
         bounds.retune(self, spec, row_cap, settle)
+
+    def reshare(self, row_cap: int) -> int:
+        """Adopt this PS's new share of `max_rows`, evicting down to it (bounds.reshare)."""
+        return bounds.reshare(self, row_cap)
 
     def expire(self) -> None:
         """Evict the rows whose TTL passed (the lazy expiry, run from outside a request)."""
@@ -366,7 +369,7 @@ class Table:
         """Before changing weights in place: copy them when an open snapshot view reads them."""
         if self.snaps:
             if any(not pin.done for pin in self.snaps):
-                self._np = None
+                self.views.drop()
                 self.weights = self.weights.clone()
                 if self.accum is not None:
                     self.accum = self.accum.clone()
@@ -382,7 +385,7 @@ class Table:
         self.ids = _grown_np(self.ids, capacity, -1)
         for name in _META + ("dirty", "filed"):
             setattr(self, name, _grown_np(getattr(self, name), capacity, 0))
-        self._np = None
+        self.views.drop()
         self.weights = _grown(self.weights, capacity)
         if self.accum is not None:
             self.accum = _grown(self.accum, capacity)
@@ -428,12 +431,6 @@ def _distinct(keys: np.ndarray) -> np.ndarray:
     if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):
         return keys
     return distinct_in_order(keys)
-
-
-def row_share(max_rows: int, num_ps: int) -> int:
-    """This PS's share of a table's `max_rows` (0: no cap): max_rows / num_ps rounded up, so
-    the rows held over all PS never exceed max_rows + num_ps - 1."""
-    return -(-max_rows // max(1, num_ps)) if max_rows else 0
 
 
 def _grown(t: torch.Tensor, capacity: int) -> torch.Tensor:
