@@ -4,7 +4,7 @@ A client's multipart message [DataRequest, buffer, ...] arrives on a ROUTER sock
 `--data-port`. One handler thread reads that socket itself (the default, and `threads=0`), or
 `zmq.proxy` (C code, no GIL) hands each message over an in-process socket to one of `threads`
 handler threads (a primary with backups: see AUTO). A handler decodes the header and hands the
-request to the next link of the chain it was given (ps/dataplane/__init__.py: auth, the replica's role gate, replication, the
+request to the next link of the chain it was given (ps/dataplane/__init__.py: auth, the replica's role filter, replication, the
 handlers, the store), then send back what that answers, [DataResponse, buffer, ...], the same
 way. Received tensor frames are wrapped with `torch.frombuffer` (no copy); a pulled tensor is
 sent from the tensor's own memory (no copy) and its tracker pins it until ZeroMQ has written the

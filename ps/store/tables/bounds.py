@@ -36,7 +36,7 @@ def retune(table, spec: TableSpec, row_cap: int, settle: bool = True) -> None:
 
 
 def reshare(table, row_cap: int) -> int:
-    """This PS's share of the table's `max_rows` is now `row_cap` (its slots changed): a table
+    """This PS's share of the table's `max_rows` is now `row_cap` (the slots it owns changed): a table
     holding more rows evicts down to it at once (cause `cap`). Returns the rows evicted."""
     with table.lock:
         table.row_cap = row_cap

@@ -2,7 +2,7 @@
 
 Functions over a `ps.store.tables.table.Table` (its methods `export`, `delta`, `restore`,
 `apply_delta` and `rows` call them), kept apart from the request path: what a file holds (the
-rows of slots [0, high) with their metadata and the table's counters, or only the rows touched
+rows of places [0, high) with their metadata and the table's counters, or only the rows touched
 and the ids of filed rows gone since the last file, with the admission counters changed) and
 how a table adopts it.
 """
@@ -59,14 +59,14 @@ def row_bytes(table) -> int:
 
 
 def file_bytes(table) -> int:
-    """About what `export` writes: every used slot's row and the whole sketch."""
+    """About what `export` writes: every used place's row and the whole sketch."""
     with table.lock:
         return table.high * row_bytes(table) + (
             0 if table.sketch is None else table.sketch.counters.nbytes)
 
 
 def export(table, pin=None) -> dict:
-    """The rows (call under the store's exclusive gate): slots [0, high), free ones with
+    """The rows (call under the store's exclusive gate): places [0, high), free ones with
     id -1. With `pin` (a SnapshotPin) the rows are views of the live ones, valid until the
     pin is released (a change copies them first); without, a copy. Ids and row metadata
     are copied either way (40 bytes a row)."""
@@ -87,28 +87,28 @@ def delta(table) -> dict:
     that left since, and the sketch's changed counters (call under the store's exclusive
     gate, then `mark_clean`). The rows are copied: a few of them."""
     with table.lock:
-        slots = np.flatnonzero(table.dirty[: table.high] & (table.ids[: table.high] >= 0))
-        at = torch.from_numpy(slots)
+        places = np.flatnonzero(table.dirty[: table.high] & (table.ids[: table.high] >= 0))
+        at = torch.from_numpy(places)
         evicted = table.evicted_ids.all()
-        meta = {name: torch.from_numpy(getattr(table, name)[slots]) for name in _META}
-        return {"delta": True, "ids": torch.from_numpy(table.ids[slots]),
+        meta = {name: torch.from_numpy(getattr(table, name)[places]) for name in _META}
+        return {"delta": True, "ids": torch.from_numpy(table.ids[places]),
                 "weights": table.weights.index_select(0, at),
                 "accum": None if table.accum is None else table.accum.index_select(0, at),
                 "evicted_ids": torch.from_numpy(evicted), **meta,
                 **scalars(table, changes=True)}
 
 
-def left(table, slots: np.ndarray, gone: np.ndarray) -> None:
-    """Under table.lock: rows at `slots` (of ids `gone`, out of the index) left the table.
+def left(table, places: np.ndarray, gone: np.ndarray) -> None:
+    """Under table.lock: rows at `places` (of ids `gone`, out of the index) left the table.
     Those the last checkpoint file holds are listed for the next delta; a row created since
     is in no file and needs no mention (so the list never outgrows that file's rows)."""
-    filed = table.filed[slots]
+    filed = table.filed[places]
     if filed.any():
         listed = gone[filed]
         table.evicted_ids.add(listed)
-    table.ids[slots] = -1
-    table.dirty[slots] = False
-    table.filed[slots] = False
+    table.ids[places] = -1
+    table.dirty[places] = False
+    table.filed[places] = False
 
 
 def mark_filed(table) -> None:
@@ -164,10 +164,10 @@ def apply_delta(table, state: dict) -> None:
         # twice: delete it once
         gone = distinct_in_order(state["evicted_ids"].numpy().astype(np.int64))
         if gone.size:
-            slots = table.index.delete(gone)
-            slots = slots[slots >= 0]
-            table.ids[slots] = -1
-            table.free = np.concatenate([table.free, slots])
+            places = table.index.delete(gone)
+            places = places[places >= 0]
+            table.ids[places] = -1
+            table.free = np.concatenate([table.free, places])
         _write_rows(table, state["ids"].numpy().astype(np.int64), state)
         restore_scalars(table, state)
         mark_filed(table)  # what the files hold, the next delta's starting point
@@ -177,8 +177,8 @@ def apply_delta(table, state: dict) -> None:
 def _write_rows(table, keys: np.ndarray, state: dict) -> np.ndarray:
     """Under table.lock: write the rows of `keys` (created where absent, overwritten where
     present) from `state`'s weights, accumulators and metadata; returns their positions."""
-    slots = table.index.lookup(keys)
-    absent = np.flatnonzero(slots < 0)
+    places = table.index.lookup(keys)
+    absent = np.flatnonzero(places < 0)
     if absent.size:
         n = absent.size
         reused = table.free[-n:][::-1] if table.free.size else table.free
@@ -186,16 +186,16 @@ def _write_rows(table, keys: np.ndarray, state: dict) -> np.ndarray:
         fresh = np.arange(table.high, table.high + n - reused.size, dtype=np.int64)
         table._reserve(table.high + fresh.size)
         table.high += fresh.size
-        slots[absent] = np.concatenate([reused, fresh])
-        table.index.insert(keys[absent], slots[absent])
-    at = torch.from_numpy(slots)
+        places[absent] = np.concatenate([reused, fresh])
+        table.index.insert(keys[absent], places[absent])
+    at = torch.from_numpy(places)
     table.weights[at] = state["weights"]
     if table.accum is not None and state.get("accum") is not None:
         table.accum[at] = state["accum"]
-    table.ids[slots] = keys
+    table.ids[places] = keys
     for name in _META:
-        getattr(table, name)[slots] = state[name].numpy()
-    return slots
+        getattr(table, name)[places] = state[name].numpy()
+    return places
 
 
 def restore_scalars(table, state: dict) -> None:
@@ -217,11 +217,11 @@ def contents(table) -> dict[int, tuple]:
     comparisons; O(rows) Python objects)."""
     with table.lock:
         out = {}
-        for slot in table._live():
-            out[int(table.ids[slot])] = (
-                table.weights[slot].clone(),
-                None if table.accum is None else table.accum[slot].clone(),
-                int(table.counts[slot]), int(table.steps[slot]))
+        for place in table._live():
+            out[int(table.ids[place])] = (
+                table.weights[place].clone(),
+                None if table.accum is None else table.accum[place].clone(),
+                int(table.counts[place]), int(table.steps[place]))
         return out
 
 
@@ -276,8 +276,8 @@ def import_rows(table, state: dict) -> None:
         return
     with table.lock:
         table._unshare()
-        slots = _write_rows(table, keys, state)  # may grow the arrays: index dirty after
-        table.dirty[slots] = True
+        places = _write_rows(table, keys, state)  # may grow the arrays: index dirty after
+        table.dirty[places] = True
         table._reset_deadlines()
 
 
@@ -285,8 +285,8 @@ def drop_ids(table, ids: np.ndarray) -> int:
     """Free the rows of `ids` that this table holds (evicted on the old owner while a move
     copied them). Returns how many."""
     with table.lock:
-        slots = table.index.lookup(ids)
-        return _drop_at(table, slots[slots >= 0])
+        places = table.index.lookup(ids)
+        return _drop_at(table, places[places >= 0])
 
 
 def drop_rows(table, in_slots) -> int:
