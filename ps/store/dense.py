@@ -1,5 +1,5 @@
 """A dense tensor held by a PS (value, optimizer, version, the pins of sends and snapshot
-views still reading it) and the PS's counters."""
+views still reading it), the PS's counters, and the check of a push's gradients."""
 from __future__ import annotations
 
 import threading
@@ -8,6 +8,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+
+from pswire.frames import require_finite
+from rpckit.errors import ServiceError, quote
 
 # Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still
 # sending the tensor at most as long as copying the tensor would take, then copies.
@@ -102,3 +105,17 @@ class Stats:
     ahead: int = 0  # pushes that carried a version newer than the PS's (it restarted older)
     max_staleness_seen: int = 0
     staleness: Counter = field(default_factory=Counter)
+
+
+def require_finite_grads(grads, packed=None, packed_count: int = 0) -> None:
+    """Refuse NaN and infinities in any gradient: the first `packed_count`, views of
+    `packed`, in one pass over it (one by one only when it fails, for a message that
+    names the gradient)."""
+    if packed is not None:
+        try:
+            require_finite(packed, "the packed gradients")
+            grads = grads[packed_count:]
+        except ServiceError:
+            pass
+    for name, g in grads:
+        require_finite(g, lambda: f"the gradient of {quote(name)}")

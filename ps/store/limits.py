@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from pswire.frames import require_finite
 from rpckit.errors import Reason, ServiceError, invalid, quote
 
 
@@ -51,16 +50,3 @@ def check_names(names: Sequence[str], limits: Limits, what: str) -> None:
         raise invalid(f"{what} names tensor {quote(twice)} more than once; name each once")
 
 
-
-def require_finite_grads(grads, packed=None, packed_count: int = 0) -> None:
-    """Refuse NaN and infinities in any gradient: the first `packed_count`, views of
-    `packed`, in one pass over it (one by one only when it fails, for a message that
-    names the gradient)."""
-    if packed is not None:
-        try:
-            require_finite(packed, "the packed gradients")
-            grads = grads[packed_count:]
-        except ServiceError:
-            pass
-    for name, g in grads:
-        require_finite(g, lambda: f"the gradient of {quote(name)}")

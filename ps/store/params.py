@@ -8,7 +8,7 @@ messages into these calls. What it promises:
   model or optimizer is refused (FAILED_PRECONDITION, MODEL_MISMATCH, naming the differing
   fields), so a worker never trains a model the PS does not hold. A table's bounds
   (`max_rows`, `ttl_s`, `ttl_steps`, `evict`) may differ: the PS adopts the declared ones
-  (ps/store/model_match.py) and files them before it answers (`file_tables`).
+  (ps/store/model_match.py) and files them before it answers (`file_table_bounds`).
 - A dense tensor has a version (pushes applied to it). A push applies the gradient with the
   tensor's own `torch.optim` optimizer (Adagrad: the push's tensors in one foreach update, or
   the packed ones over flat buffers, the same arithmetic: ps/store/optim.py, ps/store/flat_dense.py) under
@@ -40,7 +40,7 @@ import torch
 
 from .applied import AppliedTable, Duplicate
 from ..ownership import Ownership
-from .dense import Dense, Stats
+from .dense import Dense, Stats, require_finite_grads
 from .flat_dense import FlatAdagrad
 from pswire.tables import TableSpec
 
@@ -53,7 +53,7 @@ from .snapshots import Snapshots
 from .steps import StepParts, Steps
 from .reads import Export, Reads, _copy_export
 from .requests import Requests
-from .limits import Limits, check_names, require_finite_grads
+from .limits import Limits, check_names
 from . import declare
 from .model_match import shape_of
 from .optim import RowOptimizer
@@ -62,6 +62,7 @@ from pswire.jit import min_max
 from pswire.frames import DTYPE_NAMES, require_row_grads
 
 STALENESS_BUCKET_CAP = 64
+
 
 class ParamStore:
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
@@ -88,8 +89,9 @@ class ParamStore:
         self.reads = Reads(self)
         self.requests = Requests(self)  # a data-plane request's scope: gate and ownership
         self.restores = 0  # snapshots restored over the state (a checkpoint, a primary's copy)
-        # writes a checkpoint file of the state (ps.checkpoint.Checkpointer sets it): a change
-        # of a table's bounds is filed with it before it is acknowledged
+        # writes a checkpoint file of the state (ps.checkpoint.Checkpointer gives it:
+        # `file_tables_with`): a change of a table's bounds is filed with it before it is
+        # acknowledged
         self._file_tables: Callable[[], object] | None = None
         self._tables_unfiled = False  # a bounds change not in a file yet (its write failed)
         # the hash slots this PS serves (the master's layout says; ps/ownership.py)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .limits import check_names, require_finite_grads, too_large
+from .dense import require_finite_grads
+from .limits import check_names, too_large
 from pswire.frames import require_row_grads
 
 
