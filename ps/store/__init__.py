@@ -6,5 +6,6 @@ tensors and their packed Adagrad buffers), `optim` (optimizers), `tables` (bound
 tables: `tables.table.Table`, made only by `ParamStore.make_table`), `embedding` (rows'
 initial values), `applied` (at-most-once mutations), `gate` (the store's request gate: shared
 for a request, exclusive for a snapshot or a slot move), `limits` (per-request bounds),
+`requests` (a data-plane request's scope: the gate held, the slots' ownership checked),
 `declare` and `model_match` (InitParameters), `snapshots`, `steps` and `reads`.
 """
