@@ -35,9 +35,9 @@ import torch
 
 from ps.checkpoint import CheckpointDir, Checkpointer
 from pswire.tables import TableSpec
-from ps.limits import Limits
+from ps.store.limits import Limits
 from pswire.optimizers import make_config
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 

@@ -144,7 +144,7 @@ def _start(settings: PSSettings, token: str, credentials, stop: threading.Event,
     Only what serving needs comes before the ready line: the compiled loops (seconds on a
     busy machine) load in a thread after it (`_warm_up`), while the registration goes out.
     torch._dynamo, which torch.optim imports on its first call, is never imported
-    (ps.optim)."""
+    (ps.store.optim)."""
     import torch
 
     from .registrar import connect
@@ -177,33 +177,37 @@ def _start(settings: PSSettings, token: str, credentials, stop: threading.Event,
     ps = _serve(settings, token, credentials, store, checkpointer, num_ps, channel, warm)
     if isinstance(ps, int):
         return ps
-    background = []
     if stub is not None:
         ps.registrar = _registrar(settings, stub, ps, info, token_source, stop, stop_for)
-        background.append(threading.Thread(target=ps.registrar.run, args=(stop,),
-                                           name="registrar", daemon=True))
-    background.append(threading.Thread(target=_warm_up, args=(warm,), name="warm-up",
-                                       daemon=True))
-    if settings.checkpoint_interval > 0:
-        background.append(threading.Thread(
-            target=checkpointer.run_periodic, args=(settings.checkpoint_interval, stop),
-            name="checkpointer", daemon=True))
-    background.append(threading.Thread(target=_trim_periodically, args=(stop,),
-                                       name="malloc-trim", daemon=True))
-    if settings.delta_interval > 0:
-        background.append(threading.Thread(
-            target=checkpointer.run_periodic, args=(settings.delta_interval, stop, True),
-            name="delta-checkpointer", daemon=True))
-    for t in background:
+    for t in _background(settings, ps, warm, stop):
         t.start()
     return ps
+
+
+def _background(settings: PSSettings, ps: _Running, warm: threading.Event,
+                stop: threading.Event) -> list[threading.Thread]:
+    """The threads a running PS keeps: registration, warm-up, checkpoints, heap trims."""
+    def thread(target, *args, name: str) -> threading.Thread:
+        return threading.Thread(target=target, args=args, name=name, daemon=True)
+
+    background = [] if ps.registrar is None else [thread(ps.registrar.run, stop,
+                                                         name="registrar")]
+    background += [thread(_warm_up, warm, name="warm-up"),
+                   thread(_trim_periodically, stop, name="malloc-trim")]
+    if settings.checkpoint_interval > 0:
+        background.append(thread(ps.checkpointer.run_periodic, settings.checkpoint_interval,
+                                 stop, name="checkpointer"))
+    if settings.delta_interval > 0:
+        background.append(thread(ps.checkpointer.run_periodic, settings.delta_interval, stop,
+                                 True, name="delta-checkpointer"))
+    return background
 
 
 def _restore(settings: PSSettings, num_ps: int):
     """(store, checkpointer, what was restored or None), or 1 when the directory cannot be
     read (said on stderr)."""
     from .checkpoint import CheckpointDir, Checkpointer
-    from .params import ParamStore
+    from .store.params import ParamStore
 
     store = ParamStore(settings.index, num_ps, settings.max_staleness,
                        settings.applied_capacity, settings.limits)
@@ -229,28 +233,15 @@ def _serve(settings: PSSettings, token: str, credentials, store, checkpointer, n
     import zmq
 
     from . import metrics as ps_metrics
-    from .dataplane import BindError, Handlers, auto_ipc_path, data_plane
-    from .replication import ReplicaNode
+    from .dataplane import BindError
     from .server import Identity, PortInUse, PSServicer, build_server, not_serving_on_failure, now_ms
     from .slot_calls import SlotCalls
 
-    auto = settings.data_ipc == "auto"
-    ipc_path = auto_ipc_path(settings.index) if auto else (
-        "" if settings.data_ipc in ("", "off") else settings.data_ipc)
     # Under TLS the data plane is encrypted too (CURVE): a fresh key pair per start, whose
     # public half clients learn from the master's ListPS (or GetPSStatus).
     curve = zmq.curve_keypair() if credentials is not None else None
-    # With a master, this PS serves only in the role the master gives it (ps.replication):
-    # primary, or a backup of its index's primary (--ps-replicas on the master).
-    token_source = auth.settings_token_source(settings)
-    node = None if settings.standalone else ReplicaNode(
-        store, Handlers(store), zmq.Context.instance(), token, uuid.uuid4().hex,
-        data_public_key=curve[0].decode() if curve else "", data_address="",
-        ack_timeout=settings.replica_ack_timeout, token_source=token_source)
-    data = data_plane(store, token=token, node=node, host=settings.host,
-                      port=settings.data_port, threads=settings.threads,
-                      max_frame_bytes=settings.max_frame_mb * 1024 * 1024, ipc_path=ipc_path,
-                      ipc_optional=auto, curve_keypair=curve)
+    node = _replica_node(settings, store, token, curve)
+    data = _data_plane(settings, store, token, node, curve)
     try:
         data_port = data.bind()
     except BindError as exc:
@@ -290,6 +281,36 @@ def _serve(settings: PSSettings, token: str, credentials, store, checkpointer, n
     announce(f"elastic-ps {settings.index}/{num_ps} listening on grpc {me.address} "
              f"data {me.data_address}{local}{shown} (pid {os.getpid()})")
     return _Running(me, store, checkpointer, server, health, data, node, channel, metrics)
+
+
+def _data_plane(settings: PSSettings, store, token: str, node, curve):
+    """The data plane (not bound yet), with the same-host socket `--data-ipc` asks for."""
+    from .dataplane import auto_ipc_path, data_plane
+
+    auto = settings.data_ipc == "auto"
+    ipc_path = auto_ipc_path(settings.index) if auto else (
+        "" if settings.data_ipc in ("", "off") else settings.data_ipc)
+    return data_plane(store, token=token, node=node, host=settings.host,
+                      port=settings.data_port, threads=settings.threads,
+                      max_frame_bytes=settings.max_frame_mb * 1024 * 1024, ipc_path=ipc_path,
+                      ipc_optional=auto, curve_keypair=curve)
+
+
+def _replica_node(settings: PSSettings, store, token: str, curve):
+    """With a master, this PS serves only in the role the master gives it (ps.replication):
+    primary, or a backup of its index's primary (--ps-replicas on the master). None when
+    standalone."""
+    if settings.standalone:
+        return None
+    import zmq
+
+    from .dataplane import Handlers
+    from .replication import ReplicaNode
+
+    return ReplicaNode(store, Handlers(store), zmq.Context.instance(), token, uuid.uuid4().hex,
+                       data_public_key=curve[0].decode() if curve else "", data_address="",
+                       ack_timeout=settings.replica_ack_timeout,
+                       token_source=auth.settings_token_source(settings))
 
 
 def _registrar(settings: PSSettings, stub, ps: _Running, restored, token_source: str,
@@ -350,9 +371,9 @@ def _warm_up(done: threading.Event) -> None:
     (docs/benchmarks.md, "Live PS resize"). Run in a thread once the PS listens: the
     registration need not wait for it, a request that needs a loop meanwhile waits for its
     load (numba's lock) instead of repeating it, and a slot import waits for `done`."""
-    from . import flat_dense
+    from .store import flat_dense
     from .replication.backup import warm_up as warm_optimizers
-    from .tables import kernels
+    from .store.tables import kernels
 
     try:
         warm_optimizers()

@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from .deltas import DeltaFiles
-from .params import ParamStore
+from .store.params import ParamStore
 from pswire.frames import as_buffer
 
 log = logging.getLogger(__name__)
@@ -336,7 +336,7 @@ class Checkpointer:
         self._why_no_base = "no full checkpoint was written or restored yet"
         self._restores = store.restores  # a restore over the state means: write a full next
         self.deltas_written = 0
-        store.file_tables = self.file_now  # a change of tables' bounds is filed at once
+        store.file_tables_with(self.file_now)  # a change of tables' bounds is filed at once
 
     def file_now(self) -> CheckpointInfo | None:
         """Write what the store holds now: a delta (a full file when no chain is open)."""

@@ -3,7 +3,7 @@
 A full checkpoint (`ps-I-of-N-<number>.ckpt`, ps.checkpoint) holds the whole partition. A
 delta holds the dense tensors, the at-most-once table and, per embedding table, only the rows
 touched since the previous file (full or delta), the ids of that file's rows that left since,
-and the admission sketch's changed counters (ps.tables.files.delta); it is named
+and the admission sketch's changed counters (ps.store.tables.files.delta); it is named
 
     ps-I-of-N-<number>-base-<base>.delta
 

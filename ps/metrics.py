@@ -1,6 +1,6 @@
 """One PS's Prometheus metrics (`--metrics-port`).
 
-What the PS already counts (ps.params `Stats`: pushes, pulls, staleness; the checkpointer's
+What the PS already counts (ps.store.params `Stats`: pushes, pulls, staleness; the checkpointer's
 last checkpoint; the replica node's role) is read at scrape time by `PSCollector`. What
 nothing counted yet, the data plane's requests (latency, bytes, rows per kind), is measured
 by `DataPlaneMeter` around `DataPlane.handle`: a few microseconds a request, against pushes
@@ -20,9 +20,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from protos import ps_pb2
 from rpckit.metrics import PREFIX, Metrics
-from .tables.metrics import table_families
+from .store.tables.metrics import table_families
 
-STALENESS_BOUNDS = (0, 1, 2, 4, 8, 16, 32, 64)  # ps.params caps staleness at 64
+STALENESS_BOUNDS = (0, 1, 2, 4, 8, 16, 32, 64)  # ps.store.params caps staleness at 64
 ROW_KINDS = ("pull_rows", "push_rows")
 
 

@@ -28,12 +28,11 @@ from pswire.slots import row_slot
 from pswire.tables import RETUNABLE, TableSpec, spec_changes
 from rpckit.errors import Reason, ServiceError, invalid, precondition
 
-from .dense import Dense
-from .optim import RowOptimizer, restore_dense
+from .store.dense import Dense
+from .store.optim import restore_dense
 from .ownership import Ownership
-from .snapshots import _cloned
-from .tables import files
-from .tables.table import Table
+from .store.snapshots import _cloned
+from .store.tables import files
 
 
 def _in(mask: np.ndarray, num_slots: int):
@@ -109,10 +108,7 @@ def install(store, state: dict) -> dict:
             raise precondition(Reason.MODEL_MISMATCH, f"PS {store.index} already owns slot "
                                f"{int(slots[own.owned[slots]][0])} of this move")
         if not store.initialized and state["initialized"]:
-            store.optimizer_cfg = dict(state["optimizer"])
-            store.dense = {}
-            store.tables, store.table_cfgs = {}, {}
-            store.initialized = True
+            store.declare({}, state["optimizer"], ())
         elif state["initialized"] and state["optimizer"] != store.optimizer_cfg:
             raise precondition(Reason.MODEL_MISMATCH, f"PS {store.index} holds another "
                                f"optimizer ({store.optimizer_cfg}) than the moved slots' "
@@ -130,10 +126,7 @@ def install(store, state: dict) -> dict:
                                    f"{field} {held!r} on PS {store.index}, {moved!r} in "
                                    "the move")
         for spec, row in zip(specs, state["tables"]):
-            if spec.name not in store.tables:
-                store.tables[spec.name] = Table(spec, RowOptimizer.from_config(row["optimizer"]),
-                                                row_cap=own.row_share(spec.max_rows))
-                store.table_cfgs[spec.name] = dict(row["optimizer"])
+            store.add_table(spec, row["optimizer"])
         rows = 0
         for row in state["tables"]:
             table = store.tables[row["spec"]["name"]]
@@ -143,12 +136,12 @@ def install(store, state: dict) -> dict:
             rows += int(row["ids"].numel())
         for row in state["dense"]:
             if isinstance(row, Dense):  # built and checked by ps.move_wire.decode
-                store.dense[row.name] = row
+                store.install_dense(row)
                 continue
             value = row["value"].contiguous()
-            store.dense[row["name"]] = Dense(
+            store.install_dense(Dense(
                 row["name"], value, restore_dense(store.optimizer_cfg, value, row["optim"]),
-                version=int(row["version"]), pushes=int(row["pushes"]))
+                version=int(row["version"]), pushes=int(row["pushes"])))
         store.applied.merge(state["applied"])
         own.incoming[slots] = True
         return {"rows": rows, "tensors": len(state["dense"])}
@@ -195,15 +188,8 @@ def resplit_caps(store) -> int:
     evicted = 0
     for table in store.tables.values():
         share = store.ownership.row_share(table.spec.max_rows)
-        if share == table.row_cap:
-            continue
-        with table.lock:
-            table.row_cap = share
-            over = len(table) - share if share else 0
-            if over > 0:
-                before = len(table)
-                table._make_room(over, np.empty(0, dtype=np.int64))
-                evicted += before - len(table)
+        if share != table.row_cap:
+            evicted += table.reshare(share)
     return evicted
 
 
@@ -213,7 +199,7 @@ def _resized(store, num_slots: int):
     so what the layout does not give it is freed. A checkpoint records its count, so only a
     PS that never took part in a move gets here."""
     fresh = Ownership(store.index, np.ones(num_slots, dtype=bool), 0)
-    store.ownership = fresh
+    store.set_ownership(fresh)
     return fresh
 
 
@@ -242,6 +228,5 @@ def _free(store, mask: np.ndarray) -> tuple[int, int]:
     own = store.ownership
     rows = sum(files.drop_rows(t, _in(mask, own.num_slots)) for t in store.tables.values())
     names = [n for n in store.dense if mask[own.tensor_slot(n)]]
-    for name in names:
-        del store.dense[name]
+    store.free_dense(names)
     return rows, len(names)

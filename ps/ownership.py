@@ -10,7 +10,7 @@ only when it owns every slot the request touches:
   owner, which the master has not confirmed yet): reads are served (nothing changes there),
   writes are refused UNAVAILABLE, reason SLOT_MOVING, and the client retries them shortly.
 
-Checked under the store's gate, shared (ps/params.py): a freeze or a release takes it exclusive,
+Checked under the store's gate, shared (ps/store/params.py): a freeze or a release takes it exclusive,
 so a request sees the ownership before or after, never half-way.
 
 A PS started without a master owns `Layout.initial(num_ps)`'s share of its index, at version 0.

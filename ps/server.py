@@ -18,7 +18,7 @@ from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
 from .checkpoint import Checkpointer
 from .move_bounds import check_move
 from pswire.optimizers import config_to_pb
-from .params import ParamStore
+from .store.params import ParamStore
 from pswire.frames import meta_of
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from pathlib import Path
 from rpckit import auth, metrics
 from rpckit.settings import ENV_PREFIX, LOG_LEVELS, FlagParser, describe
 
-from .limits import Limits
+from .store.limits import Limits
 
 WILDCARDS = ("", "0.0.0.0", "::", "[::]")
 

@@ -3,7 +3,7 @@
 A config is a dict `{"name": ..., hyperparameter: value}` named after the `torch.optim` class
 (sgd, adagrad, adam for dense tensors; sgd and adagrad row-wise for tables). Workers build and
 check it (`make_config`) before sending it in `InitParameters`; the PS checks it again and runs
-it (ps/optim.py). `make_dense` builds the real torch.optim optimizer, so a config is valid
+it (ps/store/optim.py). `make_dense` builds the real torch.optim optimizer, so a config is valid
 exactly when torch.optim accepts it.
 """
 from __future__ import annotations

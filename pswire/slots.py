@@ -69,7 +69,7 @@ def check_num_slots(num_slots: int) -> None:
 
 def splitmix64(keys: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer over uint64 keys (a copy): the one 64-bit mixer of the project,
-    used for row slots here and for rows' initial values (ps/embedding.py)."""
+    used for row slots here and for rows' initial values (ps/store/embedding.py)."""
     # uint64 array arithmetic wraps without a warning (numpy warns for scalars only)
     z = keys.astype(np.uint64, copy=True)
     z += GOLDEN

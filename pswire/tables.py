@@ -1,7 +1,7 @@
 """An embedding table's declaration, as workers send it and every PS checks it.
 
 `TableSpec` is what `ElasticEmbedding`, `PSClient` and the `InitParameters` request carry; the
-PS builds its tables from it (ps/embedding.py). Both sides check it with the same code,
+PS builds its tables from it (ps/store/embedding.py). Both sides check it with the same code,
 `TableSpec.problem`: the SDK raises it (`SpecError`, a ValueError naming the field) before
 anything is sent, the PS refuses it (`check`: INVALID_ARGUMENT, reason INVALID_ARGUMENT, the
 same message). `spec_from_pb` / `spec_to_pb` are the one conversion to and from the wire.
@@ -37,7 +37,7 @@ class TableSpec:
     init_b: float = 0.01
     seed: int = 0
     num_embeddings: int = 0  # ids must be below it; 0: unbounded
-    # bounded tables (docs/ps.md "Bounded embedding tables"; ps.tables)
+    # bounded tables (docs/ps.md "Bounded embedding tables"; ps.store.tables)
     max_rows: int = 0        # rows held over all PS; 0: unbounded
     admit_after: int = 1     # a row is created at this sighting of its id
     ttl_s: float = 0.0       # rows untouched this many seconds are evicted; 0: never

@@ -18,4 +18,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # Compile the PS's and the SDK's loops (numba) once now, into the checkout's __pycache__:
 # otherwise the first processes started (the first tests) each compile them, a few seconds.
-python -c "from ps.tables import kernels; from ps import flat_dense; kernels.warm_up(); flat_dense.warm_up()"
+python -c "from ps.store.tables import kernels; from ps.store import flat_dense; kernels.warm_up(); flat_dense.warm_up()"

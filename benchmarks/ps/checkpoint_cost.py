@@ -54,7 +54,7 @@ def _store(mb: int):
 
     from pswire.tables import TableSpec
     from pswire.optimizers import make_config
-    from ps.params import ParamStore
+    from ps.store.params import ParamStore
 
     quarter = mb * 2**20 // 4  # bytes of each: dense, its state, rows, their accumulators
     dim = 64
@@ -115,7 +115,7 @@ def _restore(directory: str) -> dict:
     import torch
 
     from ps.checkpoint import CheckpointDir, Checkpointer
-    from ps.params import ParamStore
+    from ps.store.params import ParamStore
 
     torch.optim.Adagrad([torch.zeros(1)])  # torch.optim's one-time imports (~70 MB) first
     s = ParamStore()

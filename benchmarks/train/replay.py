@@ -65,7 +65,7 @@ def capture(batch: int, out: Path, records: int, epochs: int, model: str = "ctr"
 
 def _stores():
     from ps.dataplane import DataPlane, build_chain
-    from ps.params import ParamStore
+    from ps.store.params import ParamStore
 
     stores = [ParamStore(i, 2) for i in range(2)]
     return stores, [DataPlane(build_chain(s)) for s in stores]

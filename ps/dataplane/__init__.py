@@ -1,32 +1,32 @@
 """The PS data plane: one request flows one way, through links each handed the next.
 
     DataPlane (transport.py)    ZeroMQ sockets and threads, frames, decoding, errors -> answers
-      -> AuthGate (auth.py)     the token; a request with a body
-      -> ReplicaNode            the role gate: what this PS serves as primary, backup, fenced;
+      -> TokenCheck (auth.py)   the token; a request with a body
+      -> ReplicaNode            the role filter: what this PS serves as primary, backup, fenced;
          (ps/replication/)      a primary's mutations go through the replication order first
       -> Handlers (handlers.py) frames -> tensors -> ParamStore calls -> answers
-      -> ParamStore (ps/params.py)
+      -> ParamStore (ps/store/params.py)
 
 No link calls back into the one before it. A standalone PS (no master) has no ReplicaNode.
 `build_chain` puts the links together.
 """
 from __future__ import annotations
 
-from .auth import AuthGate
+from .auth import TokenCheck
 from .handlers import Handlers
 from .local import auto_ipc_path
 from .transport import AUTO, AUTO_THREADS, BindError, DataPlane
 
-__all__ = ["AUTO", "AUTO_THREADS", "AuthGate", "BindError", "DataPlane", "Handlers",
+__all__ = ["AUTO", "AUTO_THREADS", "TokenCheck", "BindError", "DataPlane", "Handlers",
            "auto_ipc_path", "build_chain", "data_plane"]
 
 
-def build_chain(store, token: str = "", node=None) -> AuthGate:
+def build_chain(store, token: str = "", node=None) -> TokenCheck:
     """The links after the transport: auth, then `node` when given (a
     ps.replication.ReplicaNode, itself handed `Handlers(store)`), else the handlers."""
     if node is None:
-        return AuthGate(token, Handlers(store))
-    return AuthGate(token, node)
+        return TokenCheck(token, Handlers(store))
+    return TokenCheck(token, node)
 
 
 def data_plane(store, *, token: str = "", node=None, **options) -> DataPlane:

@@ -9,7 +9,7 @@ from rpckit import auth
 from rpckit.errors import invalid
 
 
-class AuthGate:
+class TokenCheck:
     def __init__(self, token: str, next):
         self.token = token
         self.next = next

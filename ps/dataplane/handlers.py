@@ -8,7 +8,6 @@ the tensors' own memory, tracked; see `export`). It is the last link of the requ
 """
 from __future__ import annotations
 
-import threading
 
 import torch
 import zmq
@@ -21,9 +20,9 @@ from pswire.tables import spec_from_pb
 from rpckit.errors import invalid
 
 from .. import move_wire, moves
-from ..ownership import WrongOwner
-from ..params import ParamStore
-from ..steps import StepParts
+from ..store.params import ParamStore
+from ..store.requests import MovedAfterApplied
+from ..store.steps import StepParts
 
 # Below this size a tensor is copied into the reply (cheaper than a tracked zero-copy frame).
 ZERO_COPY_MIN_BYTES = 64 * 1024
@@ -32,11 +31,6 @@ CLIENT_KINDS = frozenset({"init_parameters", "pull", "push", "pull_rows", "push_
 # few sets every step; the bound only keeps odd clients from growing it
 _PULL_METAS: dict[tuple, bytes] = {}
 MAX_PULL_METAS = 256
-
-
-class MovedAfterApplied(WrongOwner):
-    """A retried mutation whose first try was applied here before its slots moved: answered
-    WRONG_OWNER with the duplicate flag (nothing read; re-route only the reads)."""
 
 
 def export(t: torch.Tensor):
@@ -51,7 +45,6 @@ def export(t: torch.Tensor):
 class Handlers:
     def __init__(self, store: ParamStore):
         self.store = store
-        self._local = threading.local()  # per handler thread: whether to check ownership
         # a client's Step metas, checked once while they repeat; its packed gradients copied
         # into views kept per handler thread (nothing keeps a push's gradients past its answer)
         self._grads = Decoder(FLOAT_DTYPES, reuse=True)
@@ -68,10 +61,9 @@ class Handlers:
             return self._slot_import(req, frames)
         if kind not in CLIENT_KINDS:
             raise invalid(f"{kind} is for PS replicas; this PS serves no replication")
-        self._local.check_owner = not replicated
-        # held for the whole request: the slots' ownership checked below cannot change until
-        # the answer is made (a slot move's freeze and release take the gate exclusive)
-        with self.store.gate.shared():
+        # the store's request scope: its slots' ownership (`_owns`) cannot change until the
+        # answer is made
+        with self.store.requests.begin(check_owner=not replicated):
             try:
                 reply = getattr(self, "_" + kind)(req, frames)
             except MovedAfterApplied as exc:
@@ -89,21 +81,10 @@ class Handlers:
 
     def _owns(self, req, tensors_w=(), rows_w=(), tensors_r=(), rows_r=(),
               mutation: bool = True) -> None:
-        """Refuse the request unless this PS owns every slot it touches (WRONG_OWNER), and
-        its writes unless none of their slots is being handed over (SLOT_MOVING); a retried
-        mutation already applied here is told so (MovedAfterApplied). Under the gate."""
-        own = self.store.ownership
-        if (own.all_owned and not own.frozen_any) or not self._local.check_owner:
-            return
-        try:
-            moving = own.check(tensors_w, rows_w, tensors_r, rows_r)
-        except WrongOwner as exc:
-            if mutation and self.store.applied.seen(req.client_id, req.seq):
-                raise MovedAfterApplied(exc.message, exc.layout_version) from None
-            raise
-        # a retry of a mutation applied already gets its stored answer, not a refusal
-        if moving and not (mutation and self.store.applied.seen(req.client_id, req.seq)):
-            raise own.moving_error(moving)
+        """The store's request scope checks the slots the request touches
+        (ps/store/requests.py)."""
+        self.store.requests.owns(req.client_id, req.seq, tensors_w, rows_w, tensors_r, rows_r,
+                                 mutation)
 
     def _owned_tensors(self) -> list[str]:
         """The tensors of the slots this PS owns, sorted (a whole pull's; a new owner may hold

@@ -4,11 +4,11 @@ A client's multipart message [DataRequest, buffer, ...] arrives on a ROUTER sock
 `--data-port`. One handler thread reads that socket itself (the default, and `threads=0`), or
 `zmq.proxy` (C code, no GIL) hands each message over an in-process socket to one of `threads`
 handler threads (a primary with backups: see AUTO). A handler decodes the header and hands the
-request to the next link of the chain it was given (ps/dataplane/__init__.py: auth, the replica's role gate, replication, the
+request to the next link of the chain it was given (ps/dataplane/__init__.py: auth, the replica's role filter, replication, the
 handlers, the store), then send back what that answers, [DataResponse, buffer, ...], the same
 way. Received tensor frames are wrapped with `torch.frombuffer` (no copy); a pulled tensor is
 sent from the tensor's own memory (no copy) and its tracker pins it until ZeroMQ has written the
-bytes (see `ps.params`). Under TLS the socket is a CURVE server (ZeroMQ's encryption): clients
+bytes (see `ps.store.params`). Under TLS the socket is a CURVE server (ZeroMQ's encryption): clients
 connect with the public key the PS registered. Every answer names the same-host endpoint.
 
 Bad input never takes the PS down: a header that does not parse is answered INVALID_ARGUMENT,
@@ -36,7 +36,7 @@ from pswire import unix
 from pswire.frames import error_response
 from rpckit.errors import Reason, ServiceError, invalid
 
-from ..limits import Limits, too_large
+from ..store.limits import Limits, too_large
 from .unix import UnixServer
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """PS replication: a primary and its backups per PS index, each role in a module of its own.
 
 - `node` (`ReplicaNode`): this PS's role as the master gives it, and the request chain's role
-  gate (what a primary, a backup or a fenced PS serves);
+  filter (what a primary, a backup or a fenced PS serves);
 - `primary` (`Primary`, `AttachedBackup`): numbering every mutation, forwarding it to the
   attached backups and answering once they applied it;
 - `backup` (`Backup`): copying the primary, then applying its mutations in order;

@@ -32,7 +32,7 @@ from pswire.connection import dealer, refusal
 from rpckit.auth import credentials_refused
 from rpckit.errors import Reason, ServiceError
 from rpckit.retry import NEVER_RETRIED_NAMES
-from ..params import ParamStore
+from ..store.params import ParamStore
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def warm_up() -> None:
     machine), which must not happen while the primary waits for this backup's answer."""
     from pswire.optimizers import make_config
 
-    from ..optim import make_dense, step_dense
+    from ..store.optim import make_dense, step_dense
 
     for name in ("sgd", "adagrad", "adam"):
         value = torch.zeros(1)

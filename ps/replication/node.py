@@ -1,7 +1,7 @@
-"""This PS's place in its index's replica set, and the data plane's gate that follows from it.
+"""This PS's place in its index's replica set, and the data plane's role filter that follows from it.
 
 The master decides the role (master/ps/replicas.py); the registrar hands each answer to
-`on_role`. What the gate lets through, by role:
+`on_role`. What the role filter lets through, by role:
 
 - pending (not registered yet) and fenced (deposed, registering again): nothing; clients get
   UNAVAILABLE with reason FENCED and look the primary up again.
@@ -30,7 +30,7 @@ import zmq
 from protos import ps_pb2
 
 from rpckit.errors import Reason, ServiceError
-from ..params import ParamStore
+from ..store.params import ParamStore
 from .backup import Backup, Upstream
 from .primary import Fenced, Primary
 
@@ -98,7 +98,7 @@ class ReplicaNode:
         self.more_handlers = threading.Event()
         self._lock = threading.Lock()
 
-    # -- the gate ------------------------------------------------------------------------------
+    # -- the role filter -----------------------------------------------------------------------
 
     def handle(self, kind: str, req: ps_pb2.DataRequest, frames: list, header) -> list:
         role, primary = self.role, self.primary

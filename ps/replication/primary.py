@@ -45,7 +45,7 @@ from pswire.connection import dealer, send_parts
 
 from rpckit.errors import Reason, ServiceError, unavailable
 from rpckit.logs import Repeated, one_line
-from ..params import ParamStore
+from ..store.params import ParamStore
 from .lease import PrimaryLease
 
 log = logging.getLogger(__name__)

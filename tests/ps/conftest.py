@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ps.dataplane import data_plane
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 
 
 class InProcessPS:

@@ -11,7 +11,7 @@ from ps.checkpoint import (CheckpointDir, Checkpointer, CorruptCheckpoint, decod
                            encode)
 from pswire.tables import TableSpec
 from pswire.optimizers import make_config
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 
 
 def _store(value: float = 0.0) -> ParamStore:

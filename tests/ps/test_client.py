@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from protos import ps_pb2, ps_pb2_grpc
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 from worker_sdk.ps.data_client import DataClient, PSError, PSUnavailable, StaleGradient
 
 

@@ -11,7 +11,7 @@ import zmq
 from protos import ps_pb2
 from worker_sdk.ps.data_client import DataClient, PSUnavailable, StaleGradient
 from rpckit.errors import ServiceError as PSError
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 
 
 def _client(ps, **kw) -> DataClient:

@@ -10,7 +10,7 @@ import zmq
 from protos import ps_pb2
 from ps.dataplane import data_plane
 from pswire.tables import TableSpec
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 from rpckit.errors import Reason, ServiceError
 from worker_sdk.ps.data_client import DataClient, PSUnavailable
 

@@ -12,7 +12,7 @@ import zmq
 
 from protos import ps_pb2
 from ps.dataplane import data_plane
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 from pswire import unix
 from pswire.connection import Connection
 from rpckit.errors import Reason

@@ -16,8 +16,8 @@ import torch
 from ps.checkpoint import CheckpointDir, Checkpointer
 from pswire.tables import TableSpec
 from pswire.optimizers import make_config
-from ps.params import ParamStore
-from ps.tables.eviction import Cause
+from ps.store.params import ParamStore
+from ps.store.tables.eviction import Cause
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,7 +137,7 @@ CHILD = textwrap.dedent("""
     from ps.checkpoint import CheckpointDir, Checkpointer
     from pswire.tables import TableSpec
     from pswire.optimizers import make_config
-    from ps.params import ParamStore
+    from ps.store.params import ParamStore
 
     def step_ids(k):
         return torch.from_numpy(np.unique(np.random.default_rng(k).integers(0, 50_000, 8_000)))

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from ps.embedding import initial_rows
-from ps.tables.table import Table
+from ps.store.embedding import initial_rows
+from ps.store.tables.table import Table
 from pswire.tables import TableSpec
 from rpckit.errors import ServiceError as PSError
-from ps.optim import RowOptimizer
+from ps.store.optim import RowOptimizer
 from pswire.optimizers import make_config
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 
 
 def test_rows_depend_only_on_seed_table_and_id():

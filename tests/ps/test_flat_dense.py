@@ -1,4 +1,4 @@
-"""The flat-buffer Adagrad (ps/flat_dense.py) is torch.optim's to the bit, and stays so when
+"""The flat-buffer Adagrad (ps/store/flat_dense.py) is torch.optim's to the bit, and stays so when
 something moves its tensors to memory of their own (a snapshot view, a restore)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from ps import flat_dense
-from ps.params import ParamStore
+from ps.store import flat_dense
+from ps.store.params import ParamStore
 from pswire.frames import pack
 from pswire.optimizers import make_config
 
@@ -175,7 +175,7 @@ def test_a_packed_pull_reads_the_flat_buffer_only_while_it_holds_the_values():
 
 
 def test_a_large_tensor_pushed_alone_keeps_its_own_memory():
-    """Above what a pull copies (a send may pin it: ps/params.py), a tensor pushed alone is
+    """Above what a pull copies (a send may pin it: ps/store/params.py), a tensor pushed alone is
     updated in place by torch, not moved into a layout."""
     shapes = {"big": (flat_dense.ALONE_BELOW // 4 + 1,)}
     store, local, reference = _store(dict(lr=0.1), shapes)

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 from protos import ps_pb2, ps_pb2_grpc
 from pswire.tables import TableSpec
-from ps.limits import Limits
-from ps.params import ParamStore
+from ps.store.limits import Limits
+from ps.store.params import ParamStore
 from pswire.frames import DTYPES
 from worker_sdk.ps.data_client import DataClient
 

@@ -1,10 +1,10 @@
-"""The gate's shared/exclusive rules, with real threads (ps/gate.py)."""
+"""The gate's shared/exclusive rules, with real threads (ps/store/gate.py)."""
 from __future__ import annotations
 
 import threading
 import time
 
-from ps.gate import Gate
+from ps.store.gate import Gate
 
 WAIT_S = 5.0
 

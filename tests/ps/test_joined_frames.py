@@ -10,8 +10,8 @@ import torch
 import zmq
 
 from protos import ps_pb2
-from ps.limits import Limits
-from ps.params import ParamStore
+from ps.store.limits import Limits
+from ps.store.params import ParamStore
 from pswire.connection import COPY_BELOW, Connection, joined, split_joined
 from pswire.tables import TableSpec
 from rpckit.errors import ServiceError

@@ -12,8 +12,8 @@ import zmq
 from protos import ps_pb2
 from ps.dataplane import data_plane
 from pswire.tables import TableSpec
-from ps.limits import Limits
-from ps.params import ParamStore
+from ps.store.limits import Limits
+from ps.store.params import ParamStore
 from worker_sdk.ps.data_client import DataClient, PSError
 
 CODE = ps_pb2.DataResponse.Code

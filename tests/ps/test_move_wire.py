@@ -20,7 +20,7 @@ from protos import ps_pb2
 from ps import checkpoint, move_wire, moves
 from ps.dataplane.handlers import Handlers
 from ps.ownership import Ownership
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 from ps.slot_calls import SlotCalls
 from pswire.optimizers import make_config
 from pswire.slots import row_slot

@@ -13,9 +13,9 @@ import torch
 from protos import ps_pb2
 from ps import move_wire, moves
 from ps.dataplane.handlers import Handlers
-from ps.gate import Gate
+from ps.store.gate import Gate
 from ps.ownership import Ownership
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 from pswire.frames import as_buffer, meta_of
 from pswire.optimizers import make_config
 from pswire.slots import row_slot, tensor_slot

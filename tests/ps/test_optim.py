@@ -6,7 +6,7 @@ import torch
 
 from rpckit.errors import ServiceError as PSError
 from pswire.optimizers import make_config
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 
 CASES = [
     ("sgd", dict(lr=0.1)),
@@ -75,7 +75,7 @@ def test_bad_optimizer_configs_refused(name, hyper, fragment):
                                                       initial_accumulator_value=0.1, eps=1e-8),
                                    dict(lr=0.05, maximize=True)])
 def test_adagrad_over_several_tensors_at_once_is_torch_optim_to_the_bit(hyper):
-    from ps.optim import step_dense_all
+    from ps.store.optim import step_dense_all
 
     g = torch.Generator().manual_seed(3)
     init = [torch.randn(5, 3, generator=g), torch.randn(3, generator=g),

@@ -6,11 +6,11 @@ import threading
 import pytest
 import torch
 
-from ps.applied import AppliedTable, Duplicate
+from ps.store.applied import AppliedTable, Duplicate
 from pswire.tables import TableSpec
 from rpckit.errors import ServiceError as PSError
 from pswire.optimizers import make_config
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 
 SGD1 = make_config("sgd", lr=1.0)
 

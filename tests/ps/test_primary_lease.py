@@ -10,7 +10,7 @@ import pytest
 import zmq
 
 from protos import ps_pb2
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 from ps.replication.primary import Fenced, Primary
 from rpckit.errors import ServiceError
 from tests.fakes import FakeClock

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos import master_pb2, master_pb2_grpc, ps_pb2, ps_pb2_grpc
 from pswire.slots import Layout
 from worker_sdk.ps.data_client import DataClient
-from ps.embedding import initial_rows
+from ps.store.embedding import initial_rows
 from pswire.tables import TableSpec
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from ps.checkpoint import CheckpointDir, Checkpointer
-from ps.params import ParamStore
-from ps.tables.eviction import Cause
+from ps.store.params import ParamStore
+from ps.store.tables.eviction import Cause
 from pswire.optimizers import make_config
 from pswire.tables import TableSpec
 from rpckit.errors import ServiceError

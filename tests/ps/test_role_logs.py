@@ -10,7 +10,7 @@ import zmq
 
 from protos import master_pb2
 from ps.dataplane import Handlers
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 from ps.replication.node import ReplicaNode, NodeRole
 
 NODE_LOG = "ps.replication.node"

@@ -9,10 +9,10 @@ import torch
 from protos import ps_pb2
 from ps.dataplane import data_plane
 from pswire.tables import TableSpec
-from ps.limits import Limits
+from ps.store.limits import Limits
 from pswire.optimizers import make_config
-from ps.params import ParamStore
-from ps.steps import StepParts
+from ps.store.params import ParamStore
+from ps.store.steps import StepParts
 from pswire.frames import as_buffer, decode, meta_of, pack
 from rpckit.errors import ServiceError
 from worker_sdk.ps.data_client import DataClient, StaleGradient

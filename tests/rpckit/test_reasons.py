@@ -15,7 +15,7 @@ from master.persistence.store import Store
 from master.server import build_server
 from protos import master_pb2 as pb
 from ps.dataplane import data_plane
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 from rpckit.errors import Reason
 from worker_sdk import DatasetSpecMismatch, ElasticDataset, PSClient
 from worker_sdk.data.master_client import MasterClient

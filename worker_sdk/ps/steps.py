@@ -6,7 +6,7 @@ four requests to every PS, each a message each way and a wake-up of both sides. 
 each PS one `Step` (protos/ps.proto) with all of it, in parallel, retried as one request (same
 client_id and seq: its mutations are applied at most once, its reads are served again).
 
-On one PS the mutations are all-or-none (ps/steps.py). Over several PS, under
+On one PS the mutations are all-or-none (ps/store/steps.py). Over several PS, under
 `--max-staleness`, the dense push is first checked everywhere without applying anything
 (`Push.check_only`, as `push` does), so a `StaleGradient` still means that no PS applied any
 part of the step.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ps.tables.admission import AdmissionSketch
+from ps.store.tables.admission import AdmissionSketch
 
 
 def test_estimates_never_undercount():

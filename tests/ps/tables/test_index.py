@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from ps.tables.index import RowIndex
+from ps.store.tables.index import RowIndex
 
 
 def test_lookup_insert_delete_match_a_dict():

@@ -1,4 +1,4 @@
-"""The PS's compiled loops (ps/tables/kernels.py, the ownership check) against their numpy and
+"""The PS's compiled loops (ps/store/tables/kernels.py, the ownership check) against their numpy and
 torch twins."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import numpy as np
 import torch
 from hypothesis import given, settings, strategies as st
 
-from ps.optim import RowOptimizer
+from ps.store.optim import RowOptimizer
 from ps.ownership import Ownership, WrongOwner
-from ps.tables.index import RowIndex
-from ps.tables import one_pass
-from ps.tables.table import Table
+from ps.store.tables.index import RowIndex
+from ps.store.tables import one_pass
+from ps.store.tables.table import Table
 from pswire.tables import TableSpec
 from pswire.slots import row_slot_reference
 
@@ -79,8 +79,8 @@ def test_ownership_check_names_the_first_row_of_another_ps_and_sees_frozen_slots
 
 
 def test_a_request_counts_each_row_once_whether_or_not_its_ids_repeat():
-    from ps.tables import kernels
-    from ps.tables.table import Table
+    from ps.store.tables import kernels
+    from ps.store.tables.table import Table
     from pswire.tables import TableSpec
 
     counts, steps, dirty = np.zeros(8, np.int64), np.zeros(8, np.int64), np.zeros(8, bool)
@@ -104,7 +104,7 @@ def test_a_request_counts_each_row_once_whether_or_not_its_ids_repeat():
        initializer=st.sampled_from(["normal", "uniform", "zeros"]), dim=st.integers(1, 17),
        seed=st.integers(0, 2**31), a=st.floats(-1, 1), width=st.floats(0, 1))
 def test_initial_rows_agree_with_the_numpy_generator(ids, initializer, dim, seed, a, width):
-    from ps.embedding import initial_rows, initial_rows_reference
+    from ps.store.embedding import initial_rows, initial_rows_reference
     from pswire.tables import TableSpec
 
     spec = TableSpec("t", dim, initializer, a, width if initializer == "normal" else a + width,

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from pswire.tables import TableSpec
 from ps.metrics import PSCollector
 from pswire.optimizers import make_config
-from ps.params import ParamStore
+from ps.store.params import ParamStore
 
 
 class _Checkpointer:

@@ -1,17 +1,17 @@
-"""Bounded tables: admission, the cap with LRU/LFU, TTL, and deltas (ps.tables.table)."""
+"""Bounded tables: admission, the cap with LRU/LFU, TTL, and deltas (ps.store.tables.table)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from ps.embedding import initial_rows
+from ps.store.embedding import initial_rows
 from pswire.tables import TableSpec
-from ps.optim import RowOptimizer
-from ps.params import ParamStore
+from ps.store.optim import RowOptimizer
+from ps.store.params import ParamStore
 from pswire.optimizers import make_config
-from ps.tables.eviction import Cause
-from ps.tables.table import Table, row_share
+from ps.store.tables.eviction import Cause
+from ps.store.tables.table import Table
 from rpckit.errors import ServiceError
 
 
@@ -83,7 +83,6 @@ def test_a_request_larger_than_the_cap_gets_initial_values_for_the_rest():
 
 
 def test_per_ps_share_rounds_up():
-    assert row_share(100, 3) == 34 and row_share(0, 3) == 0 and row_share(5, 1) == 5
     stores = [ParamStore(index=i, num_ps=3) for i in range(3)]
     for s in stores:
         s.init_parameters([], make_config("sgd"), [(TableSpec("t", 2, max_rows=100), None)])

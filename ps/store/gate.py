@@ -27,16 +27,39 @@ class Gate:
         self._exclusive = False
         self._waiting_exclusive = 0
         self._held = threading.local()
-        # a class, not a generator context manager: every request takes it two to four times
-        self._shared_hold = _Shared(self)
 
-    def shared(self) -> "_Shared":
-        """Hold the gate shared inside a `with` (nests within a thread)."""
-        return self._shared_hold
+    def shared(self) -> "Gate":
+        """Hold the gate shared inside a `with` (nests within a thread). The gate is its own
+        shared context manager, not a generator one: every request takes it two to four
+        times."""
+        return self
 
     def held_here(self) -> bool:
         """Whether this thread holds the gate shared (it must not wait for `exclusive`)."""
         return bool(getattr(self._held, "depth", 0))
+
+    def __enter__(self) -> None:
+        depth = getattr(self._held, "depth", 0)
+        if depth:  # nested: never waits (a waiting writer waits for the outer hold)
+            self._held.depth = depth + 1
+            return
+        with self._lock:
+            while self._exclusive or self._waiting_exclusive:
+                self._cond.wait()
+            self._shared += 1
+        self._held.depth = 1
+
+    def __exit__(self, *exc) -> None:
+        depth = self._held.depth - 1
+        self._held.depth = depth
+        if depth:
+            return
+        with self._lock:
+            self._shared -= 1
+            # only a writer waits for the shared holds to end (it counts itself waiting
+            # under this lock first); shared waiters wait for a writer's end instead
+            if self._shared == 0 and self._waiting_exclusive:
+                self._cond.notify_all()
 
     @contextmanager
     def exclusive(self):
@@ -54,37 +77,3 @@ class Gate:
             with self._cond:
                 self._exclusive = False
                 self._cond.notify_all()
-
-
-class _Shared:
-    """`Gate.shared()`: one object per gate, the nesting depth kept per thread."""
-
-    __slots__ = ("gate",)
-
-    def __init__(self, gate: Gate) -> None:
-        self.gate = gate
-
-    def __enter__(self) -> None:
-        gate = self.gate
-        depth = getattr(gate._held, "depth", 0)
-        if depth:  # nested: never waits (a waiting writer waits for the outer hold)
-            gate._held.depth = depth + 1
-            return
-        with gate._lock:
-            while gate._exclusive or gate._waiting_exclusive:
-                gate._cond.wait()
-            gate._shared += 1
-        gate._held.depth = 1
-
-    def __exit__(self, *exc) -> None:
-        gate = self.gate
-        depth = gate._held.depth - 1
-        gate._held.depth = depth
-        if depth:
-            return
-        with gate._lock:
-            gate._shared -= 1
-            # only a writer waits for the shared holds to end (it counts itself waiting
-            # under this lock first); shared waiters wait for a writer's end instead
-            if gate._shared == 0 and gate._waiting_exclusive:
-                gate._cond.notify_all()

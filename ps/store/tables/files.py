@@ -1,8 +1,8 @@
 """A table's rows to and from checkpoint files: full exports, deltas, restores.
 
-Functions over a `ps.tables.table.Table` (its methods `export`, `delta`, `restore`,
+Functions over a `ps.store.tables.table.Table` (its methods `export`, `delta`, `restore`,
 `apply_delta` and `rows` call them), kept apart from the request path: what a file holds (the
-rows of slots [0, high) with their metadata and the table's counters, or only the rows touched
+rows of places [0, high) with their metadata and the table's counters, or only the rows touched
 and the ids of filed rows gone since the last file, with the admission counters changed) and
 how a table adopts it.
 """
@@ -15,6 +15,30 @@ from .eviction import Cause
 from .index import RowIndex, distinct_in_order
 
 _META = ("counts", "steps", "ticks", "touched")
+
+
+class EvictedIds:
+    """The ids of a table's rows that the last checkpoint file holds and that left since (one
+    entry per row: a row leaves `filed` when it goes, so at most the rows that file holds):
+    the next delta lists them."""
+
+    def __init__(self) -> None:
+        self._parts: list[np.ndarray] = []
+        self._count = 0
+
+    def add(self, ids: np.ndarray) -> None:
+        self._parts.append(ids)
+        self._count += ids.size
+
+    def all(self) -> np.ndarray:
+        return np.concatenate(self._parts) if self._parts else np.empty(0, dtype=np.int64)
+
+    def clear(self) -> None:
+        self._parts, self._count = [], 0
+
+    @property
+    def nbytes(self) -> int:
+        return 8 * self._count
 
 
 def scalars(table, changes: bool = False) -> dict:
@@ -35,14 +59,14 @@ def row_bytes(table) -> int:
 
 
 def file_bytes(table) -> int:
-    """About what `export` writes: every used slot's row and the whole sketch."""
+    """About what `export` writes: every used place's row and the whole sketch."""
     with table.lock:
         return table.high * row_bytes(table) + (
             0 if table.sketch is None else table.sketch.counters.nbytes)
 
 
 def export(table, pin=None) -> dict:
-    """The rows (call under the store's exclusive gate): slots [0, high), free ones with
+    """The rows (call under the store's exclusive gate): places [0, high), free ones with
     id -1. With `pin` (a SnapshotPin) the rows are views of the live ones, valid until the
     pin is released (a change copies them first); without, a copy. Ids and row metadata
     are copied either way (40 bytes a row)."""
@@ -63,30 +87,28 @@ def delta(table) -> dict:
     that left since, and the sketch's changed counters (call under the store's exclusive
     gate, then `mark_clean`). The rows are copied: a few of them."""
     with table.lock:
-        slots = np.flatnonzero(table.dirty[: table.high] & (table.ids[: table.high] >= 0))
-        at = torch.from_numpy(slots)
-        evicted = (np.concatenate(table.evicted_ids) if table.evicted_ids
-                   else np.empty(0, dtype=np.int64))
-        meta = {name: torch.from_numpy(getattr(table, name)[slots]) for name in _META}
-        return {"delta": True, "ids": torch.from_numpy(table.ids[slots]),
+        places = np.flatnonzero(table.dirty[: table.high] & (table.ids[: table.high] >= 0))
+        at = torch.from_numpy(places)
+        evicted = table.evicted_ids.all()
+        meta = {name: torch.from_numpy(getattr(table, name)[places]) for name in _META}
+        return {"delta": True, "ids": torch.from_numpy(table.ids[places]),
                 "weights": table.weights.index_select(0, at),
                 "accum": None if table.accum is None else table.accum.index_select(0, at),
                 "evicted_ids": torch.from_numpy(evicted), **meta,
                 **scalars(table, changes=True)}
 
 
-def left(table, slots: np.ndarray, gone: np.ndarray) -> None:
-    """Under table.lock: rows at `slots` (of ids `gone`, out of the index) left the table.
+def left(table, places: np.ndarray, gone: np.ndarray) -> None:
+    """Under table.lock: rows at `places` (of ids `gone`, out of the index) left the table.
     Those the last checkpoint file holds are listed for the next delta; a row created since
     is in no file and needs no mention (so the list never outgrows that file's rows)."""
-    filed = table.filed[slots]
+    filed = table.filed[places]
     if filed.any():
         listed = gone[filed]
-        table.evicted_ids.append(listed)
-        table._evicted_pending += listed.size
-    table.ids[slots] = -1
-    table.dirty[slots] = False
-    table.filed[slots] = False
+        table.evicted_ids.add(listed)
+    table.ids[places] = -1
+    table.dirty[places] = False
+    table.filed[places] = False
 
 
 def mark_filed(table) -> None:
@@ -94,7 +116,7 @@ def mark_filed(table) -> None:
     table.dirty[:] = False
     table.filed[:] = False
     table.filed[: table.high] = table.ids[: table.high] >= 0
-    table.evicted_ids, table._evicted_pending = [], 0
+    table.evicted_ids.clear()
     if table.sketch is not None:
         table.sketch.mark_filed()
 
@@ -106,7 +128,7 @@ def restore(table, state: dict) -> None:
     if state["weights"].shape != (n, table.spec.dim):
         raise ValueError(f"table {table.spec.name!r}: checkpoint rows have shape "
                          f"{tuple(state['weights'].shape)}, expected ({n}, {table.spec.dim})")
-    table._np = None  # the numpy views of the old tensors (ps/tables/one_pass.py arrays)
+    table.views.drop()  # the numpy views of the old tensors
     table.weights = state["weights"].contiguous()
     if table.accum is not None:
         accum = state.get("accum")
@@ -142,10 +164,10 @@ def apply_delta(table, state: dict) -> None:
         # twice: delete it once
         gone = distinct_in_order(state["evicted_ids"].numpy().astype(np.int64))
         if gone.size:
-            slots = table.index.delete(gone)
-            slots = slots[slots >= 0]
-            table.ids[slots] = -1
-            table.free = np.concatenate([table.free, slots])
+            places = table.index.delete(gone)
+            places = places[places >= 0]
+            table.ids[places] = -1
+            table.free = np.concatenate([table.free, places])
         _write_rows(table, state["ids"].numpy().astype(np.int64), state)
         restore_scalars(table, state)
         mark_filed(table)  # what the files hold, the next delta's starting point
@@ -155,8 +177,8 @@ def apply_delta(table, state: dict) -> None:
 def _write_rows(table, keys: np.ndarray, state: dict) -> np.ndarray:
     """Under table.lock: write the rows of `keys` (created where absent, overwritten where
     present) from `state`'s weights, accumulators and metadata; returns their positions."""
-    slots = table.index.lookup(keys)
-    absent = np.flatnonzero(slots < 0)
+    places = table.index.lookup(keys)
+    absent = np.flatnonzero(places < 0)
     if absent.size:
         n = absent.size
         reused = table.free[-n:][::-1] if table.free.size else table.free
@@ -164,16 +186,16 @@ def _write_rows(table, keys: np.ndarray, state: dict) -> np.ndarray:
         fresh = np.arange(table.high, table.high + n - reused.size, dtype=np.int64)
         table._reserve(table.high + fresh.size)
         table.high += fresh.size
-        slots[absent] = np.concatenate([reused, fresh])
-        table.index.insert(keys[absent], slots[absent])
-    at = torch.from_numpy(slots)
+        places[absent] = np.concatenate([reused, fresh])
+        table.index.insert(keys[absent], places[absent])
+    at = torch.from_numpy(places)
     table.weights[at] = state["weights"]
     if table.accum is not None and state.get("accum") is not None:
         table.accum[at] = state["accum"]
-    table.ids[slots] = keys
+    table.ids[places] = keys
     for name in _META:
-        getattr(table, name)[slots] = state[name].numpy()
-    return slots
+        getattr(table, name)[places] = state[name].numpy()
+    return places
 
 
 def restore_scalars(table, state: dict) -> None:
@@ -195,11 +217,11 @@ def contents(table) -> dict[int, tuple]:
     comparisons; O(rows) Python objects)."""
     with table.lock:
         out = {}
-        for slot in table._live():
-            out[int(table.ids[slot])] = (
-                table.weights[slot].clone(),
-                None if table.accum is None else table.accum[slot].clone(),
-                int(table.counts[slot]), int(table.steps[slot]))
+        for place in table._live():
+            out[int(table.ids[place])] = (
+                table.weights[place].clone(),
+                None if table.accum is None else table.accum[place].clone(),
+                int(table.counts[place]), int(table.steps[place]))
         return out
 
 
@@ -254,8 +276,8 @@ def import_rows(table, state: dict) -> None:
         return
     with table.lock:
         table._unshare()
-        slots = _write_rows(table, keys, state)  # may grow the arrays: index dirty after
-        table.dirty[slots] = True
+        places = _write_rows(table, keys, state)  # may grow the arrays: index dirty after
+        table.dirty[places] = True
         table._reset_deadlines()
 
 
@@ -263,8 +285,8 @@ def drop_ids(table, ids: np.ndarray) -> int:
     """Free the rows of `ids` that this table holds (evicted on the old owner while a move
     copied them). Returns how many."""
     with table.lock:
-        slots = table.index.lookup(ids)
-        return _drop_at(table, slots[slots >= 0])
+        places = table.index.lookup(ids)
+        return _drop_at(table, places[places >= 0])
 
 
 def drop_rows(table, in_slots) -> int:

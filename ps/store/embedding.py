@@ -3,7 +3,7 @@
 A row's initial value is a pure function of (seed, table name, id, column), computed with a
 counter-based generator (splitmix64), so every PS and every restart create the same row
 whatever order ids arrive in, and a table can be split over PS by id with no coordination.
-The table that holds the rows (admission, a cap, TTL, deltas) is ps.tables.table.Table.
+The table that holds the rows (admission, a cap, TTL, deltas) is ps.store.tables.table.Table.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _table_key(seed: int, name: str) -> np.uint64:
 
 def initial_rows(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:
     """The initial float32 rows [len(ids), dim] of `ids` (int64, all >= 0): one compiled pass
-    (ps/tables/kernels.py; `initial_rows_reference` is the same in numpy)."""
+    (ps/store/tables/kernels.py; `initial_rows_reference` is the same in numpy)."""
     n = len(ids)
     if spec.initializer == "zeros" or n == 0:
         return torch.zeros(n, spec.dim)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .dense import require_finite_grads
 from .limits import check_names, too_large
 from pswire.frames import require_row_grads
 
@@ -84,7 +85,7 @@ class Steps:
         if parts.grads is not None:
             self.store._validate_push([(n, g.shape, g.dtype) for n, g in parts.grads],
                                       parts.versions)
-            self.store._require_finite_grads(parts.grads, parts.packed, parts.packed_count)
+            require_finite_grads(parts.grads, parts.packed, parts.packed_count)
         tables = [t for t, _, _ in parts.rows]
         check_names(tables, self.store.limits, "a Step's row pushes")
         for table, ids, grads in parts.rows:

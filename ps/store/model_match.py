@@ -4,8 +4,8 @@ A second `InitParameters` must declare the same tensors (shapes, dtypes), optimi
 as the first; `first_difference` names what differs so the refusal (MODEL_MISMATCH) says it
 (`max_rows 1000 -> 2000`: held here -> declared). A table's `max_rows`, `ttl_s`, `ttl_steps`
 and `evict` (pswire.tables.RETUNABLE) do not change what a row means, so they are no
-mismatch: `adopt_bounds` makes the PS adopt them, and `file_bounds` writes them to a checkpoint
-file before the PS answers, so a restart keeps them.
+mismatch: `adopt_bounds` makes the PS adopt them, and the store writes them to a checkpoint
+file before it answers (`ParamStore.file_table_bounds`), so a restart keeps them.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 
 from pswire.frames import DTYPE_NAMES
 from pswire.tables import RETUNABLE, TableSpec, spec_changes
-from rpckit.errors import Reason, quote, unavailable
+from rpckit.errors import quote
 
 
 log = logging.getLogger(__name__)
@@ -69,32 +69,16 @@ def retuned(store, tables) -> list[tuple[TableSpec, list[tuple]]]:
 
 def adopt_bounds(store, checked) -> str:
     """Under the store's init lock and its gate (shared, so no snapshot sees half of it):
-    adopt the declared bounds of tables that differ in those alone; returns what changed, in
-    words ('' if nothing), and marks it for `file_bounds`."""
+    the store adopts the declared bounds of tables that differ in those alone; returns what
+    changed, in words ('' if nothing), which the store files before it is acknowledged
+    (`ParamStore.file_table_bounds`)."""
     changes = retuned(store, checked)
-    for spec, _ in changes:
-        store.tables[spec.name].retune(spec, store.ownership.row_share(spec.max_rows))
+    store.retune_tables(changes)
     if not changes:
         return ""
-    store._tables_unfiled = True
     text = "; ".join(f"table {quote(spec.name)}: {changes_text(c)}" for spec, c in changes)
     log.info("PS %d adopted new table bounds: %s", store.index, text)
     return text
-
-
-def file_bounds(store) -> None:
-    """Before a bounds change is acknowledged: a checkpoint file holds it (where the PS
-    writes them: `store.file_tables`, set by ps.checkpoint.Checkpointer), so a restart keeps
-    it. A failed write is UNAVAILABLE, and the next InitParameters (even one changing nothing)
-    writes it again. Holding no gate: the snapshot takes it exclusive."""
-    if store.file_tables is not None:
-        try:
-            store.file_tables()
-        except OSError as exc:
-            raise unavailable(Reason.UNAVAILABLE, f"PS {store.index} adopted the tables' new "
-                              f"bounds but could not write them to a checkpoint file ({exc}); "
-                              "retry") from exc
-    store._tables_unfiled = False
 
 
 def dict_changes(held: dict | None, declared: dict | None) -> list[tuple]:

@@ -1,6 +1,6 @@
 """Which rows leave a table: TTL expiry and the cap's choice of victims (LRU or LFU).
 
-Pure functions over the table's per-slot metadata (numpy arrays indexed by slot), so the
+Pure functions over the table's per-place metadata (numpy arrays indexed by place), so the
 rules are tested without a table. A table calls them under its lock.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ class Cause(str, Enum):
 
 def expired(live: np.ndarray, steps: np.ndarray, touched: np.ndarray, *, pushes: int,
             now: float, ttl_steps: int, ttl_s: float) -> np.ndarray:
-    """Slots (among `live`) untouched for more than `ttl_steps` pushes or `ttl_s` seconds."""
+    """Places (among `live`) untouched for more than `ttl_steps` pushes or `ttl_s` seconds."""
     out = np.zeros(live.size, dtype=bool)
     if ttl_steps:
         out |= pushes - steps[live] > ttl_steps
@@ -41,10 +41,10 @@ def next_expiry(live: np.ndarray, steps: np.ndarray, touched: np.ndarray, *, ttl
 
 def victims(candidates: np.ndarray, count: int, policy: str, counts: np.ndarray,
             ticks: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """`count` slots of `candidates` to evict: least recently touched (lru: smallest tick) or
+    """`count` places of `candidates` to evict: least recently touched (lru: smallest tick) or
     least often (lfu: smallest count, then least recently touched), ties broken by the
-    smaller id. The choice depends on the rows' ids and metadata only, never on which slot a
-    row sits in: a backup, whose slots may be ordered otherwise after it copied its primary,
+    smaller id. The choice depends on the rows' ids and metadata only, never on which place a
+    row sits in: a backup, whose places may be ordered otherwise after it copied its primary,
     evicts the same ids."""
     if count <= 0 or not candidates.size:
         return candidates[:0]

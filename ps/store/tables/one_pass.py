@@ -65,13 +65,26 @@ def push(table, keys: np.ndarray, grads: torch.Tensor) -> bool:
 
 
 def arrays(table) -> tuple[np.ndarray, np.ndarray | None]:
-    """numpy views of the table's weights and accumulator (None without one), made once per
-    pair of tensors (`.numpy()` costs about 5,000 instructions a call). Every change of either
-    tensor is a new object (growth, copy on write, restore), which the identity test sees;
-    those paths also drop the views at once (`table._np = None`), not to keep old memory
-    alive."""
-    w, a = table.weights, table.accum
-    kept = table._np
-    if kept is None or kept[0] is not w or kept[1] is not a:
-        kept = table._np = (w, a, w.numpy(), None if a is None else a.numpy())
-    return kept[2], kept[3]
+    """numpy views of the table's weights and accumulator (None without one)."""
+    return table.views.of(table.weights, table.accum)
+
+
+class NumpyViews:
+    """A table's numpy views of its weights and accumulator, made once per pair of tensors
+    (`.numpy()` costs about 5,000 instructions a call). Every change of either tensor is a new
+    object (growth, copy on write, restore), which the identity test sees; those paths also
+    `drop` the views at once, not to keep old memory alive."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept = None
+
+    def of(self, w: torch.Tensor, a: torch.Tensor | None) -> tuple[np.ndarray, np.ndarray | None]:
+        kept = self._kept
+        if kept is None or kept[0] is not w or kept[1] is not a:
+            kept = self._kept = (w, a, w.numpy(), None if a is None else a.numpy())
+        return kept[2], kept[3]
+
+    def drop(self) -> None:
+        self._kept = None

@@ -8,10 +8,10 @@ messages into these calls. What it promises:
   model or optimizer is refused (FAILED_PRECONDITION, MODEL_MISMATCH, naming the differing
   fields), so a worker never trains a model the PS does not hold. A table's bounds
   (`max_rows`, `ttl_s`, `ttl_steps`, `evict`) may differ: the PS adopts the declared ones
-  (ps/model_match.py) and files them before it answers (`file_tables`).
+  (ps/store/model_match.py) and files them before it answers (`file_table_bounds`).
 - A dense tensor has a version (pushes applied to it). A push applies the gradient with the
   tensor's own `torch.optim` optimizer (Adagrad: the push's tensors in one foreach update, or
-  the packed ones over flat buffers, the same arithmetic: ps/optim.py, ps/flat_dense.py) under
+  the packed ones over flat buffers, the same arithmetic: ps/store/optim.py, ps/store/flat_dense.py) under
   the tensor's lock and bumps the version. The push
   carries the versions the worker pulled; staleness (current - pulled) is recorded, and with
   `max_staleness >= 0` a push staler than that is refused whole (FAILED_PRECONDITION).
@@ -33,15 +33,14 @@ messages into these calls. What it promises:
 from __future__ import annotations
 
 import threading
-import time
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 
 from .applied import AppliedTable, Duplicate
-from .ownership import Ownership
-from .dense import Dense, Stats
+from ..ownership import Ownership
+from .dense import Dense, Stats, require_finite_grads
 from .flat_dense import FlatAdagrad
 from pswire.tables import TableSpec
 
@@ -53,17 +52,17 @@ from .gate import Gate
 from .snapshots import Snapshots
 from .steps import StepParts, Steps
 from .reads import Export, Reads, _copy_export
+from .requests import Requests
 from .limits import Limits, check_names
 from . import declare
-from .model_match import file_bounds, shape_of
+from .model_match import shape_of
+from .optim import RowOptimizer
 from pswire.partition import MAX_ROW_ID
 from pswire.jit import min_max
-from pswire.frames import DTYPE_NAMES, require_finite, require_row_grads
+from pswire.frames import DTYPE_NAMES, require_row_grads
 
 STALENESS_BUCKET_CAP = 64
-# Roughly what copying a large tensor costs here (bytes/s): a push waits for a pull still
-# sending the tensor at most as long as copying the tensor would take, then copies.
-COPY_BYTES_PER_S = 2e9
+
 
 class ParamStore:
     def __init__(self, index: int = 0, num_ps: int = 1, max_staleness: int = -1,
@@ -85,13 +84,15 @@ class ParamStore:
         self.stopping = False
         # parts of the store, each handed the store: snapshots and restores, Step requests
         self.snapshots = Snapshots(self)
-        self.flat = FlatAdagrad()  # the packed tensors' flat buffers (ps/flat_dense.py)
+        self.flat = FlatAdagrad()  # the packed tensors' flat buffers (ps/store/flat_dense.py)
         self.steps = Steps(self)
         self.reads = Reads(self)
+        self.requests = Requests(self)  # a data-plane request's scope: gate and ownership
         self.restores = 0  # snapshots restored over the state (a checkpoint, a primary's copy)
-        # writes a checkpoint file of the state (ps.checkpoint.Checkpointer sets it): a change
-        # of a table's bounds is filed with it before it is acknowledged
-        self.file_tables: Callable[[], object] | None = None
+        # writes a checkpoint file of the state (ps.checkpoint.Checkpointer gives it:
+        # `file_tables_with`): a change of a table's bounds is filed with it before it is
+        # acknowledged
+        self._file_tables: Callable[[], object] | None = None
         self._tables_unfiled = False  # a bounds change not in a file yet (its write failed)
         # the hash slots this PS serves (the master's layout says; ps/ownership.py)
         self.ownership = Ownership.initial(index, num_ps)
@@ -99,31 +100,31 @@ class ParamStore:
     # -- what the parts do --------------------------------------------------------------------
 
     def step(self, client_id: str, seq: int, parts: StepParts, export) -> dict:
-        """A Step: the mutations once, then the reads (ps/steps.py)."""
+        """A Step: the mutations once, then the reads (ps/store/steps.py)."""
         return self.steps.step(client_id, seq, parts, export)
 
     def pull(self, names: Sequence[str] = (), export: Export = _copy_export) -> list[tuple]:
-        """Dense tensors by name, each read whole under its lock (ps/reads.py)."""
+        """Dense tensors by name, each read whole under its lock (ps/store/reads.py)."""
         return self.reads.pull(names, export)
 
     def pull_packed(self, names: Sequence[str] = (), export: Export = _copy_export):
-        """Dense tensors by name, the small ones packed into one tensor (ps/reads.py)."""
+        """Dense tensors by name, the small ones packed into one tensor (ps/store/reads.py)."""
         return self.reads.pull_packed(names, export)
 
     def snapshot(self) -> dict:
-        """A consistent, self-contained copy of everything a restart needs (ps/snapshots.py)."""
+        """A consistent, self-contained copy of everything a restart needs (ps/store/snapshots.py)."""
         return self.snapshots.snapshot()
 
     def snapshot_view(self, delta: bool = False, clean: bool = False):
-        """A consistent, pinned view of the live state, inside a `with` (ps/snapshots.py)."""
+        """A consistent, pinned view of the live state, inside a `with` (ps/store/snapshots.py)."""
         return self.snapshots.snapshot_view(delta, clean)
 
     def restore(self, state: dict) -> None:
-        """Replace the whole state by a snapshot's (ps/snapshots.py)."""
+        """Replace the whole state by a snapshot's (ps/store/snapshots.py)."""
         self.snapshots.restore(state)
 
     def apply_delta(self, state: dict) -> None:
-        """Apply a delta view on top of the restored state (ps/snapshots.py)."""
+        """Apply a delta view on top of the restored state (ps/store/snapshots.py)."""
         self.snapshots.apply_delta(state)
 
     # -- init ---------------------------------------------------------------------------------
@@ -133,14 +134,105 @@ class ParamStore:
                         ) -> tuple[bool, dict[str, int], str, bool]:
         """Declare the tensors, optimizer and tables. Returns (initialized_now, versions,
         message, tables_changed); only the first call changes anything but tables' bounds
-        (ps/declare.py)."""
+        (ps/store/declare.py)."""
         return declare.init_parameters(self, tensors, optimizer, tables)
 
     def file_tables_now(self) -> None:
-        """File a bounds change not in a file yet (model_match.file_bounds), holding no gate:
+        """File a bounds change not in a file yet (`file_table_bounds`), holding no gate:
         the data plane calls it after releasing the gate it held for an InitParameters."""
         if self._tables_unfiled:
-            file_bounds(self)
+            self.file_table_bounds()
+
+    # -- what changes the model held: the only code that does -----------------------------------
+
+    def make_table(self, spec: TableSpec, cfg: dict, capacity: int | None = None) -> Table:
+        """The one place a Table is made: its row optimizer from `cfg`, its share of
+        `max_rows` under the slots this PS owns. `capacity` 0: a restore's, which adopts a
+        file's rows."""
+        return Table(spec, RowOptimizer.from_config(cfg),
+                     **({} if capacity is None else {"capacity": capacity}),
+                     row_cap=self.ownership.row_share(spec.max_rows))
+
+    def declare(self, dense: dict[str, Dense], optimizer: dict,
+                tables: Sequence[tuple[TableSpec, dict]]) -> None:
+        """The model this PS holds from now on: the first InitParameters' (under the init
+        lock), or a slot move's declaration on a PS that holds none (no tensor, no table)."""
+        self.dense = dense
+        self.tables = {spec.name: self.make_table(spec, cfg) for spec, cfg in tables}
+        self.table_cfgs = {spec.name: dict(cfg) for spec, cfg in tables}
+        self.optimizer_cfg = dict(optimizer)
+        self.initialized = True
+
+    def add_table(self, spec: TableSpec, cfg: dict, capacity: int | None = None) -> Table:
+        """The table named `spec.name`, made first (with its optimizer `cfg`) when this PS
+        holds none: a slot move's or a delta's table declared after what this PS holds."""
+        table = self.tables.get(spec.name)
+        if table is None:
+            table = self.tables[spec.name] = self.make_table(spec, cfg, capacity)
+            self.table_cfgs[spec.name] = dict(cfg)
+        return table
+
+    def install_dense(self, d: Dense) -> None:
+        """Hold `d` (a slot move's tensor), replacing any tensor of its name."""
+        self.dense[d.name] = d
+
+    def free_dense(self, names: Iterable[str]) -> None:
+        """Drop the tensors `names` (their slots moved to another PS)."""
+        for name in names:
+            del self.dense[name]
+
+    def set_ownership(self, ownership: Ownership) -> None:
+        """The slots this PS serves from now on (a restore's, or the master's slot count)."""
+        self.ownership = ownership
+
+    def replace(self, dense: dict[str, Dense], optimizer: dict | None, initialized: bool,
+                applied: list, pushes: int, row_pushes: int,
+                tables: dict[str, Table] | None = None,
+                table_cfgs: dict[str, dict] | None = None) -> None:
+        """Replace the model by a snapshot's (ps/store/snapshots.py), at start, before
+        serving. `tables` None: a delta's, whose tables the caller then updates row by row;
+        given: a whole snapshot's, counted in `restores`."""
+        self.dense = dense
+        self.optimizer_cfg = dict(optimizer) if optimizer else None
+        self.initialized = bool(initialized)
+        self.applied.restore(applied)
+        self.stats.pushes, self.stats.row_pushes = int(pushes), int(row_pushes)
+        if tables is not None:
+            self.tables, self.table_cfgs = tables, dict(table_cfgs or {})
+            self.restores += 1
+
+    def retune_tables(self, changes: Sequence[tuple[TableSpec, list]]) -> None:
+        """Under the init lock and the gate (shared): the tables adopt the declared bounds
+        (ps/store/model_match.py found them), to be filed (`file_table_bounds`) before the
+        change is acknowledged."""
+        for spec, _ in changes:
+            self.tables[spec.name].retune(spec, self.ownership.row_share(spec.max_rows))
+        if changes:
+            self._tables_unfiled = True
+
+    @property
+    def tables_unfiled(self) -> bool:
+        """Whether a change of bounds is not in a checkpoint file yet (its write failed)."""
+        return self._tables_unfiled
+
+    def file_tables_with(self, write: Callable[[], object]) -> None:
+        """Where a change of tables' bounds is filed: `write` writes a checkpoint file
+        (ps.checkpoint.Checkpointer)."""
+        self._file_tables = write
+
+    def file_table_bounds(self) -> None:
+        """Before a bounds change is acknowledged: a checkpoint file holds it, so a restart
+        keeps it. A failed write is UNAVAILABLE, and the next InitParameters (even one
+        changing nothing) writes it again. Holding no gate: the snapshot takes it
+        exclusive."""
+        if self._file_tables is not None:
+            try:
+                self._file_tables()
+            except OSError as exc:
+                raise unavailable(Reason.UNAVAILABLE, f"PS {self.index} adopted the tables' "
+                                  f"new bounds but could not write them to a checkpoint file "
+                                  f"({exc}); retry") from exc
+        self._tables_unfiled = False
 
     # -- dense --------------------------------------------------------------------------------
 
@@ -164,7 +256,7 @@ class ParamStore:
         flat tensor the first `packed_count` grads are views of (pswire.frames.decode)."""
         self._validate_push([(n, g.shape, g.dtype) for n, g in grads], versions)
         names = [n for n, _ in grads]
-        self._require_finite_grads(grads, packed, packed_count)
+        require_finite_grads(grads, packed, packed_count)
         return self._at_most_once(
             client_id, seq, lambda: self._apply(grads, versions, checked, packed, packed_count),
             lambda: {"versions": self.versions(names), "max_staleness": 0})
@@ -181,21 +273,6 @@ class ParamStore:
             return self._stale(worst, names)
         return {"code": "OK", "message": "", "versions": self.versions(names),
                 "max_staleness": worst, "duplicate": False}
-
-    @staticmethod
-    def _require_finite_grads(grads, packed: torch.Tensor | None = None,
-                              packed_count: int = 0) -> None:
-        """Refuse NaN and infinities in any gradient: the first `packed_count`, views of
-        `packed`, in one pass over it (one by one only when it fails, for a message that
-        names the gradient)."""
-        if packed is not None:
-            try:
-                require_finite(packed, "the packed gradients")
-                grads = grads[packed_count:]
-            except ServiceError:
-                pass
-        for name, g in grads:
-            require_finite(g, lambda: f"the gradient of {quote(name)}")
 
     def _validate_push(self, metas, versions) -> None:
         self._require_init()
@@ -232,7 +309,7 @@ class ParamStore:
     def _apply(self, grads, versions, checked: bool = False,
                packed: torch.Tensor | None = None, packed_count: int = 0) -> dict:
         """Apply a validated push under its tensors' locks. `packed`: the flat tensor the first
-        `packed_count` grads are views of (their update may run over it: ps/flat_dense.py)."""
+        `packed_count` grads are views of (their update may run over it: ps/store/flat_dense.py)."""
         ordered = sorted(zip(grads, versions), key=lambda x: x[0][0])
         held = [self.dense[name] for (name, _), _ in ordered]
         for d in held:  # sorted by name: no deadlock between concurrent pushes
@@ -274,50 +351,24 @@ class ParamStore:
             return 0
         return d.version - pulled
 
-    def _unpin(self, d: Dense) -> None:
-        """Under d.lock: make sure no pull is still sending d's memory before it changes.
-
-        Wait for the sends at most about as long as copying the tensor would take (idle
-        waiting leaves the CPU to ZeroMQ and the workers); then copy on write.
-        """
-        pins = [p for p in d.pins if not p.done]
-        d.pins = []
-        if not pins:
-            return
-        deadline = time.monotonic() + d.value.numel() * d.value.element_size() / COPY_BYTES_PER_S
-        for p in pins:
-            left = deadline - time.monotonic()
-            if left <= 0 or not hasattr(p, "wait"):
-                break
-            try:
-                p.wait(left)
-            except Exception:  # noqa: BLE001 - zmq.NotDone: still sending
-                break
-        if any(not p.done for p in pins):
-            d.value.data = d.value.data.clone()
-            with self._stats_lock:
-                self.stats.copies_on_write += 1
-        else:
-            with self._stats_lock:
-                self.stats.waited_for_send += 1
-
     def _step_all(self, held: list[Dense], grads: list[torch.Tensor],
                   packed_names: Sequence[str] = (), packed: torch.Tensor | None = None) -> None:
         """Under every d.lock: apply one gradient to each tensor (after any pull still sending
         it, and on a copy when a snapshot view still reads it), in one optimizer call; the
         tensors `packed_names` (of `held`), whose gradients are the flat `packed`, in flat
-        buffers when they fit (ps/flat_dense.py)."""
+        buffers when they fit (ps/store/flat_dense.py)."""
         for d in held:
-            if d.snaps:
-                if any(not pin.done for pin in d.snaps):
-                    self.snapshots.copy_for_snapshot(d)  # protects every open view at once
-                d.snaps = []
-            if d.pins:
-                self._unpin(d)
+            if d.snaps or d.pins:
+                self._count_copies(*d.make_writable())
         self.flat.update(self.dense, held, grads, packed_names, packed)
         for d in held:
-            d.version += 1
-            d.pushes += 1
+            d.stepped()
+
+    def _count_copies(self, for_snapshot: bool, for_send: str) -> None:
+        with self._stats_lock:
+            self.stats.snapshot_copies += for_snapshot
+            self.stats.copies_on_write += for_send == "copied"
+            self.stats.waited_for_send += for_send == "waited"
 
     # -- embedding rows -----------------------------------------------------------------------
 
@@ -393,19 +444,5 @@ class ParamStore:
         with self.gate.exclusive():
             self.stopping = True
 
-def table_specs(tables: Iterable) -> list[tuple[TableSpec, dict | None]]:
-    """Normalize tables given as TableSpec, dicts or (TableSpec, optimizer cfg) pairs."""
-    out = []
-    for t in tables:
-        if isinstance(t, tuple):
-            out.append(t)
-        elif isinstance(t, TableSpec):
-            out.append((t, None))
-        else:
-            t = dict(t)
-            cfg = t.pop("optimizer", None)
-            out.append((TableSpec(**t), cfg))
-    return out
 
-
-__all__ = ["ParamStore", "Dense", "ServiceError", "TableSpec", "table_specs"]
+__all__ = ["ParamStore", "Dense", "ServiceError", "TableSpec"]

@@ -14,7 +14,7 @@ from .eviction import Cause
 
 
 def table_families(tables: dict) -> list:
-    """The families for `tables` (name -> ps.tables.table.Table); runs each one's lazy TTL."""
+    """The families for `tables` (name -> ps.store.tables.table.Table); runs each one's lazy TTL."""
     rows = GaugeMetricFamily(PREFIX + "ps_table_rows", "rows held (admitted) by the table on "
                              "this PS", labels=["table"])
     nbytes = GaugeMetricFamily(PREFIX + "ps_table_bytes", "memory of the table's arrays on "

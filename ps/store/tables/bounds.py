@@ -2,9 +2,11 @@
 
 `max_rows`, `ttl_s`, `ttl_steps` and `evict` (pswire.tables.RETUNABLE) decide how many rows a
 table keeps and which, never what a row holds, so a later InitParameters may change them
-(ps/model_match.py decides which declarations may; docs/ps.md, "Changing a table's bounds").
+(ps/store/model_match.py decides which declarations may; docs/ps.md, "Changing a table's bounds").
 """
 from __future__ import annotations
+
+import numpy as np
 
 from pswire.tables import TableSpec
 
@@ -31,3 +33,16 @@ def retune(table, spec: TableSpec, row_cap: int, settle: bool = True) -> None:
                 table._evict(victims(live, live.size - row_cap, spec.evict, table.counts,
                                      table.ticks, table.ids), Cause.CAP)
         table._reset_deadlines()
+
+
+def reshare(table, row_cap: int) -> int:
+    """This PS's share of the table's `max_rows` is now `row_cap` (the slots it owns changed): a table
+    holding more rows evicts down to it at once (cause `cap`). Returns the rows evicted."""
+    with table.lock:
+        table.row_cap = row_cap
+        over = len(table) - row_cap if row_cap else 0
+        if over <= 0:
+            return 0
+        before = len(table)
+        table._make_room(over, np.empty(0, dtype=np.int64))
+        return before - len(table)

@@ -16,10 +16,9 @@ import torch
 from .dense import Dense
 from pswire.tables import TableSpec
 
-from .tables.table import Table
 from .tables import files
-from .optim import RowOptimizer, restore_dense
-from .ownership import Ownership, mask_ranges, ranges_mask
+from .optim import restore_dense
+from ..ownership import Ownership, mask_ranges, ranges_mask
 
 FORMAT = 1
 
@@ -47,15 +46,9 @@ class Snapshots:
         self.store = store
 
     def copy_for_snapshot(self, d: Dense) -> None:
-        """Under d.lock: move the tensor and its optimizer state to fresh memory, leaving
-        what the snapshot view references untouched (the optimizer updates its state in
-        place: exp_avg, sum, even Adam's step counter)."""
-        d.value.data = d.value.data.clone()
-        d.pins = []  # sends in flight read the old memory, which nobody changes now
-        for state in d.optimizer.state.values():
-            for key, value in list(state.items()):
-                if isinstance(value, torch.Tensor):
-                    state[key] = value.clone()
+        """Under d.lock: move the tensor and its optimizer state to fresh memory, leaving what
+        the snapshot view references untouched (Dense.copy_state)."""
+        d.copy_state()
         with self.store._stats_lock:
             self.store.stats.snapshot_copies += 1
 
@@ -71,7 +64,7 @@ class Snapshots:
         tensors are the live ones, pinned (a push copies a pinned tensor or table before
         changing it). Taken under the exclusive gate, which it holds only for that.
         `delta`: tables hold only what changed since the last checkpoint file
-        (ps.tables.table.Table.delta), unless that would be no smaller than their rows: the
+        (ps.store.tables.table.Table.delta), unless that would be no smaller than their rows: the
         view's "delta" says which it is, and "why_full" (then) why it is a full view though a
         delta was asked (no part of the state: pop it before writing); `clean`: this view
         becomes that file (a checkpoint's). Decided, taken and marked clean under the
@@ -101,7 +94,7 @@ class Snapshots:
         for name in sorted(self.store.dense):
             d = self.store.dense[name]
             with d.lock:
-                d.snaps = [p for p in d.snaps if not p.done] + [pin]
+                d.pin_snapshot(pin)
                 optim = d.optimizer.state_dict()
                 # state_dict shares each parameter's state dict: copy the dicts (not the
                 # tensors), so a copy on write replacing an entry does not reach the view
@@ -129,19 +122,39 @@ class Snapshots:
 
     def restore(self, state: dict) -> None:
         """Replace everything with a snapshot (at start, before serving)."""
+        self._check(state)
+        self._own(state)  # before the tables: their shares of max_rows follow it
+        tables, table_cfgs = {}, {}
+        for row in state["tables"]:
+            spec = TableSpec(**row["spec"])
+            # the table adopts the checkpoint's tensors: no second copy of the rows
+            table = self.store.make_table(spec, row["optimizer"], capacity=0)
+            table.restore(row)
+            tables[spec.name] = table
+            table_cfgs[spec.name] = dict(row["optimizer"])
+        self._replace(state, tables, table_cfgs)
+
+    def _check(self, state: dict) -> None:
         if state.get("format") != FORMAT:
             raise ValueError(f"checkpoint format {state.get('format')} is not {FORMAT}")
         # the PS count may differ (a resize since): the slots it held say what it holds
         if state["index"] != self.store.index:
             raise ValueError(f"checkpoint is of PS {state['index']} of {state['num_ps']}, this "
                              f"is PS {self.store.index} of {self.store.num_ps}")
+
+    def _own(self, state: dict) -> None:
+        """The slots `state` held become this PS's (until the master's layout says)."""
         layout = state.get("layout")
         if layout is not None:
             slots = int(layout["num_slots"])
-            self.store.ownership = Ownership(self.store.index,
-                                             ranges_mask(layout["owned"], slots),
-                                             layout["version"])
-            self.store.ownership.incoming = ranges_mask(layout.get("incoming", []), slots)
+            own = Ownership(self.store.index, ranges_mask(layout["owned"], slots),
+                            layout["version"])
+            own.incoming = ranges_mask(layout.get("incoming", []), slots)
+            self.store.set_ownership(own)
+
+    def _replace(self, state: dict, tables=None, table_cfgs=None) -> None:
+        """The dense part, the applied table and the counters of `state` replace the store's
+        (with `tables`, the tables too)."""
         dense = {}
         cfg = state["optimizer"]
         for row in state["dense"]:
@@ -149,42 +162,23 @@ class Snapshots:
             opt = restore_dense(cfg, value, row["optim"])
             dense[row["name"]] = Dense(row["name"], value, opt, version=int(row["version"]),
                                        pushes=int(row["pushes"]))
-        tables, table_cfgs = {}, {}
-        for row in state["tables"]:
-            spec = TableSpec(**row["spec"])
-            # the table adopts the checkpoint's tensors: no second copy of the rows
-            table = Table(spec, RowOptimizer.from_config(row["optimizer"]), capacity=0,
-                          row_cap=self.store.ownership.row_share(spec.max_rows))
-            table.restore(row)
-            tables[spec.name] = table
-            table_cfgs[spec.name] = dict(row["optimizer"])
-        self.store.dense, self.store.tables, self.store.table_cfgs = dense, tables, table_cfgs
-        self.store.optimizer_cfg = dict(cfg) if cfg else None
-        self.store.initialized = bool(state["initialized"])
-        self.store.applied.restore(state["applied"])
-        self.store.stats.pushes = int(state.get("stats", {}).get("pushes", 0))
-        self.store.stats.row_pushes = int(state.get("stats", {}).get("row_pushes", 0))
-        self.store.restores += 1
+        stats = state.get("stats", {})
+        self.store.replace(dense, cfg, state["initialized"], state["applied"],
+                           stats.get("pushes", 0), stats.get("row_pushes", 0),
+                           tables, table_cfgs)
 
     def apply_delta(self, state: dict) -> None:
         """Apply a delta view (`snapshot_view(delta=True)`) on top of the restored state: the
         dense part, the applied table and the stats are replaced, the tables' changed rows
         written and evicted rows dropped (at start, before serving)."""
-        tables, cfgs = self.store.tables, self.store.table_cfgs
-        restores = self.store.restores
-        self.restore({**state, "tables": []})
-        self.store.tables, self.store.table_cfgs, self.store.restores = tables, cfgs, restores
+        self._check(state)
+        self._own(state)
+        self._replace(state)
         for row in state["tables"]:
-            name = row["spec"]["name"]
-            if name not in self.store.tables:  # declared after the full snapshot
-                spec = TableSpec(**row["spec"])
-                self.store.tables[name] = Table(spec, RowOptimizer.from_config(row["optimizer"]),
-                                          capacity=0,
-                                          row_cap=self.store.ownership.row_share(spec.max_rows))
-                self.store.table_cfgs[name] = dict(row["optimizer"])
-            table = self.store.tables[name]
             spec = TableSpec(**row["spec"])
-            if spec != table.spec:  # new bounds filed with this delta (ParamStore._retune)
+            # a table declared after the full snapshot is made here
+            table = self.store.add_table(spec, row["optimizer"], capacity=0)
+            if spec != table.spec:  # new bounds filed with this delta (ParamStore.retune_tables)
                 table.retune(spec, self.store.ownership.row_share(spec.max_rows), settle=False)
             table.apply_delta(row)
 

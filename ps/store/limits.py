@@ -49,3 +49,4 @@ def check_names(names: Sequence[str], limits: Limits, what: str) -> None:
         twice = next(n for n in names if n in seen or seen.add(n))
         raise invalid(f"{what} names tensor {quote(twice)} more than once; name each once")
 
+

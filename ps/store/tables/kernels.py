@@ -1,8 +1,8 @@
 """Compiled loops of a table's request path: row-index probes and row optimizer updates.
 
 Each replaces 10-20 numpy/torch calls on a request's few thousand ids with one call
-(pswire/jit.py says why). The index's layout and probing rules are `ps.tables.index`'s; the
-updates are `ps.optim.RowOptimizer`'s arithmetic in float32, rounding where torch rounds:
+(pswire/jit.py says why). The index's layout and probing rules are `ps.store.tables.index`'s; the
+updates are `ps.store.optim.RowOptimizer`'s arithmetic in float32, rounding where torch rounds:
 the accumulator's `state + grad**2` in two steps, the weight's `w + (-lr) * u` fused, as
 torch's `add_(u, alpha=-lr)` computes it (a fused multiply-add).
 """
@@ -13,14 +13,14 @@ import numpy as np
 from pswire.jit import njit, splitmix
 from pswire.slots import GOLDEN
 
-_FIB = GOLDEN  # ps.tables.index._MULT: Fibonacci hashing's multiplier is the same number
+_FIB = GOLDEN  # ps.store.tables.index._MULT: Fibonacci hashing's multiplier is the same number
 
 EMPTY = -1
 
 
 @njit
 def _probe(entries, key, shift, mask):
-    """The slot of one id (-1 where absent): linear probing from the id's home until its key
+    """The place of one id (-1 where absent): linear probing from the id's home until its key
     or an empty position (tombstones are passed over)."""
     pos = np.int64((np.uint64(key) * _FIB) >> shift)
     while True:
@@ -34,7 +34,7 @@ def _probe(entries, key, shift, mask):
 
 @njit
 def lookup(entries, ids, shift, mask):
-    """The slot of each id (-1 where absent)."""
+    """The place of each id (-1 where absent)."""
     out = np.empty(ids.size, np.int64)
     for i in range(ids.size):
         out[i] = _probe(entries, ids[i], shift, mask)
@@ -42,8 +42,8 @@ def lookup(entries, ids, shift, mask):
 
 
 @njit
-def insert(entries, ids, slots, shift, mask):
-    """Put absent, distinct ids with their slots at the first free position (empty or a
+def insert(entries, ids, places, shift, mask):
+    """Put absent, distinct ids with their places at the first free position (empty or a
     tombstone) from their home; returns how many tombstones were reused."""
     reused = 0
     for i in range(ids.size):
@@ -53,7 +53,7 @@ def insert(entries, ids, slots, shift, mask):
         if entries[pos, 0] != EMPTY:
             reused += 1
         entries[pos, 0] = ids[i]
-        entries[pos, 1] = slots[i]
+        entries[pos, 1] = places[i]
     return reused
 
 
@@ -63,14 +63,14 @@ def _fma(a, b, c):
 
 
 @njit
-def adagrad(weights, accum, slots, grads, clr, eps):
-    """Row Adagrad on rows `slots` (distinct) of float32 `weights`/`accum` [rows, dim]:
+def adagrad(weights, accum, places, grads, clr, eps):
+    """Row Adagrad on rows `places` (distinct) of float32 `weights`/`accum` [rows, dim]:
     state += g*g; w += -clr * g / (sqrt(state) + eps)."""
     dim = weights.shape[1]
     neg = np.float32(-clr)
     e = np.float32(eps)
-    for i in range(slots.size):
-        s = slots[i]
+    for i in range(places.size):
+        s = places[i]
         for j in range(dim):
             g = grads[i, j]
             state = accum[s, j] + g * g
@@ -80,13 +80,13 @@ def adagrad(weights, accum, slots, grads, clr, eps):
 
 @njit
 def _unit(bits):
-    """ps.embedding._unit: a uniform float64 in (0, 1] from 53 of 64 bits."""
+    """ps.store.embedding._unit: a uniform float64 in (0, 1] from 53 of 64 bits."""
     return (np.float64(bits >> np.uint64(11)) + 1.0) * (1.0 / 2.0**53)
 
 
 @njit
 def initial_rows(ids, base, dim, normal, a, b):
-    """ps.embedding.initial_rows' values [len(ids), dim] in float32: splitmix64 of the id
+    """ps.store.embedding.initial_rows' values [len(ids), dim] in float32: splitmix64 of the id
     mixed with the table's key, counters along the row; normal: Box-Muller (a + b * z, a
     pair of counters per two columns), else uniform in [a, b). The same integer steps; the
     float64 logarithm, cosine and sine are libm's where numpy's may be its own, so a value
@@ -111,43 +111,43 @@ def initial_rows(ids, base, dim, normal, a, b):
 
 
 @njit
-def sgd(weights, slots, grads, lr):
-    """Row SGD on rows `slots` (distinct): w += -lr * g."""
+def sgd(weights, places, grads, lr):
+    """Row SGD on rows `places` (distinct): w += -lr * g."""
     dim = weights.shape[1]
     neg = np.float32(-lr)
-    for i in range(slots.size):
-        s = slots[i]
+    for i in range(places.size):
+        s = places[i]
         for j in range(dim):
             weights[s, j] = _fma(grads[i, j], neg, weights[s, j])
 
 
 @njit
-def touch(slots, keys, counts, steps, step, dirty):
-    """One request's touch of rows `slots` (of ids `keys`): last-touched step and dirty mark,
+def touch(places, keys, counts, steps, step, dirty):
+    """One request's touch of rows `places` (of ids `keys`): last-touched step and dirty mark,
     and one count each. Counts only when the ids are strictly increasing (distinct: what the
     SDK sends), returning whether it did; else the caller counts each row once."""
-    for i in range(slots.size):
-        s = slots[i]
+    for i in range(places.size):
+        s = places[i]
         steps[s] = step
         dirty[s] = True
     for i in range(1, keys.size):
         if keys[i] <= keys[i - 1]:
             return False
-    for i in range(slots.size):
-        counts[slots[i]] += 1
+    for i in range(places.size):
+        counts[places[i]] += 1
     return True
 
 
 @njit
 def _find_all(entries, keys, shift, mask):
     """`lookup` of every key, or None as soon as one is absent."""
-    slots = np.empty(keys.size, np.int64)
+    places = np.empty(keys.size, np.int64)
     for i in range(keys.size):
-        slot = _probe(entries, keys[i], shift, mask)
-        if slot < 0:
+        place = _probe(entries, keys[i], shift, mask)
+        if place < 0:
             return None
-        slots[i] = slot
-    return slots
+        places[i] = place
+    return places
 
 
 @njit
@@ -157,15 +157,15 @@ def push_held(entries, keys, shift, mask, counts, steps, step, dirty, weights, a
     (count, step, dirty) and the row update (`sgd`, or `adagrad` with `lr` as clr). Returns
     how many rows it updated, or -1, having changed nothing, when an id holds no row (the
     caller then takes the general path)."""
-    slots = _find_all(entries, keys, shift, mask)
-    if slots is None:
+    places = _find_all(entries, keys, shift, mask)
+    if places is None:
         return -1
-    touch(slots, keys, counts, steps, step, dirty)
+    touch(places, keys, counts, steps, step, dirty)
     if is_sgd:
-        sgd(weights, slots, grads, lr)
+        sgd(weights, places, grads, lr)
     else:
-        adagrad(weights, accum, slots, grads, lr, eps)
-    return slots.size
+        adagrad(weights, accum, places, grads, lr, eps)
+    return places.size
 
 
 @njit
@@ -176,14 +176,14 @@ def pull_held(entries, keys, shift, mask, counts, steps, step, dirty, weights):
     for i in range(1, keys.size):
         if keys[i] <= keys[i - 1]:
             return None
-    slots = _find_all(entries, keys, shift, mask)
-    if slots is None:
+    places = _find_all(entries, keys, shift, mask)
+    if places is None:
         return None
-    touch(slots, keys, counts, steps, step, dirty)
+    touch(places, keys, counts, steps, step, dirty)
     dim = weights.shape[1]
-    out = np.empty((slots.size, dim), weights.dtype)
-    for i in range(slots.size):
-        s = slots[i]
+    out = np.empty((places.size, dim), weights.dtype)
+    for i in range(places.size):
+        s = places[i]
         for j in range(dim):
             out[i, j] = weights[s, j]
     return out

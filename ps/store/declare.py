@@ -1,10 +1,10 @@
 """InitParameters on a PS: the first declaration wins; a later one is checked against it.
 
-A part of the `ParamStore` (ps/params.py), handed the store. The first call makes the model
+A part of the `ParamStore` (ps/store/params.py), handed the store. The first call makes the model
 (tensors, optimizer, tables) the PS's. A later call declaring the same model changes nothing;
 one declaring another is refused (MODEL_MISMATCH, naming the fields that differ:
-ps/model_match.py), except new bounds of a table (max_rows, ttl_s, ttl_steps, evict), which
-the PS adopts and files in a checkpoint before it answers (`model_match.file_bounds`).
+ps/store/model_match.py), except new bounds of a table (max_rows, ttl_s, ttl_steps, evict), which
+the PS adopts and files in a checkpoint before it answers (`ParamStore.file_table_bounds`).
 """
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ from rpckit.errors import Reason, invalid, precondition, quote
 
 from .dense import Dense
 from .limits import check_names
-from .model_match import adopt_bounds, file_bounds, first_difference
-from .optim import RowOptimizer, make_dense
-from .tables.table import Table
+from .model_match import adopt_bounds, first_difference
+from .optim import make_dense
 
 
 def init_parameters(store, tensors: Sequence[tuple[str, torch.Tensor]], optimizer: dict,
@@ -62,9 +61,9 @@ def init_parameters(store, tensors: Sequence[tuple[str, torch.Tensor]], optimize
                                "--checkpoint-dir for a new model")
         changed = adopt_bounds(store, checked)
         # a change whose filing failed is reported again, so a primary forwards it
-        unfiled = store._tables_unfiled
+        unfiled = store.tables_unfiled
     if unfiled and not store.gate.held_here():
-        file_bounds(store)
+        store.file_table_bounds()
     message = (f"already initialized; adopted {changed}" if changed
                else "already initialized with this model")
     return False, store.versions(), message, unfiled
@@ -76,10 +75,4 @@ def _initialize(store, tensors, optimizer: dict, checked) -> None:
     for name, t in tensors:
         value = t.detach().clone().contiguous()
         dense[name] = Dense(name, value, make_dense(optimizer, value))
-    store.dense = dense
-    store.tables = {spec.name: Table(spec, RowOptimizer.from_config(cfg),
-                                     row_cap=store.ownership.row_share(spec.max_rows))
-                    for spec, cfg in checked}
-    store.table_cfgs = {spec.name: cfg for spec, cfg in checked}
-    store.optimizer_cfg = dict(optimizer)
-    store.initialized = True
+    store.declare(dense, optimizer, checked)

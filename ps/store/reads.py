@@ -3,7 +3,7 @@ store holds, `store.reads`).
 
 A pull never sees a half-applied push: each tensor is read under its lock. `pull` hands each
 tensor to `export` under its lock (the data plane sends the tensor's own memory, tracked, and
-the tracker pins it until the bytes are sent: see ps/params.py); `pull_packed` copies the small
+the tracker pins it until the bytes are sent: see ps/store/params.py); `pull_packed` copies the small
 tensors into one flat tensor instead (pswire.frames: one frame for them all).
 """
 from __future__ import annotations
@@ -79,9 +79,6 @@ class Reads:
             with d.lock:
                 payload, tracker = export(d.value)
                 if tracker is not None:
-                    # only sends still in flight matter to a push: dropping the finished ones
-                    # here keeps a tensor that is pulled but never pushed from piling them up
-                    d.pins = [p for p in d.pins if not p.done]
-                    d.pins.append(tracker)
+                    d.pin_send(tracker)
                 out.append((name, payload, d.version, d.value))
         return out

@@ -8,7 +8,7 @@ instead of six foreach calls over N tensors: torch's CPU foreach runs the per-te
 each tensor, a few thousand instructions and a few KB of code apiece; with the code's cache
 misses that was a fifth of a PS's Step (issue 27).
 
-The arithmetic is `ps.optim._adagrad_all`'s, hence torch.optim's, to the bit: the same
+The arithmetic is `ps.store.optim._adagrad_all`'s, hence torch.optim's, to the bit: the same
 elementwise operations in the same order and rounding (torch's `addcmul_` is a fused
 multiply-add, its `add_` and `addcdiv_` round each step), and the square root is torch's own
 call over the flat sums: torch's CPU kernels give an element the same bits wherever it lies in
@@ -73,7 +73,7 @@ def warm_up() -> None:
 class _Layout:
     optimizers: list  # the tensors' optimizers, each checked to be the same object
     states: list  # their state dicts (a copy for a snapshot view replaces tensors in them)
-    hyper: tuple  # (lr, lr_decay, weight_decay, eps, maximize), `ps.optim.same_adagrad`'s
+    hyper: tuple  # (lr, lr_decay, weight_decay, eps, maximize), `ps.store.optim.same_adagrad`'s
     values: torch.Tensor
     sums: torch.Tensor
     std: torch.Tensor  # scratch for the square roots
@@ -107,7 +107,7 @@ class FlatAdagrad:
     def update(self, dense: dict, held: list, grads: list, packed_names=(), packed=None) -> None:
         """Apply `grads` to `held` (Dense of the store's `dense`, under their locks): those
         named `packed_names`, whose gradients are the flat `packed`, or a tensor pushed alone
-        over flat buffers when they fit; the rest by `ps.optim.step_dense_all`."""
+        over flat buffers when they fit; the rest by `ps.store.optim.step_dense_all`."""
         if packed_names:
             flat = self.step([dense[n] for n in packed_names], packed)
         else:  # a small tensor alone is a flat buffer of its own

@@ -1,12 +1,12 @@
 """One embedding table's rows on this PS: bounded by admission, a cap and a TTL.
 
-Rows live in slot-indexed arrays: float32 weights (and Adagrad accumulators) [capacity, dim],
-and per slot the row's id (-1: a free slot), its count (touches: one per request that pulls
+Rows live in place-indexed arrays: float32 weights (and Adagrad accumulators) [capacity, dim],
+and per place the row's id (-1: a free place), its count (touches: one per request that pulls
 or pushes it), last-touched step (the table's push count then), a touch tick (the order of
 touches, for the cap's LRU/LFU choice) and last-touched time (for `ttl_s`). Ticks and times
 are kept up to date only where something reads them (a cap; `ttl_s`): elsewhere a row keeps
-those of its creation, which saves two writes per request. `ps.tables.index.RowIndex` maps ids to
-slots at a cost per request independent of the table's size; slots freed by eviction are
+those of its creation, which saves two writes per request. `ps.store.tables.index.RowIndex` maps ids to
+places at a cost per request independent of the table's size; places freed by eviction are
 reused by the next rows created.
 
 What it promises (docs/ps.md, "Bounded embedding tables"):
@@ -77,7 +77,7 @@ class Table:
         self.index = RowIndex(capacity)
         if row_cap:
             capacity = min(capacity, row_cap)
-        self.high = 0  # slots [0, high) were used; those with id -1 are free
+        self.high = 0  # places [0, high) were used; those with id -1 are free
         self.free = np.empty(0, dtype=np.int64)
         self.ids = np.full(capacity, -1, dtype=np.int64)
         self.counts = np.zeros(capacity, dtype=np.int64)
@@ -88,7 +88,7 @@ class Table:
         self.filed = np.zeros(capacity, dtype=bool)  # the row is in the last checkpoint file
         self.weights = torch.empty(capacity, spec.dim)
         self.accum = (torch.empty(capacity, spec.dim) if optimizer.has_accumulator else None)
-        self._np = None  # (weights, accum, their numpy views): ps/tables/one_pass.py
+        self.views = one_pass.NumpyViews()  # numpy views of weights and accum
         self.sketch = AdmissionSketch() if spec.admit_after > 1 else None
         self.step = 0
         self.pushes = 0
@@ -98,8 +98,7 @@ class Table:
         self.evicted = {cause: 0 for cause in Cause}
         # ids of rows the last checkpoint file holds that left since (one entry per row: a
         # row leaves `filed` when it goes, so at most the rows that file holds)
-        self.evicted_ids: list[np.ndarray] = []
-        self._evicted_pending = 0
+        self.evicted_ids = files.EvictedIds()
         self.snaps: list = []  # SnapshotPins of open snapshot views reading the rows
         # while a slot move copies rows out (ps/moves.py): the positions written and the ids
         # evicted since its copy, so the hand-over sends only those; None when none is
@@ -121,7 +120,7 @@ class Table:
         n += sum(a.nbytes for a in (self.ids, self.counts, self.steps, self.ticks, self.touched,
                                     self.dirty, self.filed, self.free))
         n += self.index.nbytes + (self.sketch.nbytes if self.sketch is not None else 0)
-        return n + 8 * self._evicted_pending
+        return n + self.evicted_ids.nbytes
 
     # -- reading and writing rows -------------------------------------------------------------
 
@@ -133,27 +132,27 @@ class Table:
         with self.lock:
             now = self.clock()
             self._expire(now)
-            rows = one_pass.pull(self, keys)  # the usual pull (ps/tables/one_pass.py)
+            rows = one_pass.pull(self, keys)  # the usual pull (ps/store/tables/one_pass.py)
             if rows is not None:
                 return rows, 0
-            slots = self.index.lookup(keys)
+            places = self.index.lookup(keys)
             created = 0
-            missing_at = (slots < 0).nonzero()[0]
+            missing_at = (places < 0).nonzero()[0]
             if missing_at.size:
                 missing = _distinct(keys[missing_at])
                 admit = self._admitted(missing, max_new)
-                created = self._create(admit, slots, now)
-                slots[missing_at] = self.index.lookup(keys[missing_at])
-                missing_at = (slots < 0).nonzero()[0]
+                created = self._create(admit, places, now)
+                places[missing_at] = self.index.lookup(keys[missing_at])
+                missing_at = (places < 0).nonzero()[0]
             self.tick += 1
             if not missing_at.size:
-                self._touch(slots, keys, now)
-                return gather_rows(self.weights, slots), created
-            held = slots >= 0
-            self._touch(slots[held], keys[held], now)
+                self._touch(places, keys, now)
+                return gather_rows(self.weights, places), created
+            held = places >= 0
+            self._touch(places[held], keys[held], now)
             rows = torch.empty(keys.size, self.spec.dim)
             at = torch.from_numpy(held.nonzero()[0])
-            rows[at] = gather_rows(self.weights, slots[held])
+            rows[at] = gather_rows(self.weights, places[held])
             rows[torch.from_numpy(missing_at)] = initial_rows(self.spec, keys[missing_at])
             return rows, created
 
@@ -180,29 +179,29 @@ class Table:
                 self._expire(now)
                 return int(keys.size)
             summed = torch.as_tensor(summed)  # numpy from the data plane: no copy
-            slots = self.index.lookup(keys)
-            absent = slots < 0
+            places = self.index.lookup(keys)
+            absent = places < 0
             if absent.any():
                 if self.spec.admit_after == 1:
                     new = keys[absent]
                     self._refuse_too_many(new.size, max_new)
-                    self._create(new, slots, now)
-                    slots[absent] = self.index.lookup(new)
-                    absent = slots < 0  # past the cap within this one request
+                    self._create(new, places, now)
+                    places[absent] = self.index.lookup(new)
+                    absent = places < 0  # past the cap within this one request
                 keep = (~absent).nonzero()[0]
-                if keep.size < slots.size:
-                    slots, summed = slots[keep], summed[torch.from_numpy(keep)]
+                if keep.size < places.size:
+                    places, summed = places[keep], summed[torch.from_numpy(keep)]
                     keys = keys[keep]
             self._unshare()
             self.step += 1
             self.pushes += 1
             self.tick += 1
-            self._touch(slots, keys, now)
-            if slots.size:
-                self.optimizer.apply(self.weights, self.accum, slots, summed,
+            self._touch(places, keys, now)
+            if places.size:
+                self.optimizer.apply(self.weights, self.accum, places, summed,
                                      self.step)
             self._expire(now)  # this push may have put rows past ttl_steps
-            return int(slots.size)
+            return int(places.size)
 
     def missing(self, ids) -> int:
         """How many rows a pull of `ids` would create now (at most)."""
@@ -215,8 +214,12 @@ class Table:
             return int(np.count_nonzero(estimate + 1 >= self.spec.admit_after))
 
     def retune(self, spec: TableSpec, row_cap: int, settle: bool = True) -> None:
-        """Adopt new bounds (ps.tables.bounds.retune)."""
+        """Adopt new bounds (ps.store.tables.bounds.retune)."""
         bounds.retune(self, spec, row_cap, settle)
+
+    def reshare(self, row_cap: int) -> int:
+        """Adopt this PS's new share of `max_rows`, evicting down to it (bounds.reshare)."""
+        return bounds.reshare(self, row_cap)
 
     def expire(self) -> None:
         """Evict the rows whose TTL passed (the lazy expiry, run from outside a request)."""
@@ -246,7 +249,7 @@ class Table:
 
     def _create(self, new: np.ndarray, touched: np.ndarray, now: float) -> int:
         """Create rows of `new` (distinct, absent) at their initial value, evicting at the cap
-        rows other than those this request touches (`touched`: the request's slots, -1 where
+        rows other than those this request touches (`touched`: the request's places, -1 where
         absent). Returns how many were made."""
         if not new.size:
             return 0
@@ -261,13 +264,13 @@ class Table:
         reused = self.free[-n:][::-1] if self.free.size else self.free
         fresh = n - reused.size
         self.free = self.free[: self.free.size - reused.size]
-        slots = np.concatenate([reused, np.arange(self.high, self.high + fresh, dtype=np.int64)])
+        places = np.concatenate([reused, np.arange(self.high, self.high + fresh, dtype=np.int64)])
         self._reserve(self.high + fresh)
         if reused.size:
-            self._unshare()  # a view may read those slots: they held evicted rows
-        # fresh slots only (no eviction yet): one range, written as a slice
-        at = torch.from_numpy(slots) if reused.size else slice(self.high, self.high + fresh)
-        where = slots if reused.size else at
+            self._unshare()  # a view may read those places: they held evicted rows
+        # fresh places only (no eviction yet): one range, written as a slice
+        at = torch.from_numpy(places) if reused.size else slice(self.high, self.high + fresh)
+        where = places if reused.size else at
         self.high += fresh
         self.weights[at] = initial_rows(self.spec, new)
         if self.accum is not None:
@@ -279,10 +282,10 @@ class Table:
         self.touched[where] = now
         self.dirty[where] = True
         if self.watch is not None:
-            self._watched(slots)
-        self.index.insert(new, slots)
+            self._watched(places)
+        self.index.insert(new, places)
         self.admitted += n
-        self._note_deadline(slots)
+        self._note_deadline(places)
         return n
 
     def _make_room(self, over: int, protect: np.ndarray) -> None:
@@ -293,33 +296,33 @@ class Table:
         self._evict(victims(live, count, self.spec.evict, self.counts, self.ticks, self.ids),
                     Cause.CAP)
 
-    def _evict(self, slots: np.ndarray, cause: Cause) -> None:
-        if not slots.size:
+    def _evict(self, places: np.ndarray, cause: Cause) -> None:
+        if not places.size:
             return
-        gone = self.ids[slots].copy()
+        gone = self.ids[places].copy()
         if self.watch is not None:
             self.watch_gone.append(gone)
         self.index.delete(gone)
-        self.free = np.concatenate([self.free, slots])
-        self.evicted[cause] += int(slots.size)
-        files.left(self, slots, gone)
+        self.free = np.concatenate([self.free, places])
+        self.evicted[cause] += int(places.size)
+        files.left(self, places, gone)
 
-    def _touch(self, slots: np.ndarray, keys: np.ndarray, now: float) -> None:
-        """Rows `slots` (of ids `keys`) were touched by one request: one count each (an id
+    def _touch(self, places: np.ndarray, keys: np.ndarray, now: float) -> None:
+        """Rows `places` (of ids `keys`) were touched by one request: one count each (an id
         repeated within the request counts once), the step, the dirty mark."""
-        if not kernels.touch(slots, keys, self.counts, self.steps, self.pushes, self.dirty):
-            self.counts[slots] += 1  # fancy-index +=: a repeated slot is counted once
+        if not kernels.touch(places, keys, self.counts, self.steps, self.pushes, self.dirty):
+            self.counts[places] += 1  # fancy-index +=: a repeated place is counted once
         # the touch order and time are read by the cap's choice and by ttl_s only: a table
         # without them keeps each row's from its creation (two writes less per request)
         if self.row_cap:
-            self.ticks[slots] = self.tick
+            self.ticks[places] = self.tick
         if self.spec.ttl_s:
-            self.touched[slots] = now
+            self.touched[places] = now
         if self.watch is not None:
-            self._watched(slots)
+            self._watched(places)
 
-    def _watched(self, slots: np.ndarray) -> None:
-        self.watch.append(slots.copy())
+    def _watched(self, places: np.ndarray) -> None:
+        self.watch.append(places.copy())
         if len(self.watch) > WATCH_MAX:  # a move left behind: its hand-over copies all
             self.unwatch()
 
@@ -330,13 +333,13 @@ class Table:
     def _live(self) -> np.ndarray:
         return np.flatnonzero(self.ids[: self.high] >= 0)
 
-    def _note_deadline(self, slots: np.ndarray) -> None:
+    def _note_deadline(self, places: np.ndarray) -> None:
         """New rows can expire no earlier than rows already held: only a first row sets the
         deadlines (touches only move deadlines later)."""
         spec = self.spec
-        if not (spec.ttl_steps or spec.ttl_s) or not slots.size:
+        if not (spec.ttl_steps or spec.ttl_s) or not places.size:
             return
-        step, at = next_expiry(slots, self.steps, self.touched, ttl_steps=spec.ttl_steps,
+        step, at = next_expiry(places, self.steps, self.touched, ttl_steps=spec.ttl_steps,
                                ttl_s=spec.ttl_s)
         if step is not None and (self._next_step is None or step < self._next_step):
             self._next_step = step
@@ -366,7 +369,7 @@ class Table:
         """Before changing weights in place: copy them when an open snapshot view reads them."""
         if self.snaps:
             if any(not pin.done for pin in self.snaps):
-                self._np = None
+                self.views.drop()
                 self.weights = self.weights.clone()
                 if self.accum is not None:
                     self.accum = self.accum.clone()
@@ -382,7 +385,7 @@ class Table:
         self.ids = _grown_np(self.ids, capacity, -1)
         for name in _META + ("dirty", "filed"):
             setattr(self, name, _grown_np(getattr(self, name), capacity, 0))
-        self._np = None
+        self.views.drop()
         self.weights = _grown(self.weights, capacity)
         if self.accum is not None:
             self.accum = _grown(self.accum, capacity)
@@ -428,12 +431,6 @@ def _distinct(keys: np.ndarray) -> np.ndarray:
     if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):
         return keys
     return distinct_in_order(keys)
-
-
-def row_share(max_rows: int, num_ps: int) -> int:
-    """This PS's share of a table's `max_rows` (0: no cap): max_rows / num_ps rounded up, so
-    the rows held over all PS never exceed max_rows + num_ps - 1."""
-    return -(-max_rows // max(1, num_ps)) if max_rows else 0
 
 
 def _grown(t: torch.Tensor, capacity: int) -> torch.Tensor:

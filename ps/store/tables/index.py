@@ -1,10 +1,10 @@
-"""id -> row slot: an open-addressing hash table in numpy arrays.
+"""id -> row place: an open-addressing hash table in numpy arrays.
 
 Lookups, inserts and deletes take a batch of ids and cost O(batch) on average, whatever the
 table's size (linear probing at a load factor of at most one half), with no per-id Python
 work and no copy of the key array (the sorted index it replaces copied the whole key array on
 every insert batch). Lookups and inserts, on every request, are compiled loops
-(ps/tables/kernels.py); deletes, on eviction only, are vectorized numpy. Deletes leave
+(ps/store/tables/kernels.py); deletes, on eviction only, are vectorized numpy. Deletes leave
 tombstones; the arrays are rebuilt (O(size), amortized over the inserts that filled them) when
 live keys and tombstones together pass half the capacity.
 """
@@ -29,9 +29,9 @@ def keys_of(ids) -> np.ndarray:
 
 
 class RowIndex:
-    """Maps distinct non-negative int64 ids to int64 slots.
+    """Maps distinct non-negative int64 ids to int64 places.
 
-    Each hash position holds its key and its slot side by side (`entries`, [capacity, 2]):
+    Each hash position holds its key and its place side by side (`entries`, [capacity, 2]):
     one cache miss per probe instead of two.
     """
 
@@ -78,7 +78,7 @@ class RowIndex:
         return out
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """The slot of each id, -1 where absent: one compiled pass (ps/tables/kernels.py)."""
+        """The place of each id, -1 where absent: one compiled pass (ps/store/tables/kernels.py)."""
         if not ids.size or not self.size:
             return np.full(ids.shape, -1, dtype=np.int64)
         keys = np.ascontiguousarray(ids, dtype=np.int64)
@@ -86,50 +86,50 @@ class RowIndex:
 
     def lookup_reference(self, ids: np.ndarray) -> np.ndarray:
         """`lookup` in numpy (what the compiled loop is tested against)."""
-        return self._positions_slots(ids)
+        return self._positions_places(ids)
 
-    def _positions_slots(self, ids: np.ndarray) -> np.ndarray:
+    def _positions_places(self, ids: np.ndarray) -> np.ndarray:
         pos = self._positions(ids)
         out = np.full(ids.shape, -1, dtype=np.int64)
         found = pos >= 0
         out[found] = self.entries[pos[found], 1]
         return out
 
-    def insert(self, ids: np.ndarray, slots: np.ndarray) -> None:
-        """Add absent, distinct ids with their slots."""
+    def insert(self, ids: np.ndarray, places: np.ndarray) -> None:
+        """Add absent, distinct ids with their places."""
         if not ids.size:
             return
         if (self.size + self.tombstones + ids.size) > MAX_LOAD * self.entries.shape[0]:
             self._rebuild(self.size + ids.size)
         self.tombstones -= kernels.insert(self.entries, np.ascontiguousarray(ids, np.int64),
-                                          np.ascontiguousarray(slots, np.int64), self._shift,
+                                          np.ascontiguousarray(places, np.int64), self._shift,
                                           self._mask)
         self.size += ids.size
 
     def delete(self, ids: np.ndarray) -> np.ndarray:
-        """Remove the ids (distinct) that are present; returns their slots (-1 for absent
+        """Remove the ids (distinct) that are present; returns their places (-1 for absent
         ones)."""
         pos = self._positions(ids)
         found = pos >= 0
-        slots = np.full(ids.shape, -1, dtype=np.int64)
+        places = np.full(ids.shape, -1, dtype=np.int64)
         where = pos[found]
-        slots[found] = self.entries[where, 1]
+        places[found] = self.entries[where, 1]
         self.entries[where, 0] = TOMBSTONE
         self.size -= where.size
         self.tombstones += where.size
-        return slots
+        return places
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, slots) of every key, in no particular order."""
+        """(ids, places) of every key, in no particular order."""
         live = self.entries[:, 0] >= 0
         return self.entries[live, 0], self.entries[live, 1]
 
     def _rebuild(self, needed: int) -> None:
-        ids, slots = self.items()
+        ids, places = self.items()
         self._alloc(_capacity_for(needed))
         self.size = 0
         self.tombstones = 0
-        self.insert(ids, slots)
+        self.insert(ids, places)
 
 
 def _capacity_for(n: int) -> int:

@@ -8,7 +8,7 @@ push sets `.grad` and calls `step()`, so the PS's arithmetic is torch.optim's by
 A push of several Adagrad tensors runs as one foreach update over all of them (`step_dense_all`):
 the same per-tensor operations torch.optim's single-tensor Adagrad runs, in the same order, on
 the optimizers' own state, so the result is the same to the bit; a worker's packed push runs
-over flat buffers instead (ps/flat_dense.py), the same arithmetic again.
+over flat buffers instead (ps/store/flat_dense.py), the same arithmetic again.
 Embedding rows are updated the way `torch.optim.SGD` / `torch.optim.Adagrad` update a sparse
 `nn.Embedding(sparse=True)` weight: only the pushed rows change, duplicates are summed first.
 """
@@ -176,14 +176,14 @@ class RowOptimizer:
     def has_accumulator(self) -> bool:
         return self.name == "adagrad"
 
-    def apply(self, weights: torch.Tensor, accum: torch.Tensor | None, slots: np.ndarray,
+    def apply(self, weights: torch.Tensor, accum: torch.Tensor | None, places: np.ndarray,
               grads: torch.Tensor, step: int) -> None:
-        """Update rows `slots` (distinct, int64) of `weights` with the summed `grads`; `step`
+        """Update rows `places` (distinct, int64) of `weights` with the summed `grads`; `step`
         counts the updates of this table, 1 for the first (Adagrad's lr_decay uses it). One
-        compiled pass over the rows (ps/tables/kernels.py; `apply_reference` is the same
+        compiled pass over the rows (ps/store/tables/kernels.py; `apply_reference` is the same
         arithmetic as torch calls)."""
         w, g = weights.numpy(), float32_rows(grads)
-        at = np.ascontiguousarray(slots, np.int64)
+        at = np.ascontiguousarray(places, np.int64)
         if self.name == "sgd":
             kernels.sgd(w, at, g, self.lr)
             return
@@ -191,20 +191,20 @@ class RowOptimizer:
         kernels.adagrad(w, accum.numpy(), at, g, clr, self.eps)
 
     def apply_reference(self, weights: torch.Tensor, accum: torch.Tensor | None,
-                        slots: np.ndarray, grads: torch.Tensor, step: int) -> None:
+                        places: np.ndarray, grads: torch.Tensor, step: int) -> None:
         """`apply` as torch calls (what the compiled loop is tested against)."""
-        at = torch.from_numpy(slots)
+        at = torch.from_numpy(places)
         if self.name == "sgd":
-            rows = gather_rows(weights, slots)
+            rows = gather_rows(weights, places)
             rows.add_(grads, alpha=-self.lr)
             weights.index_copy_(0, at, rows)
             return
         clr = self.lr / (1 + (step - 1) * self.lr_decay)
-        state = gather_rows(accum, slots)
+        state = gather_rows(accum, places)
         state.add_(grads.pow(2))
         accum.index_copy_(0, at, state)
         std = state.sqrt_().add_(self.eps)
-        rows = gather_rows(weights, slots)
+        rows = gather_rows(weights, places)
         rows.add_(grads / std, alpha=-clr)
         weights.index_copy_(0, at, rows)
 
@@ -217,8 +217,8 @@ def float32_rows(grads) -> np.ndarray:
     return grads.detach().to(torch.float32).contiguous().numpy()
 
 
-def gather_rows(t: torch.Tensor, slots: np.ndarray) -> torch.Tensor:
-    """`t.index_select(0, slots)` (a copy of those rows), by numpy's take: the same bytes,
+def gather_rows(t: torch.Tensor, places: np.ndarray) -> torch.Tensor:
+    """`t.index_select(0, places)` (a copy of those rows), by numpy's take: the same bytes,
     3-4x faster on a few hundred to a few thousand short rows (0.7 against 3.1 us for 361
     rows of 8 floats; torch's CPU index_select copies element by element)."""
-    return torch.from_numpy(t.numpy().take(slots, axis=0))
+    return torch.from_numpy(t.numpy().take(places, axis=0))
