@@ -180,7 +180,7 @@ def test_every_ray_process_is_on_loopback_and_launches_land_on_their_market(clus
 
 
 def test_a_ps_gets_its_nodes_address_as_ray_lists_it(cluster, engine):
-    from engines.ray import NODE_IP, with_node_ip
+    from engines.ray_runner import NODE_IP, with_node_ip
 
     # the master gives a placeholder: the address is filled in where the command runs
     assert engine.ps_host_flags == ["--host", NODE_IP, "--advertise-host", NODE_IP]
