@@ -81,7 +81,7 @@ def data_plane(launcher: Launcher, tls, sizes: list[int], seconds: float, rounds
                 for mode in order:
                     _, endpoint, key, token = servers[mode]
                     with DataClient([endpoint], server_keys=[key], auth_token=token, tls_ca="",
-                                    timeout_s=60, prefer_local=transport == "ipc") as c:
+                                    timeout_s=60, same_host=transport == "ipc") as c:
                         c.init_parameters(model, "sgd", lr=0.0)  # the first call wins
 
                         def step() -> None:

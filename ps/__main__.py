@@ -229,13 +229,13 @@ def _serve(settings: PSSettings, token: str, credentials, store, checkpointer, n
     import zmq
 
     from . import metrics as ps_metrics
-    from .dataplane import BindError, Handlers, auto_ipc_path, data_plane
+    from .dataplane import BindError, Handlers, auto_same_host_path, data_plane
     from .replication import ReplicaNode
     from .server import Identity, PortInUse, PSServicer, build_server, not_serving_on_failure, now_ms
     from .slot_calls import SlotCalls
 
-    auto = settings.data_ipc == "auto"
-    ipc_path = auto_ipc_path(settings.index) if auto else (
+    auto = settings.data_ipc == "auto"  # --data-ipc: the same-host socket
+    same_host_path = auto_same_host_path(settings.index) if auto else (
         "" if settings.data_ipc in ("", "off") else settings.data_ipc)
     # Under TLS the data plane is encrypted too (CURVE): a fresh key pair per start, whose
     # public half clients learn from the master's ListPS (or GetPSStatus).
@@ -249,8 +249,9 @@ def _serve(settings: PSSettings, token: str, credentials, store, checkpointer, n
         ack_timeout=settings.replica_ack_timeout, token_source=token_source)
     data = data_plane(store, token=token, node=node, host=settings.host,
                       port=settings.data_port, threads=settings.threads,
-                      max_frame_bytes=settings.max_frame_mb * 1024 * 1024, ipc_path=ipc_path,
-                      ipc_optional=auto, curve_keypair=curve)
+                      max_frame_bytes=settings.max_frame_mb * 1024 * 1024,
+                      same_host_path=same_host_path, same_host_optional=auto,
+                      curve_keypair=curve)
     try:
         data_port = data.bind()
     except BindError as exc:
@@ -285,7 +286,7 @@ def _serve(settings: PSSettings, token: str, credentials, store, checkpointer, n
     data.start()
     server.start()
     log.info("settings: %s", settings.describe())
-    local = f" local {data.local_endpoint}" if data.local_endpoint else ""
+    local = f" same-host {data.local_endpoint}" if data.local_endpoint else ""
     shown = f" metrics http://{settings.host}:{metrics_port}/metrics" if metrics else ""
     announce(f"elastic-ps {settings.index}/{num_ps} listening on grpc {me.address} "
              f"data {me.data_address}{local}{shown} (pid {os.getpid()})")
