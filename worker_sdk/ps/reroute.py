@@ -166,8 +166,11 @@ class RoutedCall:
                                       f"within {time.monotonic() - started:.1f}s{promoted}")
 
     def _take(self, index: int, resp: ps_pb2.DataResponse, frames: list) -> None:
-        code = code_name(resp.code)
-        why = "" if not resp.code else f"PS {index} answered {code}: {resp.message}"
+        if resp.code:
+            code = code_name(resp.code)
+            why = f"PS {index} answered {code}: {resp.message}"
+        else:  # the usual answer: no name lookup, nothing to say
+            code, why = "OK", ""
         seen = self._retry.answer(self._round, index, code, resp.reason, self._op.allow,
                                   why, resp.layout_version)
         if seen is Verdict.TAKE:
