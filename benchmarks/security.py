@@ -5,7 +5,8 @@ the token (gRPC over TLS, the data plane encrypted with CURVE), side by side.
     python scripts/bench_security.py --seconds 1 --rounds 1 --sizes 1M   # a quick look
 
 Data plane: one `DataClient` in this process loops `pull` all + `push` a gradient of the same
-size against a real `python -m ps --standalone`, over TCP and over the same-machine Unix socket.
+size against a real `python -m ps --standalone`, over TCP and over the same-host socket (a PS
+under TLS serves none, so its "same-host" rows go over TCP too).
 Control plane: one client thread loops `ListPS` (cheap: what is measured is the call) against a
 real `python -m master`. The three modes run one after another in every round, and the rounds
 alternate them again, so they share the machine's conditions. Certificates are made at run time.
@@ -74,14 +75,14 @@ def data_plane(launcher: Launcher, tls, sizes: list[int], seconds: float, rounds
         servers = {mode: _start_ps(launcher, mode, tls, str(size)) for mode in MODES}
         model = {"w0": torch.zeros(size // 2), "w1": torch.zeros(size - size // 2)}
         grads = {n: torch.full_like(t, 1e-6) for n, t in model.items()}
-        for transport in ("tcp", "ipc"):
+        for transport in ("tcp", "same-host"):
             rates: dict[str, list[float]] = {m: [] for m in MODES}
             for r in range(rounds):
                 order = MODES if r % 2 == 0 else tuple(reversed(MODES))
                 for mode in order:
                     _, endpoint, key, token = servers[mode]
                     with DataClient([endpoint], server_keys=[key], auth_token=token, tls_ca="",
-                                    timeout_s=60, prefer_local=transport == "ipc") as c:
+                                    timeout_s=60, same_host=transport == "same-host") as c:
                         c.init_parameters(model, "sgd", lr=0.0)  # the first call wins
 
                         def step() -> None:

@@ -276,7 +276,7 @@ def _serve(settings: PSSettings, token: str, credentials, store, checkpointer, n
     data.start()
     server.start()
     log.info("settings: %s", settings.describe())
-    local = f" local {data.local_endpoint}" if data.local_endpoint else ""
+    local = f" same-host {data.local_endpoint}" if data.local_endpoint else ""
     shown = f" metrics http://{settings.host}:{metrics_port}/metrics" if metrics else ""
     announce(f"elastic-ps {settings.index}/{num_ps} listening on grpc {me.address} "
              f"data {me.data_address}{local}{shown} (pid {os.getpid()})")
@@ -285,15 +285,16 @@ def _serve(settings: PSSettings, token: str, credentials, store, checkpointer, n
 
 def _data_plane(settings: PSSettings, store, token: str, node, curve):
     """The data plane (not bound yet), with the same-host socket `--data-ipc` asks for."""
-    from .dataplane import auto_ipc_path, data_plane
+    from .dataplane import auto_same_host_path, data_plane
 
-    auto = settings.data_ipc == "auto"
-    ipc_path = auto_ipc_path(settings.index) if auto else (
+    auto = settings.data_ipc == "auto"  # --data-ipc: the same-host socket
+    same_host_path = auto_same_host_path(settings.index) if auto else (
         "" if settings.data_ipc in ("", "off") else settings.data_ipc)
     return data_plane(store, token=token, node=node, host=settings.host,
                       port=settings.data_port, threads=settings.threads,
-                      max_frame_bytes=settings.max_frame_mb * 1024 * 1024, ipc_path=ipc_path,
-                      ipc_optional=auto, curve_keypair=curve)
+                      max_frame_bytes=settings.max_frame_mb * 1024 * 1024,
+                      same_host_path=same_host_path, same_host_optional=auto,
+                      curve_keypair=curve)
 
 
 def _replica_node(settings: PSSettings, store, token: str, curve):

@@ -88,10 +88,10 @@ def parse(argv: list[str] | None = None) -> PSSettings:
     p.flag("--port", d.port, "gRPC control port; 0 picks a free one")
     p.flag("--data-port", d.data_port, "ZeroMQ data port; 0 picks a free one")
     p.flag("--data-ipc", d.data_ipc,
-           "also serve the data plane on a Unix socket for workers on this machine (a plain "
-           "socket, unix://; under TLS ZeroMQ's ipc://, encrypted): 'auto' (a fresh path in "
-           "the temp directory), 'off', or a path. Clients that find it switch to it by "
-           "themselves")
+           "also serve the data plane on a same-host socket for workers on this machine (a "
+           "plain Unix stream socket, unix://PATH, not ZeroMQ; none under TLS, whose data "
+           "plane is only CURVE over TCP): 'auto' (a fresh path in the temp directory), "
+           "'off', or a path. Clients that find it switch to it by themselves")
     p.flag("--index", d.index, "this PS's index, 0..num_ps-1 (or an index `elastic-ctl "
            "resize-ps` adds)")
     p.flag("--num-ps", d.num_ps,

@@ -11,6 +11,9 @@ the way a gRPC client and server both import the generated code of one .proto:
   live (issue 25's next part);
 - `tables`: an embedding table's declaration (`TableSpec`) and its checks;
 - `optimizers`: optimizer configs, their checks and how they travel;
-- `connection`: one DEALER socket to one PS (CURVE, same-host Unix socket), and how an answer
-  is read back.
+- `transport`: what a connection to one PS is (connect, send, recv, close), whatever carries it;
+- `connection`: ZeroMQ (a DEALER socket, CURVE under TLS) as a transport, and a worker's
+  connection to one PS index, which picks ZeroMQ over TCP or the same-host socket;
+- `samehost`: the same-host socket's message format and its client transport (a Unix stream
+  socket to a PS on this machine, without ZeroMQ's I/O threads).
 """

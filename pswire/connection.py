@@ -4,6 +4,10 @@ The worker SDK (worker_sdk/ps), a backup copying its primary and a primary forwa
 mutations to its backups (ps/replication) all talk to a PS the same way: a DEALER socket with
 LINGER 0, encrypted with CURVE when the PS registered a public key, a `DataRequest` header
 carrying the token, and a `DataResponse` whose non-zero code is a refusal with a reason.
+
+`ZmqTransport` is that socket behind the `pswire.transport.Transport` interface; `Connection`
+is a worker's connection to one PS index: ZeroMQ over TCP, or the PS's same-host socket
+(`pswire.samehost`) once the PS announced one this machine can reach.
 """
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ import zmq
 from protos import ps_pb2
 from rpckit.errors import Reason, ServiceError, invalid
 
-from . import unix
+from . import samehost
 from .frames import buffer_of, code_name
+from .transport import Transport
 
 
 # pyzmq's own copy_threshold: a smaller part sent with copy=False is copied anyway, after a Frame
@@ -97,82 +102,120 @@ def refusal(resp: ps_pb2.DataResponse, prefix: str = "") -> ServiceError:
                         prefix + resp.message)
 
 
-class Connection:
-    """One DEALER socket to one PS, created lazily and thrown away on a timeout.
+class ZmqTransport(Transport):
+    """A DEALER socket to one PS (`dealer`), as a `Transport`."""
 
-    `endpoint` is the PS's registered (TCP) address. When the PS announces a same-host
-    endpoint (a Unix socket) that exists on this machine, later requests go there; if it ever
-    fails to answer, the connection goes back to TCP and does not use that path again.
+    joins_buffers = True
+
+    def __init__(self, ctx: zmq.Context, endpoint: str, server_key: str = "",
+                 client_keys: tuple[bytes, bytes] | None = None):
+        self.ctx = ctx
+        self.endpoint = endpoint
+        self.server_key = server_key
+        self.client_keys = client_keys
+        self.socket: zmq.Socket | None = None
+
+    def connect(self) -> None:
+        self.socket = dealer(self.ctx, self.endpoint, self.server_key, self.client_keys)
+
+    @property
+    def pollable(self) -> zmq.Socket:
+        return self.socket
+
+    def send(self, parts: list) -> None:
+        send_parts(self.socket, parts)
+
+    def recv(self) -> list:
+        return self.socket.recv_multipart(copy=False)
+
+    def close(self) -> None:
+        if self.socket is not None:
+            self.socket.close(0)
+            self.socket = None
+
+
+class Connection:
+    """A worker's connection to one PS index, made lazily and thrown away on a timeout.
+
+    `endpoint` is the PS's registered (TCP) address, reached over ZeroMQ. When the PS
+    announces a same-host endpoint (unix://PATH) that exists on this machine, later requests
+    go there; if it ever fails to answer, the connection goes back to TCP and does not use that
+    path again.
     """
 
-    def __init__(self, ctx: zmq.Context, endpoint: str, prefer_local: bool = True,
+    def __init__(self, ctx: zmq.Context, endpoint: str, same_host: bool = True,
                  server_key: str = "", client_keys: tuple[bytes, bytes] | None = None):
         self.ctx = ctx
         self.endpoint = endpoint
         self.server_key = server_key    # the PS's CURVE public key: encrypt, else plaintext
         self.client_keys = client_keys  # this client's (public, secret) CURVE keys
-        self.prefer_local = prefer_local
+        self.use_same_host = same_host
         self.generation = 0  # the PS generation this connection's endpoint serves
-        self.local = ""
+        self.same_host = ""  # the PS's same-host endpoint in use ("": TCP)
         self._refused: set[str] = set()
-        self.socket: zmq.Socket | None = None
+        self.transport: Transport | None = None
 
     @property
     def current(self) -> str:
-        return self.local or self.endpoint
+        return self.same_host or self.endpoint
 
     @property
-    def plain(self) -> bool:
-        """Whether requests go to a PS's plain same-host socket (pswire.unix), not ZeroMQ."""
-        return self.local.startswith(unix.SCHEME)
+    def joins_buffers(self) -> bool:
+        """Whether the transport requests go on next joins small buffers (ZeroMQ)."""
+        return not self.same_host
 
-    def send(self, parts: list):
-        """Send a request; returns what its answer comes on (a zmq.Socket, or a
-        `pswire.unix.UnixPeer` on a PS's plain same-host socket). A same-host socket that
-        cannot take it (the PS gone, or stopped with its socket full) is given up for TCP,
-        as one that does not answer is."""
-        if self.plain:
+    def send(self, parts: list) -> Transport:
+        """Send a request; returns the transport its answer comes on. A same-host socket that
+        cannot take it (the PS gone, or stopped with its socket full) is given up for TCP, as
+        one that does not answer is."""
+        if self.same_host:
             try:
-                if self.socket is None:
-                    self.socket = unix.UnixPeer(self.local[len(unix.SCHEME):])
-                self.socket.send(parts)
-                return self.socket
+                if self.transport is None:
+                    self.transport = self._open(samehost.SameHostTransport(self.same_host))
+                self.transport.send(parts)
+                return self.transport
             except OSError:
                 self.failed()
-        if self.socket is None:
-            self.socket = dealer(self.ctx, self.current, self.server_key, self.client_keys)
-        send_parts(self.socket, parts)
-        return self.socket
+        if self.transport is None:
+            self.transport = self._open(ZmqTransport(self.ctx, self.endpoint, self.server_key,
+                                                     self.client_keys))
+        self.transport.send(parts)
+        return self.transport
+
+    @staticmethod
+    def _open(transport: Transport) -> Transport:
+        transport.connect()
+        return transport
 
     def reset(self) -> None:
-        if self.socket is not None:
-            self.socket.close(0)
-            self.socket = None
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
 
     def failed(self) -> None:
         """No answer in time: start over, on TCP if the same-host socket was in use."""
-        if self.local:
-            self._refused.add(self.local)
-            self.local = ""
+        if self.same_host:
+            self._refused.add(self.same_host)
+            self.same_host = ""
         self.reset()
 
     def moved(self, endpoint: str, server_key: str = "") -> None:
         self.reset()
         self.endpoint = endpoint
         self.server_key = server_key
-        self.local = ""
+        self.same_host = ""
 
-    def offer(self, local: str) -> None:
-        """The PS said it also listens on `local` (unix://PATH, or ipc://PATH under CURVE):
-        use it if it is on this host."""
-        scheme = next((s for s in ("ipc://", unix.SCHEME) if local.startswith(s)), None)
-        if (not self.prefer_local or not local or local == self.local
-                or local in self._refused or scheme is None):
+    def offer(self, endpoint: str) -> None:
+        """The PS said it also listens on `endpoint` (unix://PATH): use it if that socket is
+        on this host."""
+        path = samehost.path_of(endpoint)
+        if (not self.use_same_host or not path or endpoint == self.same_host
+                or endpoint in self._refused):
             return
         try:
-            if not stat.S_ISSOCK(os.stat(local[len(scheme):]).st_mode):
+            if not stat.S_ISSOCK(os.stat(path).st_mode):
                 return
         except OSError:
             return  # another machine (or a PS that is gone): stay on TCP
         self.reset()
-        self.local = local
+        self.same_host = endpoint

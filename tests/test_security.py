@@ -174,7 +174,7 @@ def test_the_data_plane_is_encrypted_and_needs_the_token(cluster):
                 c.push({"probe": torch.ones(3)})
             assert err.value.reason == Reason.UNAUTHENTICATED
     with DataClient([endpoint], auth_token=TOKEN, tls_ca="", timeout_s=0.5, max_attempts=2,
-                    backoff_s=0.01, prefer_local=False) as plaintext:
+                    backoff_s=0.01, same_host=False) as plaintext:
         plaintext.set_layout({"probe": 12})
         with pytest.raises(PSUnavailable):
             plaintext.push({"probe": torch.ones(3)})

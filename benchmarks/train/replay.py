@@ -34,20 +34,19 @@ def capture(batch: int, out: Path, records: int, epochs: int, model: str = "ctr"
 
     sent: list[tuple[int, list[bytes]]] = []
     plain_send = connection.Connection.send
-    plain_exchange = exchange.Exchange._exchange
+    plain_exchange_send = exchange.Exchange.send
 
     def send(self, parts):
         sent.append((getattr(self, "_capture_index", -1),
                      [p.bytes if hasattr(p, "bytes") else bytes(p) for p in parts]))
         return plain_send(self, parts)
 
-    def exchange_(self, requests, allow):
-        for index in requests:
-            self._conns[index]._capture_index = index
-        return plain_exchange(self, requests, allow)
+    def exchange_send(self, index, req, frames, wire):
+        self._conns[index]._capture_index = index
+        return plain_exchange_send(self, index, req, frames, wire)
 
     connection.Connection.send = send
-    exchange.Exchange._exchange = exchange_
+    exchange.Exchange.send = exchange_send
     with tempfile.TemporaryDirectory(prefix="replay-") as tmp:
         tmp = Path(tmp)
         make_data(tmp / "data", records, 1000, model=model)

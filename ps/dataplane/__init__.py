@@ -1,6 +1,8 @@
 """The PS data plane: one request flows one way, through links each handed the next.
 
     DataPlane (transport.py)    ZeroMQ sockets and threads, frames, decoding, errors -> answers
+      + SameHostServer          the same-host socket (samehost.py), handing requests to the
+        (samehost.py)           same DataPlane.handle
       -> TokenCheck (auth.py)   the token; a request with a body
       -> ReplicaNode            the role filter: what this PS serves as primary, backup, fenced;
          (ps/replication/)      a primary's mutations go through the replication order first
@@ -14,11 +16,11 @@ from __future__ import annotations
 
 from .auth import TokenCheck
 from .handlers import Handlers
-from .local import auto_ipc_path
+from .samehost import auto_path as auto_same_host_path
 from .transport import AUTO, AUTO_THREADS, BindError, DataPlane
 
 __all__ = ["AUTO", "AUTO_THREADS", "TokenCheck", "BindError", "DataPlane", "Handlers",
-           "auto_ipc_path", "build_chain", "data_plane"]
+           "auto_same_host_path", "build_chain", "data_plane"]
 
 
 def build_chain(store, token: str = "", node=None) -> TokenCheck:

@@ -9,7 +9,9 @@ handlers, the store), then send back what that answers, [DataResponse, buffer, .
 way. Received tensor frames are wrapped with `torch.frombuffer` (no copy); a pulled tensor is
 sent from the tensor's own memory (no copy) and its tracker pins it until ZeroMQ has written the
 bytes (see `ps.store.params`). Under TLS the socket is a CURVE server (ZeroMQ's encryption): clients
-connect with the public key the PS registered. Every answer names the same-host endpoint.
+connect with the public key the PS registered. Without TLS the same requests are also served
+on the same-host socket (samehost.py), and every answer names it (`local_endpoint`); under TLS
+there is none, since it would carry the bytes unencrypted.
 
 Bad input never takes the PS down: a header that does not parse is answered INVALID_ARGUMENT,
 a message without a body frame is dropped, frames larger than `max_frame_bytes` make ZeroMQ
@@ -31,13 +33,13 @@ import zmq
 from google.protobuf.message import DecodeError
 
 from protos import ps_pb2
+from pswire import samehost as wire
 from pswire.connection import joined, send_parts, split_joined
-from pswire import unix
 from pswire.frames import error_response
 from rpckit.errors import Reason, ServiceError, invalid
 
 from ..store.limits import Limits, too_large
-from .unix import UnixServer
+from .samehost import SameHostServer
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +68,16 @@ class Next(Protocol):
 
 class DataPlane:
     def __init__(self, next: Next, host: str = "0.0.0.0", port: int = 0, threads: int = AUTO,
-                 max_frame_bytes: int = 2**31, ipc_path: str = "", ipc_optional: bool = False,
+                 max_frame_bytes: int = 2**31, same_host_path: str = "",
+                 same_host_optional: bool = False,
                  curve_keypair: tuple[bytes, bytes] | None = None,
                  on_failure: Callable[[str], None] | None = None,
                  max_frames: int = Limits().max_frames,
                  more_handlers: threading.Event | None = None):
         """next: the chain's next link, handed every decoded request (`build_chain`);
-        curve_keypair: (public, secret) Z85 keys to encrypt every connection with CURVE
+        same_host_path: also serve the same-host socket there ("": none), unless under CURVE;
+        same_host_optional: a path that cannot be served (or CURVE) is said and skipped, not
+        a BindError; curve_keypair: (public, secret) Z85 keys to encrypt every connection with CURVE
         (zmq.curve_keypair()); on_failure(why): called once if a serving thread ends before
         `stop` (the PS turns its health NOT_SERVING); max_frames: the most frames a message
         may have (--max-request-frames); more_handlers: with threads=AUTO, once this event is
@@ -84,9 +89,9 @@ class DataPlane:
         self.curve_keypair = curve_keypair
         self.more_handlers = more_handlers
         self.max_frames = max_frames
-        self.ipc_path = ipc_path
-        self.ipc_optional = ipc_optional
-        self.local_endpoint = ""
+        self.same_host_path = same_host_path
+        self.same_host_optional = same_host_optional
+        self.local_endpoint = ""  # the same-host socket's endpoint (unix://PATH) once bound
         self._suffix = b""  # appended to every answer header: names local_endpoint
         self.host = host
         self.port = port
@@ -100,7 +105,7 @@ class DataPlane:
         self._grow_lock = threading.Lock()
         self._switch = False  # asked to grow while one thread serves the socket directly
         self.frontend: zmq.Socket | None = None
-        self.unix: UnixServer | None = None  # the same-host socket without ZeroMQ
+        self.same_host: SameHostServer | None = None
         self.bound_port = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -129,43 +134,47 @@ class DataPlane:
                             f"{exc}") from exc
         endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.bound_port = int(endpoint.rsplit(":", 1)[1])
-        if self.ipc_path:
+        refused = self._bind_same_host() if self.same_host_path else ""
+        if refused:
+            sock.close(0)
+            raise BindError(refused)
+        self.frontend = sock
+        return self.bound_port
+
+    def _bind_same_host(self) -> str:
+        """Listen on the same-host path (samehost.py); why not, when it cannot be served and
+        is not optional ("" otherwise). Under CURVE it is not served: TLS promises
+        every data-plane byte encrypted, and the same-host socket carries them as they are."""
+        why = ("under TLS the data plane is served only encrypted (CURVE, over TCP), and the "
+               "same-host socket is not" if self.curve_keypair is not None else "")
+        if not why:
+            # through the attribute at each request: a meter wraps `handle` after binding
+            server = SameHostServer(self.same_host_path, lambda parts: self.handle(parts),
+                                    self._too_many_frames, self.max_frames,
+                                    self.max_frame_bytes, self._stop, self._ended,
+                                    workers=max(1, self.threads))
             try:
-                self.local_endpoint = self._bind_local(sock)
+                server.bind()
+            except OSError as exc:
+                why = f"cannot listen on {self.same_host_path}: {exc}"
+            else:
+                self.same_host = server
+                self.local_endpoint = f"{wire.SCHEME}{self.same_host_path}"
                 # protobuf merges concatenated messages: these bytes after any answer's header
                 # set its local_endpoint without decoding it again
                 self._suffix = ps_pb2.DataResponse(
                     local_endpoint=self.local_endpoint).SerializeToString()
-            except (zmq.ZMQError, OSError) as exc:
-                if not self.ipc_optional:
-                    sock.close(0)
-                    raise BindError(f"cannot listen on {self.ipc_path}: {exc}") from exc
-                log.warning("no same-machine endpoint (cannot listen on %s: %s); workers "
-                            "here use TCP", self.ipc_path, exc)
-                self.ipc_path = ""
-        self.frontend = sock
-        return self.bound_port
-
-    def _bind_local(self, sock: zmq.Socket) -> str:
-        """Listen on the same-host path: a plain Unix socket of our own (pswire.unix: no
-        ZeroMQ I/O threads), or under CURVE the ROUTER socket's ipc:// (encrypted like TCP).
-        Returns the endpoint answers announce."""
-        if self.curve_keypair is None:
-            # through the attribute at each request: a meter wraps `handle` after binding
-            server = UnixServer(self.ipc_path, lambda parts: self.handle(parts),
-                                self._too_many_frames,
-                                self.max_frames, self.max_frame_bytes, self._stop, self._ended,
-                                workers=max(1, self.threads))
-            server.bind()
-            self.unix = server
-            return f"{unix.SCHEME}{self.ipc_path}"
-        sock.bind(f"ipc://{self.ipc_path}")
-        return f"ipc://{self.ipc_path}"
+                return ""
+        if not self.same_host_optional:
+            return f"no same-host socket ({why}): give --data-ipc auto or off"
+        log.info("no same-host socket (%s); workers on this machine use TCP", why)
+        self.same_host_path = ""
+        return ""
 
     def start(self) -> None:
         assert self.frontend is not None, "bind() first"
-        if self.unix is not None:
-            self.unix.start()
+        if self.same_host is not None:
+            self.same_host.start()
         if self.threads == 0 or (self.auto and self.threads == 1):
             # one thread serves the ROUTER socket itself: no proxy thread, no hand-over over
             # an in-process socket (two thread wake-ups less per request). With AUTO that
@@ -213,8 +222,8 @@ class DataPlane:
         makes the switch itself, between two requests (the socket is its alone)."""
         if not self.auto or self._stop.is_set():
             return
-        if self.unix is not None:
-            self.unix.grow(AUTO_THREADS)
+        if self.same_host is not None:
+            self.same_host.grow(AUTO_THREADS)
         with self._grow_lock:
             if not self._threads:  # not serving yet: start() starts them all
                 self.threads = AUTO_THREADS
@@ -244,11 +253,10 @@ class DataPlane:
         term.start()
         for t in [*self._threads, term]:
             t.join(timeout)
-        if self.unix is not None:
-            self.unix.join(timeout)
-        if self.ipc_path:
+        if self.same_host is not None:
+            self.same_host.join(timeout)
             try:
-                os.unlink(self.ipc_path)
+                os.unlink(self.same_host_path)
             except OSError:
                 pass
 

@@ -103,7 +103,7 @@ def test_a_ps_that_dies_mid_push_gives_psunavailable_within_the_budget(launcher)
     with DataClient([ps.data_address], timeout_s=30) as setup:
         setup.init_parameters({"w": torch.zeros(1000)}, "sgd", lr=1.0)
     with DataClient([ps.data_address], timeout_s=1.0, max_attempts=1000, retry_budget_s=3,
-                    prefer_local=False) as c:
+                    same_host=False) as c:
         c.pull()
         ps.kill(signal.SIGKILL)
         with pytest.raises(PSUnavailable) as err:
@@ -119,7 +119,7 @@ def test_a_push_waits_for_a_ps_restarted_within_the_budget_and_logs_once(launche
     with DataClient(master=master, timeout_s=30) as setup:
         setup.init_parameters({"w": torch.zeros(1000)}, "sgd", lr=1.0)
     with DataClient(master=master, timeout_s=1.0, retry_budget_s=60, max_attempts=1000,
-                    prefer_local=False) as c:
+                    same_host=False) as c:
         c.pull()
         _checkpoint(ps)  # the restarted PS holds the model
         ps.kill(signal.SIGKILL)

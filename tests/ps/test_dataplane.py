@@ -286,17 +286,18 @@ def test_same_host_socket_is_used_when_offered_and_dropped_when_it_fails(tmp_pat
     listener.bind(str(path))
     try:
         conn = _Connection(zmq.Context.instance(), "tcp://127.0.0.1:1")
-        conn.offer(f"ipc://{tmp_path / 'absent.sock'}")   # not on this machine: stay on TCP
+        conn.offer(f"unix://{tmp_path / 'absent.sock'}")  # not on this machine: stay on TCP
         conn.offer("tcp://elsewhere:2")
+        conn.offer(f"ipc://{path}")                       # not a same-host endpoint
         assert conn.current == "tcp://127.0.0.1:1"
-        conn.offer(f"ipc://{path}")
-        assert conn.current == f"ipc://{path}"
+        conn.offer(f"unix://{path}")
+        assert conn.current == f"unix://{path}"
         conn.failed()                                     # no answer there: back to TCP
         assert conn.current == "tcp://127.0.0.1:1"
-        conn.offer(f"ipc://{path}")                       # and that path is not tried again
+        conn.offer(f"unix://{path}")                      # and that path is not tried again
         assert conn.current == "tcp://127.0.0.1:1"
-        off = _Connection(zmq.Context.instance(), "tcp://127.0.0.1:1", prefer_local=False)
-        off.offer(f"ipc://{path}")
+        off = _Connection(zmq.Context.instance(), "tcp://127.0.0.1:1", same_host=False)
+        off.offer(f"unix://{path}")
         assert off.current == "tcp://127.0.0.1:1"
     finally:
         listener.close()
@@ -306,7 +307,7 @@ def test_a_ps_with_a_local_socket_is_reached_through_it(tmp_path):
     from ps.dataplane import data_plane
 
     plane = data_plane(ParamStore(), host="127.0.0.1", port=0, threads=1,
-                      ipc_path=str(tmp_path / "d.sock"))
+                      same_host_path=str(tmp_path / "d.sock"))
     port = plane.bind()
     plane.start()
     try:
@@ -316,7 +317,7 @@ def test_a_ps_with_a_local_socket_is_reached_through_it(tmp_path):
             c.pull()
             c.push({"w": torch.ones(100_000)})
             assert torch.all(c.pull()["w"] == -1.0)
-        with DataClient([f"tcp://127.0.0.1:{port}"], timeout_s=5, prefer_local=False) as c:
+        with DataClient([f"tcp://127.0.0.1:{port}"], timeout_s=5, same_host=False) as c:
             c.pull()
             assert c.transports == [f"tcp://127.0.0.1:{port}"]
     finally:

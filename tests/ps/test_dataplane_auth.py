@@ -46,7 +46,7 @@ def plane():
 def _client(endpoint: str, key: str = "", token: str = "", **kw) -> DataClient:
     kw.setdefault("timeout_s", 5.0)
     return DataClient([endpoint], server_keys=[key], auth_token=token, tls_ca="",
-                      prefer_local=False, **kw)
+                      same_host=False, **kw)
 
 
 def _refused(call) -> ServiceError:

@@ -15,7 +15,7 @@ from pswire.slots import Layout
 from rpckit.errors import Reason
 from worker_sdk import metrics
 from worker_sdk.ps import exchange as exchange_mod
-from worker_sdk.ps import reroute
+from worker_sdk.ps import reroute, retry
 from worker_sdk.ps.data_client import DataClient, PSError, PSUnavailable
 from worker_sdk.ps.routes import Placement, Route
 
@@ -204,7 +204,7 @@ def test_re_routes_are_bounded(monkeypatch, ctx):
     try:
         with pytest.raises(PSUnavailable, match="WRONG_OWNER"):
             client.step({"a": torch.ones(1)})
-        assert len(a.got) == reroute.MAX_REROUTES + 1
+        assert len(a.got) == retry.MAX_RESPLITS + 1
         assert len({req.seq for _, req, _ in a.got}) == len(a.got)
     finally:
         client.close()

@@ -1,21 +1,32 @@
 """A data-plane client of a set of PS: routed by the slot layout, parallel, retried, at-most-once
 pushes.
 
-`DataClient` speaks the ZeroMQ data plane to every PS of a job (one DEALER socket each). It
-places a dense tensor on the PS index that owns the slot its name hashes to and each embedding
-row on the owner of its id's slot (`pswire.slots`: the layout from the master's `ListPS`; with
-explicit endpoints and no master, `Layout.initial(len(endpoints))`, version 0, as a PS started
-without a master owns), sends the parts to all PS at once and waits for the answers with a
-bounded poll. The layout is read when the client is made and again only when a PS says it
-changed; a tensor's owner is cached per layout. A PS that does not answer within `timeout_s`
-(it died, restarted, or the reply was lost) gets its socket closed and the same request again
-(same client_id and seq, so a push is applied at most once) after a bounded exponential
-backoff, to the PS's current address (asked from the master again when the client was given
-one), for at most `retry.total_s` seconds in all (and `max_attempts` tries); then
-`PSUnavailable`, whose message names the PS, its address and how long it was tried. A PS that
-answers UNAVAILABLE (it is shutting down) is retried the same way. A call that needed retries
-and then got its answer logs one line saying so. Any other refusal raises `PSError` with the
-PS's code, reason and message; a stale push raises `StaleGradient` (pull again, recompute).
+`DataClient` speaks the data plane to every PS of a job (one connection each: ZeroMQ over TCP,
+or the PS's same-host socket). It places a dense tensor on the PS index that owns the slot its
+name hashes to and each embedding row on the owner of its id's slot (`pswire.slots`: the layout
+from the master's `ListPS`; with explicit endpoints and no master, `Layout.initial(len(
+endpoints))`, version 0, as a PS started without a master owns), sends the parts to all PS at
+once and waits for the answers with a bounded poll. The layout is read when the client is made
+and again only when a PS says it changed; a tensor's owner is cached per layout.
+
+The request path, one module each:
+
+    DataClient (this module)        the API: pull, push, rows, init_parameters, step
+      -> Router (router.py)         the layout, each tensor's PS, the split of a call
+      -> RoutedCall (reroute.py)    sends, collects, and does what CallRetry decides
+           CallRetry (retry.py)     what every answer means: the one retry owner
+      -> Exchange (exchange.py)     one pswire.connection.Connection per PS index, its route
+      -> Transport (pswire)         ZmqTransport (TCP) or SameHostTransport (a Unix socket)
+
+The rules `CallRetry` keeps: a PS that does not answer within `timeout_s` (it died, restarted,
+or the reply was lost) gets its connection closed and the same request again (same client_id
+and seq, so a push is applied at most once) after a bounded exponential backoff, to the PS's
+current address (asked from the master again when the client was given one), for at most
+`retry.total_s` seconds from the call's start (and `max_attempts` tries); then `PSUnavailable`,
+whose message names the PS, its address and how long it was tried. A PS that answers
+UNAVAILABLE (it is shutting down) is retried the same way. A call that needed retries and then
+got its answer logs one line saying so. Any other refusal raises `PSError` with the PS's code,
+reason and message; a stale push raises `StaleGradient` (pull again, recompute).
 
 While the PS set is resized, slots move between PS. A PS refuses a part touching a slot it no
 longer owns, applying nothing, with reason `WRONG_OWNER`; once every part of the call has its
@@ -43,9 +54,10 @@ is answered as a duplicate there, one it never forwarded is applied there, so ei
 A PS that is not the primary answers UNAVAILABLE with reason FENCED, which is retried the same
 way.
 
-A PS on the same machine is reached over its Unix socket (ZeroMQ ipc://) once it has announced
-one that this machine can see (`prefer_local`, on by default): about twice TCP's throughput on
-127.0.0.1. If that socket ever fails to answer, the client goes back to TCP.
+A PS on the same machine is reached over its same-host socket (a Unix stream socket,
+`pswire.samehost`) once it has announced one that this machine can see (`same_host`, on by
+default; a PS under TLS serves none). If that socket ever fails to answer, the client goes back
+to TCP.
 
 Tensors go out as frames over the tensors' own memory (no copy): do not change a gradient
 while `push` runs. Pulled tensors are views of the received frames (no copy).
@@ -67,16 +79,17 @@ from pswire.tables import TableSpec, spec_to_pb
 from rpckit.errors import Reason
 
 from . import reroute, restarts, steps
-from .exchange import RETRY_BUDGET_S, Exchange, PendingCall
+from .exchange import RETRY_BUDGET_S, Exchange
 from .ids import prepared
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
-from .parts import Part, Rows, split
+from .parts import Part, Rows
 from .restarts import Declaration
+from .router import Router
 # re-exported: callers import the data plane's errors and lookups from here
 from .routes import (PSError, PSUnavailable, Route,  # noqa: F401
                      master_data_plane, master_endpoints, master_routes)
 
-__all__ = ["DataClient", "PendingCall", "PushOutcome", "StaleGradient", "StepOutcome",
+__all__ = ["DataClient", "PushOutcome", "StaleGradient", "StepOutcome",
            "PSError", "PSUnavailable", "Route", "RETRY_BUDGET_S", "master_data_plane",
            "master_endpoints", "master_routes"]
 
@@ -87,10 +100,8 @@ class DataClient:
         options (timeouts, retries, TLS and token, server keys) are `Exchange`'s
         (worker_sdk/ps/exchange.py), which sends this client's requests."""
         self.exchange = Exchange(endpoints, **options)
-        # the declared dense tensors -> their PS index (kept to the layout by tensor_owner)
-        self.owner: dict[str, int] = {}
-        self._placed_by = None  # the layout `_placed` was computed from
-        self._placed: dict[str, int] = {}  # tensor name -> PS index under it
+        # where calls go (the layout, each dense tensor's PS): all that steps and reroute see
+        self.router = Router(self.exchange)
         self.versions: dict[str, int] = {}    # versions of the last pull, per tensor
         # PS index -> whether it refuses stale pushes (learnt from init and pull answers);
         # a PS not heard from yet is assumed to (a push then checks first: see `push`)
@@ -132,15 +143,26 @@ class DataClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @property
+    def owner(self) -> dict[str, int]:
+        """The declared dense tensors -> their PS index under the layout routed by."""
+        return self.router.owner
+
+    @owner.setter
+    def owner(self, owner: dict[str, int]) -> None:
+        self.router.owner = owner
+
     def next_seq(self) -> int:
         return self.exchange.next_seq()
 
-    def _call(self, requests, allow: tuple[Reason, ...] = ()) -> dict:
-        return self.exchange.call(requests, allow)
+    def begin(self, parts: dict[int, Part], op: reroute.Op) -> reroute.RoutedCall:
+        """Send `parts` as `op` builds them; the returned call's `wait()` collects the answers
+        (retrying and re-routing as worker_sdk/ps/retry.py decides). No other call of this
+        client may come before that `wait()`: the answers come on its connections."""
+        return reroute.RoutedCall(self.router, parts, op, self.declare_again)
 
-    def begin_call(self, requests, allow: tuple[Reason, ...] = ()) -> PendingCall:
-        """Send now, collect later: see `Exchange.begin_call`."""
-        return self.exchange.begin_call(requests, allow)
+    def _routed(self, parts: dict[int, Part], op: reroute.Op) -> reroute.Result:
+        return self.begin(parts, op).wait()
 
     def step(self, grads=None, versions=None, rows=(), pull=None,
              pull_rows=None) -> StepOutcome:
@@ -170,7 +192,7 @@ class DataClient:
         if declared.values is None:  # a PSClient gives its model's current values instead
             declared.values = lambda: tensors
         # every PS gets the optimizer and the tables, whether or not it holds a tensor
-        answers = reroute.call(self, self.split(Part(push=list(tensors)), every=True), op)
+        answers = self._routed(self.split(Part(push=list(tensors)), every=True), op)
         for a in answers.answers:
             self.versions.update(a.resp.init_parameters.versions)
             self.staleness_checked[a.index] = a.resp.init_parameters.staleness_checked
@@ -182,33 +204,21 @@ class DataClient:
 
     def _init_one(self, index: int, names: list[str], values: dict, declared) -> bool:
         op = _Init(values, declared.optimizer, declared.tables)
-        result = reroute.call(self, {index: Part(push=names)}, op)
+        result = self._routed({index: Part(push=names)}, op)
         return any(a.resp.init_parameters.initialized for a in result.answers)
 
     def set_layout(self, sizes: Mapping[str, int]) -> None:
         """Declare the model's tensors (name -> bytes), without talking to the PS: each is
         placed by the slot its name hashes to (sizes no longer matter)."""
-        self.owner = {name: self.tensor_owner(name) for name in sizes}
+        self.router.set_layout(sizes)
 
     def tensor_owner(self, name: str) -> int:
-        """The PS index that holds tensor `name` under the layout routed by now (cached per
-        layout: this is on every step's path)."""
-        layout = self.exchange.layout
-        if layout is not self._placed_by:
-            self._placed_by, self._placed = layout, {}
-            self.owner = {n: layout.owner_of_tensor(n) for n in self.owner}
-        index = self._placed.get(name)
-        if index is None:
-            index = self._placed[name] = layout.owner_of_tensor(name)
-        return index
+        """The PS index that holds tensor `name` under the layout routed by now."""
+        return self.router.tensor_owner(name)
 
     def split(self, part: Part, every: bool = False) -> dict[int, Part]:
-        """A call's content by the PS that own it now (`worker_sdk.ps.parts.split`). A client
-        idle for IDLE_REFRESH_S reads the layout again first: a shrink may have removed a PS
-        its layout still routes to, which answers WRONG_OWNER only for a few seconds before
-        it exits (and a request to a PS that is gone could not be re-routed safely)."""
-        self.exchange.refresh_if_idle()
-        return split(part, self.exchange.layout, self.tensor_owner, every)
+        """A call's content by the PS that own it now (`router.Router.split`)."""
+        return self.router.split(part, every)
 
     def pull(self, names: Iterable[str] | None = None) -> dict[str, torch.Tensor]:
         """Tensors by name (all of every PS when `names` is None), as views of the received
@@ -216,9 +226,9 @@ class DataClient:
         if names is None:
             whole = Part(pull_all=True)
         else:
-            whole = Part(pull=self._known(names, "pull"))
+            whole = Part(pull=self.router.known(names, "pull"))
         out: dict[str, torch.Tensor] = {}
-        for a in reroute.call(self, self.split(whole), _Pull()).answers:
+        for a in self._routed(self.split(whole), _Pull()).answers:
             resp, frames, index = a.resp, a.frames, a.index
             self.staleness_checked[index] = resp.pull.staleness_checked
             metas = resp.pull.tensors
@@ -238,13 +248,13 @@ class DataClient:
         StaleGradient when a PS refused them as too stale; then no PS applied any of them."""
         versions = self.versions if versions is None else versions
         grads = {name: dense_grad(g) for name, g in grads.items()}
-        names = self._known(grads, "push")
+        names = self.router.known(grads, "push")
         op = _Push(self, grads, versions)
         if self.needs_check(names):
             # phase one: every PS checks the versions, nothing is applied anywhere yet
             self.check_push(grads, versions, names)
             op.checked = True
-        return self.answer_push(reroute.call(self, self.split(Part(push=names)), op))
+        return self.answer_push(self._routed(self.split(Part(push=names)), op))
 
     def needs_check(self, names: Iterable[str], rows: bool = False) -> bool:
         """Whether a push of `names` (and, with `rows`, row gradients too) goes to more than
@@ -256,7 +266,7 @@ class DataClient:
     def check_push(self, grads, versions, names) -> None:
         """Staleness checked by every PS the push goes to, nothing applied (Push.check_only);
         raises StaleGradient when one refuses."""
-        self.answer_push(reroute.call(self, self.split(Part(push=list(names))),
+        self.answer_push(self._routed(self.split(Part(push=list(names))),
                                       _Push(self, grads, versions, check_only=True)))
 
     def answer_push(self, result: reroute.Result) -> PushOutcome:
@@ -279,7 +289,7 @@ class DataClient:
         if not ids.size:
             return torch.empty(0, 0)
         whole = Part(pull_rows=[Rows(table, ids, memo=memo)])
-        answers = reroute.call(self, self.split(whole), _PullRows()).answers
+        answers = self._routed(self.split(whole), _PullRows()).answers
         got = [(a.part.pull_rows[0], _rows(a.resp, a.frames, a.part.pull_rows[0].ids.size))
                for a in answers]
         if len(got) == 1 and got[0][0].positions is None:
@@ -298,21 +308,8 @@ class DataClient:
         if not ids.numel():
             return 0
         parts = self.split(Part(rows=[Rows(0, ids.numpy())]))
-        result = reroute.call(self, parts, _PushRows(table, grads))
+        result = self._routed(parts, _PushRows(table, grads))
         return sum(a.resp.push_rows.rows for a in result.answers)
-
-    # -- plumbing -----------------------------------------------------------------------------
-
-    def _known(self, names: Iterable[str], call: str) -> list[str]:
-        names = list(names)
-        for name in names:
-            if name not in self.owner:
-                raise KeyError(
-                    f"{call} of tensor {name!r}: this client does not know which PS holds it "
-                    "yet; declare the model first: PSClient.init_parameters(model) (or "
-                    "PSClient.attach(model) in a process that only reads it; on a DataClient: "
-                    "init_parameters or set_layout)")
-        return names
 
 
 class _Init(reroute.Op):

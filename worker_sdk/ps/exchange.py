@@ -1,77 +1,44 @@
-"""Sending requests to every PS of a set and collecting the answers, retried and re-routed.
+"""Requests to the PS of a set and their answers: connections, routes, sends, collection.
 
-`Exchange` owns one `pswire.connection.Connection` per PS index and the retry rules of the
-data plane (docs in worker_sdk/ps/data_client.py): every PS gets its request with one
-(client_id, seq), answers are collected with a bounded poll, a PS that does not answer in
-time is asked again (after re-reading its route from the master), for at most the retry
-budget. `PendingCall` is a call whose requests left and whose answers are not collected yet.
+`Exchange` owns one `pswire.connection.Connection` per PS index (ZeroMQ over TCP, or the PS's
+same-host socket: `pswire.transport.Transport`) and where each index's primary is (the
+master's ListPS: `_adopt`, `refresh`, `primary_moved`, `await_layout`). It sends requests and
+collects answers with a bounded poll, and decides nothing about them: what an answer means and
+what comes next is `retry.CallRetry`'s, and `reroute.RoutedCall` does it.
 """
 from __future__ import annotations
 
 import logging
 import time
 import uuid
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import zmq
 
 from protos import ps_pb2
 from pswire.connection import Connection, joined, split_joined
-from pswire.frames import buffer_of, code_name
+from pswire.frames import buffer_of
 from pswire.slots import DEFAULT_SLOTS, Layout
+from pswire.transport import Transport
 from rpckit import auth
 from rpckit.errors import Reason, ServiceError, invalid
 from rpckit.logs import Repeated
-from rpckit.retry import NEVER_RETRIED_NAMES, RETRYABLE, Backoff, RetryPolicy
+from rpckit.retry import RetryPolicy
 
 from .. import metrics, notice
 from .parts import owning
+from .retry import REROUTE_AFTER_S, CallRetry
 from .routes import PSError, PSUnavailable, Placement, Route, master_placement
 
 log = logging.getLogger(__name__)
 
-_RETRY_CODES = frozenset(code.name for code in RETRYABLE)
-REROUTE_AFTER_S = 0.3  # an unanswered request this old asks the master for a new primary
 RETRY_BUDGET_S = 30.0
 # a client idle this long reads the layout before its next call (a PS a shrink removed lingers
 # ps.__main__.LEAVE_AFTER_S = 3 s, answering WRONG_OWNER, before it exits)
 IDLE_REFRESH_S = 1.0
 IDLE_REFRESH_TIMEOUT_S = 2.0  # how long one call keeps retrying a PS that does not answer
-# A slot's hand-over pauses its writes for well under a second: SLOT_MOVING is retried soon
-# and often, apart from the tries and backoff kept for a PS that does not answer
-MOVING_BACKOFF_S, MOVING_MAX_BACKOFF_S = 0.015, 0.1
 # the most buffers an answer's joined frame may hold (a Step's answer holds a few)
 MAX_ANSWER_PARTS = 100_000
-
-
-class PendingCall:
-    """A call whose requests are sent and whose answers are not collected yet
-    (`DataClient.begin_call`)."""
-
-    def __init__(self, exchange):
-        self._exchange = exchange
-        self._result = None
-        self._error: BaseException | None = None
-        self._done = False
-
-    def wait(self) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
-        """The answers (as `Exchange.call` returns them), waiting and retrying as it does;
-        raises what it raises. Waiting again returns (or raises) the same."""
-        if not self._done:
-            try:
-                next(self._exchange)
-            except StopIteration as stop:
-                self._result = stop.value
-            except BaseException as exc:
-                self._error = exc
-            else:  # the exchange yields only once
-                self._error = RuntimeError("a data-plane exchange yielded twice")
-            finally:
-                self._done = True
-                self._exchange = None
-        if self._error is not None:
-            raise self._error
-        return self._result
 
 
 class Exchange:
@@ -86,7 +53,7 @@ class Exchange:
                  backoff_s: float = 0.05, max_backoff_s: float = 2.0,
                  retry_budget_s: float = RETRY_BUDGET_S,
                  discovery_timeout_s: float = 30.0, context: zmq.Context | None = None,
-                 prefer_local: bool = True, tls_ca: str | None = None,
+                 same_host: bool = True, tls_ca: str | None = None,
                  auth_token: str | None = None, server_keys: Sequence[str] | None = None):
         """endpoints or master: where the PS set is (exactly one of them).
         timeout_s: how long one try waits for an answer; a call gives up (PSUnavailable)
@@ -94,7 +61,8 @@ class Exchange:
         tls_ca, auth_token: for the master's ListPS and (the token) every data request;
         None: ELASTIC_PS_TLS_CA, ELASTIC_PS_AUTH_TOKEN(_FILE). server_keys: with `endpoints`,
         each PS's CURVE public key when its data plane is encrypted (GetPSStatus tells it);
-        with `master`, they come from ListPS."""
+        with `master`, they come from ListPS. same_host: send to a PS's same-host socket once
+        it announced one this machine can reach (pswire.samehost), else TCP only."""
         if (endpoints is None) == (master is None):
             raise ValueError("give either endpoints (tcp://host:port per PS) or master")
         notice.ensure_visible()  # waits and re-routes are logged at INFO
@@ -116,7 +84,7 @@ class Exchange:
                                  total_s=retry_budget_s, call_timeout_s=timeout_s)
         self._own_ctx = context is None
         self.ctx = context or zmq.Context()
-        self._prefer_local = prefer_local
+        self._same_host = same_host
         self._client_keys = None
         self._conns: dict[int, Connection] = {}  # PS index -> its connection
         # calls that needed more than one try: the first of a run said, the rest counted
@@ -159,7 +127,7 @@ class Exchange:
                 self._client_keys = zmq.curve_keypair()
             conn = self._conns.get(i)
             if conn is None:
-                conn = self._conns[i] = Connection(self.ctx, endpoint, self._prefer_local, key,
+                conn = self._conns[i] = Connection(self.ctx, endpoint, self._same_host, key,
                                                    self._client_keys if key else None)
             elif (conn.endpoint, conn.server_key) != (endpoint, key):
                 if key and conn.client_keys is None:
@@ -181,7 +149,7 @@ class Exchange:
         layout this client has."""
         if self.master is None or time.monotonic() - self.answered_at < IDLE_REFRESH_S:
             return
-        self._refresh(None, IDLE_REFRESH_TIMEOUT_S, drop=True)
+        self.refresh(None, IDLE_REFRESH_TIMEOUT_S, drop=True)
         self.answered_at = time.monotonic()
 
     def await_layout(self, min_version: int, timeout_s: float, why: str,
@@ -243,169 +211,92 @@ class Exchange:
         self._seq += 1
         return self._seq
 
-    def call(self, requests: dict[int, tuple[ps_pb2.DataRequest, list]],
-              allow: tuple[Reason, ...] = ()) -> dict[int, tuple[ps_pb2.DataResponse, list]]:
-        """Send each PS its request (same seq) and collect the answers, retrying what is not
-        answered (or answered with a retryable code) within the retry budget. Raises PSError
-        for a refusal whose reason is not in `allow`, PSUnavailable when the budget is spent."""
-        return self.begin_call(requests, allow).wait()
+    def new_retry(self) -> CallRetry:
+        """The decisions of one call (worker_sdk/ps/retry.py), with this client's budgets."""
+        return CallRetry(self.retry, self.max_attempts, self.master is not None)
 
-    def begin_call(self, requests: dict[int, tuple[ps_pb2.DataRequest, list]],
-                   allow: tuple[Reason, ...] = ()) -> "PendingCall":
-        """`call` in two halves: this sends the requests and returns at once; the returned
-        call's `wait()` collects the answers (retrying as `call` does). The client must make
-        no other call before that `wait()` has returned: the answers come on its sockets."""
-        exchange = self._exchange(requests, allow)
-        next(exchange)  # up to the first sends
-        return PendingCall(exchange)
-
-    def _exchange(self, requests, allow):
-        """`call`'s body as a generator: it yields once, after its first sends."""
+    def stamp(self, requests: dict[int, tuple[ps_pb2.DataRequest, list]]) -> int:
+        """Give `requests` one fresh seq (and this client's id and token); returns the seq."""
         seq = self.next_seq()
         for req, _ in requests.values():
             req.client_id, req.seq, req.token = self.client_id, seq, self._token
-        wire = {}
-        results: dict[int, tuple] = {}
-        offers: dict[int, str] = {}
-        pending = set(requests)
-        backoff = Backoff(self.retry)
-        moving_backoff = Backoff(RetryPolicy(MOVING_BACKOFF_S, MOVING_MAX_BACKOFF_S,
-                                             self.retry.total_s))
-        why = ""
-        attempt = tries = 0
-        unexpected = False  # a try failed otherwise than on a slot hand-over
-        sent_to: dict[int, str] = {}  # where this try's request went (a re-route moves conns)
-        while True:
-            attempt += 1
-            moving = set()  # answered SLOT_MOVING this try: the socket works, the slot waits
-            rerouted = False
-            waiting = {}
-            for index in pending:
-                req, frames = requests[index]
-                conn = self._conns[index]
-                # small buffers are joined into one frame for ZeroMQ, where each frame costs a
-                # few us a side; a plain same-host socket sends them all in one write as they are
-                plain = conn.plain
-                if (req.generation != conn.generation or wire.get(index, (None,))[0] != plain):
-                    req.generation = conn.generation
-                    head, got = req.SerializeToString(), None if plain else joined(frames)
-                    wire[index] = (plain, [head, *frames] if got is None else [
-                        head + ps_pb2.DataRequest(frame_sizes=got[0]).SerializeToString(),
-                        got[1]])
-                waiting[conn.send(wire[index][1])] = index
-                sent_to[index] = conn.current
-            if attempt == 1:
-                yield  # sent: the caller may compute until it needs the answers
-            poller = zmq.Poller()
-            peers = {}  # fd -> a same-host socket's peer (a poller answers those by fd)
-            for sock in waiting:
-                poller.register(sock, zmq.POLLIN)
-                if not isinstance(sock, zmq.Socket):
-                    peers[sock.fileno()] = sock
-            started = time.monotonic()
-            # one try waits timeout_s, but never past the call's retry budget
-            left = self.retry.total_s - backoff.elapsed
-            deadline = started + max(0.05, min(self.timeout_s, left))
-            while waiting:
-                left_ms = int((deadline - time.monotonic()) * 1000)
-                if left_ms <= 0 or not poller.sockets:
-                    break
-                if self.master is not None:
-                    if (time.monotonic() - started >= REROUTE_AFTER_S
-                            and self._primary_moved(set(waiting.values()))):
-                        why = "a new PS primary was promoted"
-                        unexpected = rerouted = True
-                        break
-                    left_ms = min(left_ms, int(REROUTE_AFTER_S * 1000))
-                for sock, _ in poller.poll(left_ms):
-                    sock = peers.get(sock, sock) if peers else sock
-                    try:
-                        frames = sock.recv_multipart(copy=False)
-                    except (OSError, ValueError):  # a same-host socket broken (pswire.unix):
-                        poller.unregister(sock)    # as a PS that does not answer, but
-                        why = f"PS {waiting[sock]}'s same-host socket broke"
-                        unexpected = True
-                        continue                   # known at once: no waiting for it
-                    resp = ps_pb2.DataResponse()
-                    try:
-                        resp.ParseFromString(buffer_of(frames[0]))
-                    except Exception:  # noqa: BLE001 - not an answer we can use
-                        continue
-                    if resp.seq != seq:
-                        continue  # a late answer to an earlier request
-                    body = frames[1:]
-                    if resp.frame_sizes:  # its buffers joined into one frame
-                        try:
-                            if len(body) != 1:
-                                raise invalid("frame_sizes set on an answer of "
-                                              f"{len(body)} frames")
-                            body = split_joined(body[0], resp.frame_sizes, MAX_ANSWER_PARTS)
-                        except ServiceError:
-                            continue  # not an answer we can use: as one that does not parse
-                    index = waiting.pop(sock)
-                    poller.unregister(sock)
-                    if resp.code == 0:  # the usual answer: none of the refusals below
-                        pending.discard(index)
-                        offers[index] = resp.local_endpoint
-                        results[index] = (resp, body)
-                        continue
-                    code = code_name(resp.code)
-                    if code in _RETRY_CODES:  # e.g. the PS is stopping: try again
-                        why = f"PS {index} answered {code}: {resp.message}"
-                        if resp.reason == Reason.SLOT_MOVING:
-                            moving.add(index)
-                        else:
-                            unexpected = True
-                        continue
-                    pending.discard(index)
-                    offers[index] = resp.local_endpoint
-                    where = f"PS {index} ({self._conns[index].current})"
-                    if code in NEVER_RETRIED_NAMES:  # the same token gets the same answer
-                        raise auth.credentials_refused(where, code, self._token_source,
-                                                       resp.reason)
-                    if resp.reason not in allow:
-                        raise PSError(code, resp.reason or Reason.INTERNAL,
-                                      f"{where}: {resp.message}")
-                    results[index] = (resp, body)
-            if not pending:
-                for index, local in offers.items():
-                    self._conns[index].offer(local)
-                self._answered(attempt, backoff.elapsed, why, unexpected)
-                self.answered_at = time.monotonic()
-                return results
-            for sock, index in waiting.items():
-                if (sock, zmq.POLLIN) in poller.sockets:  # else broken, and said so
-                    promoted = "; a new PS primary was promoted" if rerouted else ""
-                    why = (f"no answer from PS {index} at {sent_to[index]} within "
-                           f"{time.monotonic() - started:.1f}s{promoted}")
-                    unexpected = True
-            if moving == pending:  # only hand-overs in the way: soon, and not a try spent
-                delay = moving_backoff.next_delay()
-                if delay is None or backoff.elapsed >= self.retry.total_s:
-                    break
-                time.sleep(delay)
-                continue
-            tries += 1
-            delay = None if tries >= self.max_attempts else backoff.next_delay()
-            if delay is None:
-                break
-            for index in pending - moving:
-                self._conns[index].failed()
-            time.sleep(delay)
-            left = self.retry.total_s - backoff.elapsed
-            if left > 0:
-                self._refresh(pending, timeout_s=min(self.timeout_s, left))
-        log.info("giving up after %d tries (%.1f s): %s", attempt, backoff.elapsed, why)
-        raise PSUnavailable(
-            f"PS {', '.join(str(i) for i in sorted(pending))} gave no usable answer for "
-            f"{backoff.elapsed:.1f}s ({attempt} tries; retry budget {self.retry.total_s:.0f}s, "
-            f"{self.max_attempts} tries); last: {why}. Is the PS running? A PS restarted from "
-            "its checkpoint is found again through the master while the budget lasts")
+        return seq
 
-    def _answered(self, attempt: int, elapsed: float, why: str, unexpected: bool) -> None:
-        """Log a call answered on try `attempt`: a run of calls that needed more than one try
+    def send(self, index: int, req: ps_pb2.DataRequest, frames: list, wire: dict) -> Transport:
+        """Send PS `index` its request; returns the transport its answer comes on. `wire`
+        keeps each index's encoded message for the same request's next try (re-encoded when
+        the generation routed by or the kind of transport changed)."""
+        conn = self._conns[index]
+        joins = conn.joins_buffers
+        kept = wire.get(index)
+        if kept is None or req.generation != conn.generation or kept[0] != joins:
+            # small buffers are joined into one frame for ZeroMQ, where each frame costs a
+            # few us a side; the same-host socket sends them all in one write as they are
+            req.generation = conn.generation
+            head, got = req.SerializeToString(), joined(frames) if joins else None
+            kept = wire[index] = (joins, [head, *frames] if got is None else [
+                head + ps_pb2.DataRequest(frame_sizes=got[0]).SerializeToString(), got[1]])
+        return conn.send(kept[1])
+
+    def collect(self, waiting: dict, seq: int, timeout_s: float, take: Callable,
+                broken: Callable, tick: Callable[[float], bool] | None = None) -> None:
+        """Wait up to `timeout_s` for the answers to `seq` of `waiting` (pollable -> (index,
+        transport), as sent), removing each as it comes: `take(index, resp, frames)` for an
+        answer, `broken(index)` for a transport that broke (known at once: no waiting for
+        it). `tick(waited_s)`, called about every REROUTE_AFTER_S while answers are missing,
+        returns True to stop waiting. A late answer to another seq, or one that does not
+        parse, is dropped."""
+        poller = zmq.Poller()
+        for pollable in waiting:
+            poller.register(pollable, zmq.POLLIN)
+        started = time.monotonic()
+        deadline = started + timeout_s
+        while waiting:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                return
+            if tick is not None:
+                if tick(time.monotonic() - started):
+                    return
+                left_ms = min(left_ms, int(REROUTE_AFTER_S * 1000))
+            for pollable, _ in poller.poll(left_ms):
+                index, transport = waiting[pollable]
+                try:
+                    frames = transport.recv()
+                except (OSError, ValueError):  # a same-host socket broken (pswire.samehost)
+                    poller.unregister(pollable)
+                    del waiting[pollable]
+                    broken(index)
+                    continue
+                got = _answer(frames, seq)
+                if got is None:
+                    continue
+                del waiting[pollable]
+                poller.unregister(pollable)
+                take(index, *got)
+
+    def failed(self, indexes) -> None:
+        """No usable answer from `indexes`: their connections start over (on TCP)."""
+        for index in indexes:
+            self._conns[index].failed()
+
+    def offer(self, index: int, endpoint: str) -> None:
+        """PS `index` announced its same-host endpoint (`DataResponse.local_endpoint`)."""
+        self._conns[index].offer(endpoint)
+
+    def where(self, index: int) -> str:
+        """PS `index` and the endpoint its requests go to, for messages."""
+        return f"PS {index} ({self._conns[index].current})"
+
+    @property
+    def token_source(self) -> str:
+        return self._token_source
+
+    def answered(self, attempt: int, elapsed: float, why: str, unexpected: bool) -> None:
+        """Log a seq answered on try `attempt`: a run of calls that needed more than one try
         is one line and a count (rpckit.logs.Repeated), at INFO when only slot hand-overs
         were in the way (a resize: expected), else at WARNING."""
+        self.answered_at = time.monotonic()
         if attempt == 1:
             self._recoveries.ended("PS calls answer on the first try again")
             return
@@ -413,7 +304,10 @@ class Exchange:
                                f"tries before failed with: {why}", key=unexpected,
                                level=logging.WARNING if unexpected else logging.INFO)
 
-    def _primary_moved(self, indexes: set[int]) -> bool:
+    def gave_up(self, attempt: int, elapsed: float, why: str) -> None:
+        log.info("giving up after %d tries (%.1f s): %s", attempt, elapsed, why)
+
+    def primary_moved(self, indexes: set[int]) -> bool:
         """Whether the master names another primary for one of `indexes` (asked at most every
         REROUTE_AFTER_S; the connections are moved when so)."""
         now = time.monotonic()
@@ -421,11 +315,11 @@ class Exchange:
             return False
         self._rerouted_at = now
         before = {i: (c.endpoint, c.generation) for i, c in self._conns.items()}
-        self._refresh(indexes, timeout_s=REROUTE_AFTER_S)
+        self.refresh(indexes, timeout_s=REROUTE_AFTER_S)
         return any((self._conns[i].endpoint, self._conns[i].generation) != before[i]
                    for i in indexes)
 
-    def _refresh(self, indexes: Iterable[int] | None, timeout_s: float | None = None,
+    def refresh(self, indexes: Iterable[int] | None, timeout_s: float | None = None,
                  drop: bool = False) -> None:
         """Look the PS up again (a restarted PS may listen elsewhere, a backup may have been
         promoted); a newer layout found on the way is routed by from the next call on.
@@ -437,3 +331,24 @@ class Exchange:
         except PSUnavailable:
             return
         self._adopt(found, drop=drop, indexes=indexes)
+
+
+def _answer(frames: list, seq: int) -> tuple[ps_pb2.DataResponse, list] | None:
+    """(DataResponse, its buffers) of a received message, or None when it is not an answer to
+    `seq` this client can use (late, or not parsing)."""
+    resp = ps_pb2.DataResponse()
+    try:
+        resp.ParseFromString(buffer_of(frames[0]))
+    except Exception:  # noqa: BLE001 - not an answer we can use
+        return None
+    if resp.seq != seq:
+        return None  # a late answer to an earlier request
+    body = frames[1:]
+    if resp.frame_sizes:  # its buffers joined into one frame
+        try:
+            if len(body) != 1:
+                raise invalid(f"frame_sizes set on an answer of {len(body)} frames")
+            body = split_joined(body[0], resp.frame_sizes, MAX_ANSWER_PARTS)
+        except ServiceError:
+            return None  # not an answer we can use: as one that does not parse
+    return resp, body

@@ -59,8 +59,9 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
         if ids.size:
             cut.append(Rows(len(row_pushes), ids, memo=memo))
             row_pushes.append((table, grad.detach().to(torch.float32).contiguous()))
-    whole = Part(push=client._known(grads, "push") if grads else [], rows=cut,
-                 pull=client._known(pull, "pull") if pull is not None else [])
+    router = client.router
+    whole = Part(push=router.known(grads, "push") if grads else [], rows=cut,
+                 pull=router.known(pull, "pull") if pull is not None else [])
     sizes = {}
     for table, ids in (pull_rows or {}).items():
         ids, memo = prepared(ids)
@@ -74,8 +75,8 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
     if client.needs_check(whole.push, rows=bool(row_pushes)):
         client.check_push(grads, versions, whole.push)
         op.checked = True
-    parts = client.split(whole)
-    call = reroute.RoutedCall(client, parts, op) if parts else None
+    parts = router.split(whole)
+    call = client.begin(parts, op) if parts else None
     return PendingStep(client, call, bool(grads), pull is not None, sizes)
 
 

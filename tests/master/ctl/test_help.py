@@ -59,7 +59,8 @@ def test_the_walk_finds_an_argument_without_help():
     assert _without_help(parser, "x") == ["x one thing", "x two (the subcommand)"]
 
 
-def test_the_data_ipc_help_names_the_plain_unix_socket(monkeypatch):
+def test_the_data_ipc_help_names_the_same_host_socket_and_not_zeromq(monkeypatch):
     parser = server_parser(ps_settings.parse, monkeypatch)
     (ipc,) = [a for a in parser._actions if "--data-ipc" in a.option_strings]
-    assert "unix://" in ipc.help and "plain" in ipc.help
+    assert "same-host" in ipc.help and "unix://" in ipc.help and "not ZeroMQ" in ipc.help
+    assert "ipc://" not in ipc.help

@@ -1,4 +1,4 @@
-"""The PS's plain same-host socket (ps/dataplane/unix.py): served alongside ZeroMQ, used by
+"""The PS's same-host socket (ps/dataplane/samehost.py): served alongside ZeroMQ, used by
 same-host clients, and safe against clients that send bad, partial or unread messages."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch
 import zmq
 
 from protos import ps_pb2
-from ps.dataplane import data_plane
+from ps.dataplane import BindError, data_plane
 from ps.store.params import ParamStore
-from pswire import unix
-from pswire.connection import Connection
+from pswire import samehost
+from pswire.connection import Connection, ZmqTransport
 from rpckit.errors import Reason
 from worker_sdk.ps.data_client import DataClient
 
@@ -25,7 +25,7 @@ BIG = 1_000_000  # floats: a 4 MB pull answer, more than a socket buffer holds
 def plane(tmp_path):
     store = ParamStore()
     p = data_plane(store, host="127.0.0.1", port=0, threads=1,
-                   ipc_path=str(tmp_path / "d.sock"))
+                   same_host_path=str(tmp_path / "d.sock"))
     port = p.bind()
     p.start()
     p.tcp = f"tcp://127.0.0.1:{port}"
@@ -38,8 +38,14 @@ def _request(seq: int, **body) -> bytes:
     return ps_pb2.DataRequest(client_id="raw", seq=seq, **body).SerializeToString()
 
 
-def _answer(peer: unix.UnixPeer) -> tuple[ps_pb2.DataResponse, list]:
-    frames = peer.recv_multipart()
+def _peer(path: str) -> samehost.SameHostTransport:
+    peer = samehost.SameHostTransport(f"{samehost.SCHEME}{path}")
+    peer.connect()
+    return peer
+
+
+def _answer(peer: samehost.SameHostTransport) -> tuple[ps_pb2.DataResponse, list]:
+    frames = peer.recv()
     return ps_pb2.DataResponse.FromString(bytes(frames[0])), frames[1:]
 
 
@@ -72,7 +78,7 @@ def test_a_same_host_client_trains_over_the_plain_socket(plane):
             c.push({"w": torch.ones(BIG), "b": torch.full((3,), 2.0)})
         got = c.pull()
         assert torch.all(got["w"] == -3.0) and torch.equal(got["b"], torch.full((3,), -6.0))
-    assert plane.unix.thread.is_alive()
+    assert plane.same_host.thread.is_alive()
 
 
 def test_bad_bytes_close_only_that_connection(plane):
@@ -87,7 +93,7 @@ def test_bad_bytes_close_only_that_connection(plane):
 
 
 def test_a_message_of_too_many_frames_is_answered_too_large(plane):
-    peer = unix.UnixPeer(plane.path)
+    peer = _peer(plane.path)
     try:
         peer.send([_request(1, pull=ps_pb2.Pull())] + [b""] * plane.max_frames)
         resp, _ = _answer(peer)
@@ -100,7 +106,7 @@ def test_a_message_of_too_many_frames_is_answered_too_large(plane):
 
 
 def test_an_undecodable_header_is_answered_invalid_and_the_connection_kept(plane):
-    peer = unix.UnixPeer(plane.path)
+    peer = _peer(plane.path)
     try:
         peer.send([b"\xff\xff not a protobuf"])
         resp, _ = _answer(peer)
@@ -126,7 +132,7 @@ def test_half_a_message_holds_up_no_other_client(plane):
 def test_an_answer_not_read_holds_up_no_other_client_and_arrives_whole(plane):
     with DataClient([plane.tcp], timeout_s=5) as c:
         c.init_parameters({"w": torch.arange(BIG, dtype=torch.float32)}, "sgd", lr=1.0)
-    slow = unix.UnixPeer(plane.path)
+    slow = _peer(plane.path)
     try:
         slow.send([_request(1, pull=ps_pb2.Pull(names=["w"]))])
         time.sleep(0.2)  # the PS wrote what the socket took and keeps the rest
@@ -142,14 +148,22 @@ def test_an_answer_not_read_holds_up_no_other_client_and_arrives_whole(plane):
         slow.close()
 
 
-def test_under_curve_the_same_host_endpoint_stays_zeromq(tmp_path):
-    p = data_plane(ParamStore(), host="127.0.0.1", port=0, threads=1,
-                   ipc_path=str(tmp_path / "c.sock"), curve_keypair=zmq.curve_keypair())
+def test_under_curve_there_is_no_same_host_socket(tmp_path):
+    """TLS promises every data-plane byte encrypted: an 'auto' path is skipped (workers here
+    use TCP, under CURVE), an explicit one refuses to start."""
+    path = tmp_path / "c.sock"
+    p = data_plane(ParamStore(), host="127.0.0.1", port=0, threads=1, same_host_path=str(path),
+                   same_host_optional=True, curve_keypair=zmq.curve_keypair())
     p.bind()
     try:
-        assert p.local_endpoint == f"ipc://{tmp_path / 'c.sock'}" and p.unix is None
+        assert p.local_endpoint == "" and p.same_host is None and not path.exists()
     finally:
         p.stop()
+    q = data_plane(ParamStore(), host="127.0.0.1", port=0, threads=1, same_host_path=str(path),
+                   curve_keypair=zmq.curve_keypair())
+    with pytest.raises(BindError, match="under TLS"):
+        q.bind()
+    assert not path.exists() and q.frontend is None
 
 
 def test_a_client_falls_back_to_tcp_when_the_socket_is_gone(plane, tmp_path):
@@ -160,10 +174,10 @@ def test_a_client_falls_back_to_tcp_when_the_socket_is_gone(plane, tmp_path):
         conn = Connection(zmq.Context.instance(), plane.tcp)
         conn.offer(f"unix://{dead}")
         assert conn.current == f"unix://{dead}"
-        sock = conn.send([_request(1, pull=ps_pb2.Pull())])
-        assert isinstance(sock, zmq.Socket) and conn.current == plane.tcp
-        assert sock.poll(5000)
-        resp = ps_pb2.DataResponse.FromString(sock.recv_multipart()[0])
+        sent = conn.send([_request(1, pull=ps_pb2.Pull())])
+        assert isinstance(sent, ZmqTransport) and conn.current == plane.tcp
+        assert sent.pollable.poll(5000)
+        resp = ps_pb2.DataResponse.FromString(sent.recv()[0].bytes)
         assert resp.seq == 1
         conn.offer(f"unix://{dead}")  # not tried again
         assert conn.current == plane.tcp
@@ -213,9 +227,9 @@ def test_with_several_handlers_a_slow_request_holds_up_no_other(tmp_path, thread
     import threading
 
     p = data_plane(ParamStore(), host="127.0.0.1", port=0, threads=threads,
-                   ipc_path=str(tmp_path / "t.sock"))
+                   same_host_path=str(tmp_path / "t.sock"))
     p.bind()
-    handle, entered = p.unix.handle, threading.Event()
+    handle, entered = p.same_host.handle, threading.Event()
 
     def slowed(frames):
         if ps_pb2.DataRequest.FromString(bytes(frames[0])).client_id == "slow":
@@ -223,9 +237,9 @@ def test_with_several_handlers_a_slow_request_holds_up_no_other(tmp_path, thread
             time.sleep(1.0)
         return handle(frames)
 
-    p.unix.handle = slowed
+    p.same_host.handle = slowed
     p.start()
-    slow, quick = unix.UnixPeer(p.unix.path), unix.UnixPeer(p.unix.path)
+    slow, quick = _peer(p.same_host.path), _peer(p.same_host.path)
     try:
         slow.send([ps_pb2.DataRequest(client_id="slow", seq=1, pull=ps_pb2.Pull())
                    .SerializeToString()])
@@ -246,13 +260,13 @@ def test_a_primary_with_backups_grows_its_same_host_handlers(tmp_path):
     from ps.dataplane import AUTO, AUTO_THREADS
 
     p = data_plane(ParamStore(), host="127.0.0.1", port=0, threads=AUTO,
-                   ipc_path=str(tmp_path / "g.sock"))
+                   same_host_path=str(tmp_path / "g.sock"))
     p.bind()
     p.start()
     try:
-        assert p.unix.workers == 1
+        assert p.same_host.workers == 1
         p.grow()
-        assert p.unix.workers == AUTO_THREADS
+        assert p.same_host.workers == AUTO_THREADS
         _serves_at(p)
     finally:
         p.stop()
@@ -274,14 +288,14 @@ def test_over_the_plain_socket_buffers_travel_as_they_are_not_joined(plane):
     from pswire.tables import TableSpec
 
     seen = []
-    handle = plane.unix.handle
+    handle = plane.same_host.handle
 
     def recording(frames):
         req = ps_pb2.DataRequest.FromString(bytes(frames[0]))
         seen.append((req.WhichOneof("body"), len(frames), list(req.frame_sizes)))
         return handle(frames)
 
-    plane.unix.handle = recording
+    plane.same_host.handle = recording
     table = TableSpec("emb", 4, "normal", 0.0, 0.1, seed=1)
     with DataClient([plane.tcp], timeout_s=5) as c:
         c.init_parameters({"w": torch.zeros(3)}, "sgd", lr=1.0, tables=[table])

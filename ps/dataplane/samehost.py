@@ -1,7 +1,8 @@
-"""The PS's same-host endpoint without ZeroMQ: a Unix stream socket served by one thread.
+"""The PS's same-host socket: a Unix stream socket for workers on this machine, one thread.
 
-The message format is pswire.unix's. One thread (`ps-data-unix`) accepts connections, reads
-requests without blocking (a client that sends half a message holds up no one), hands each
+The message format is pswire.samehost's. A PS serves it beside its ZeroMQ socket when it runs
+without TLS (`--data-ipc`; `auto_path` picks a path). One thread (`ps-data-same-host`) accepts
+connections, reads requests without blocking (a client that sends half a message holds up no one), hands each
 whole request to the data plane's `handle` (the same chain as the ZeroMQ socket's) and writes
 the answer itself: no I/O thread, no hand-over. An answer the socket does not take at once is
 kept (the buffers themselves, no copy) and written as the client reads; that connection's next
@@ -16,17 +17,22 @@ newest is closed (its client goes back to TCP).
 from __future__ import annotations
 
 import logging
+import os
 import selectors
 import socket
+import tempfile
 import threading
+import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from pswire import unix
+from pswire import samehost as wire
 
 log = logging.getLogger(__name__)
 
+SOCKET_DIR = "elastic-ps"  # under the temp directory: where `auto_path` puts sockets
+MAX_PATH = 100  # sun_path is 108 bytes on Linux
 MAX_CONNECTIONS = 1024
 POLL_S = 1.0  # how often the thread looks at `stop` while nothing arrives (join() wakes it)
 
@@ -49,7 +55,7 @@ class _Conn:
         self.sizes: list[int] = []
 
 
-class UnixServer:
+class SameHostServer:
     def __init__(self, path: str, handle: Callable[[list], list], refuse: Callable[[int], bytes],
                  max_frames: int, max_frame_bytes: int, stop: threading.Event,
                  ended: Callable[[str], None], workers: int = 1):
@@ -92,7 +98,7 @@ class UnixServer:
         self.listener = sock
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self._run, name="ps-data-unix", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="ps-data-same-host", daemon=True)
         self.thread.start()
 
     def join(self, timeout: float) -> None:
@@ -121,7 +127,7 @@ class UnixServer:
                             self._flush(sel, conn)
                         elif events & selectors.EVENT_READ:
                             self._read(sel, conn)
-                    except (OSError, unix.BadMessage, MemoryError) as exc:
+                    except (OSError, wire.BadMessage, MemoryError) as exc:
                         log.debug("closing a same-host data connection: %s", exc)
                         self._close(sel, conn)
                     except Exception:  # noqa: BLE001 - a bug: that client goes, the rest stay
@@ -149,7 +155,7 @@ class UnixServer:
             sock.close()
             return
         sock.setblocking(False)
-        unix.tune(sock)
+        wire.tune(sock)
         conn = self._conns[sock.fileno()] = _Conn(sock)
         sel.register(sock, selectors.EVENT_READ, conn)
 
@@ -176,20 +182,20 @@ class UnixServer:
             if conn.got < conn.need:
                 continue
             if conn.piece == 0:
-                n = unix.count_of(conn.buf)
+                n = wire.count_of(conn.buf)
                 if n > self.max_frames:
                     self._answer(sel, conn, [self.refuse(self.max_frames)])
-                    raise unix.BadMessage(f"a message of {n} frames")
+                    raise wire.BadMessage(f"a message of {n} frames")
                 conn.piece, conn.need = 1, 8 * n
             elif conn.piece == 1:
-                conn.sizes = unix.sizes_of(conn.buf, self.max_frame_bytes)
+                conn.sizes = wire.sizes_of(conn.buf, self.max_frame_bytes)
                 conn.piece, conn.need = 2, sum(conn.sizes)
             else:
-                frames = unix.split(conn.buf, conn.sizes)
+                frames = wire.split(conn.buf, conn.sizes)
                 conn.next_message()
                 if self.workers > 1:  # handled beside the others; its connection waits
                     if self._pool is None:
-                        self._pool = ThreadPoolExecutor(self.workers, "ps-data-unix-handler")
+                        self._pool = ThreadPoolExecutor(self.workers, "ps-data-same-host-handler")
                     sel.unregister(conn.sock)
                     self._pool.submit(self._handle_in_pool, conn, frames)
                     return
@@ -199,7 +205,7 @@ class UnixServer:
                     del frames
                 self._answer(sel, conn, reply)
                 return  # one request per wake-up: the others' turn
-            conn.buf, conn.got = unix.buffer(conn.need), 0
+            conn.buf, conn.got = wire.buffer(conn.need), 0
 
     def _handle_in_pool(self, conn: _Conn, frames: list) -> None:
         try:
@@ -230,21 +236,53 @@ class UnixServer:
                 continue  # closed meanwhile (the server stopping)
             try:
                 if reply is None:
-                    raise unix.BadMessage("no answer")
+                    raise wire.BadMessage("no answer")
                 sel.register(conn.sock, selectors.EVENT_READ, conn)
                 self._answer(sel, conn, reply)
-            except (OSError, unix.BadMessage, ValueError, KeyError) as exc:
+            except (OSError, wire.BadMessage, ValueError, KeyError) as exc:
                 log.debug("closing a same-host data connection: %s", exc)
                 self._close(sel, conn)
 
     def _answer(self, sel, conn: _Conn, reply: list) -> None:
-        left = unix.send_all(conn.sock, unix.framed(reply))
+        left = wire.send_all(conn.sock, wire.framed(reply))
         if left:  # the client reads slower: write the rest as it does, read nothing meanwhile
             conn.out, conn.refs = left, reply
             sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
 
     def _flush(self, sel, conn: _Conn) -> None:
-        conn.out = unix.send_all(conn.sock, conn.out)
+        conn.out = wire.send_all(conn.sock, conn.out)
         if not conn.out:
             conn.refs = []
             sel.modify(conn.sock, selectors.EVENT_READ, conn)
+
+
+def auto_path(index: int) -> str:
+    """A fresh path for the same-host socket, under the temp directory; sockets
+    left by PS that are gone (killed) are removed. Empty when no usable path exists."""
+    directory = os.path.join(tempfile.gettempdir(), SOCKET_DIR)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        if not os.access(directory, os.W_OK):
+            return ""
+        for name in os.listdir(directory):
+            parts = name.split("-")
+            if name.endswith(".sock") and len(parts) == 4 and parts[2].isdigit():
+                if not _alive(int(parts[2])):
+                    try:
+                        os.unlink(os.path.join(directory, name))
+                    except OSError:
+                        pass
+    except OSError:
+        return ""
+    path = os.path.join(directory, f"ps-{index}-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock")
+    return path if len(path) <= MAX_PATH else ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

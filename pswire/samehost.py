@@ -1,4 +1,4 @@
-"""The same-host data plane without ZeroMQ: messages over a plain Unix stream socket.
+"""The same-host transport: data-plane messages over a Unix stream socket, without ZeroMQ.
 
 ZeroMQ moves every message through an I/O thread of its own on each side: a request wakes
 the worker's I/O thread to write it and the PS's to read it, then the PS's handler thread; the
@@ -6,9 +6,11 @@ answer wakes two more. On the two cores a worker and its PS share, those wake-up
 the worker's CPU and 15 % of each PS's (docs/benchmarks.md). Over this socket the caller's
 thread writes its message itself and the kernel wakes the one thread that reads it.
 
-Used when a PS runs without CURVE (under TLS the data plane stays on ZeroMQ, encrypted): the
-PS announces `unix://PATH` as its same-host endpoint (`local_endpoint`), and a client on the
-same machine sends there (pswire.connection.Connection).
+A PS running without TLS serves it beside its ZeroMQ socket (ps/dataplane/samehost.py) and
+announces `unix://PATH` in every answer (`DataResponse.local_endpoint`); a client on the same
+machine sends there (`pswire.connection.Connection`, through `SameHostTransport`). Under TLS a
+PS serves no same-host socket: TLS promises every data-plane byte encrypted (CURVE), and this
+socket carries them as they are.
 
 A message is its frame count, each frame's size and the frames' bytes, back to back:
 
@@ -25,6 +27,8 @@ import struct
 
 import numpy as np
 import zmq
+
+from .transport import Transport
 
 SCHEME = "unix://"
 MAX_FRAMES = 1 << 20  # a Step's answer has a few; the PS bounds a request's by --max-request-frames
@@ -118,31 +122,42 @@ def send_all(sock: socket.socket, views: list[memoryview]) -> list[memoryview]:
     return []
 
 
-class UnixPeer:
-    """A client's connection to one PS's Unix socket, with the calls the exchange makes on a
-    ZeroMQ DEALER (`fileno` for its poller, `recv_multipart`, `close`). Its thread writes and
-    reads itself, blocking at most IO_TIMEOUT_S; an OSError (the PS gone, a stop mid-message,
-    bad bytes) means the connection is no longer usable."""
+def path_of(endpoint: str) -> str:
+    """The socket path of a `unix://PATH` endpoint; "" for any other endpoint."""
+    return endpoint[len(SCHEME):] if endpoint.startswith(SCHEME) else ""
 
-    def __init__(self, path: str, max_frame_bytes: int = 1 << 40):
+
+class SameHostTransport(Transport):
+    """A client's connection to one PS's same-host socket. The caller's thread writes and
+    reads itself, blocking at most IO_TIMEOUT_S; an OSError (the PS gone, a stop mid-message)
+    or a BadMessage means the connection is no longer usable."""
+
+    def __init__(self, endpoint: str, max_frame_bytes: int = 1 << 40):
+        """endpoint: unix://PATH."""
+        self.endpoint = endpoint
         self.max_frame_bytes = max_frame_bytes
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            tune(self.sock)
-            self.sock.settimeout(IO_TIMEOUT_S)
-            self.sock.connect(path)
-        except OSError:
-            self.sock.close()
-            raise
+        self.sock: socket.socket | None = None
 
-    def fileno(self) -> int:
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            tune(sock)
+            sock.settimeout(IO_TIMEOUT_S)
+            sock.connect(path_of(self.endpoint))
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+    @property
+    def pollable(self) -> int:
         return self.sock.fileno()
 
     def send(self, parts) -> None:
         if send_all(self.sock, framed(parts)):  # only a non-blocking socket leaves some
             raise OSError("the PS's socket took only part of the message")
 
-    def recv_multipart(self, copy: bool = False) -> list[memoryview]:
+    def recv(self) -> list[memoryview]:
         n = count_of(self._exactly(_COUNT.size))
         sizes = sizes_of(self._exactly(8 * n), self.max_frame_bytes)
         return split(self._exactly(sum(sizes)), sizes)
@@ -157,5 +172,6 @@ class UnixPeer:
             got += k
         return buf
 
-    def close(self, linger=None) -> None:
-        self.sock.close()
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
