@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from .applied import AppliedTable, Duplicate
-from .ownership import Ownership
+from .slots.ownership import Ownership
 from .dense import Dense, Stats
 from .flat_dense import FlatAdagrad
 from pswire.tables import TableSpec
@@ -93,7 +93,7 @@ class ParamStore:
         # of a table's bounds is filed with it before it is acknowledged
         self.file_tables: Callable[[], object] | None = None
         self._tables_unfiled = False  # a bounds change not in a file yet (its write failed)
-        # the hash slots this PS serves (the master's layout says; ps/ownership.py)
+        # the hash slots this PS serves (the master's layout says; ps/slots/ownership.py)
         self.ownership = Ownership.initial(index, num_ps)
 
     # -- what the parts do --------------------------------------------------------------------

@@ -20,8 +20,8 @@ from pswire.optimizers import config_from_pb
 from pswire.tables import spec_from_pb
 from rpckit.errors import invalid
 
-from .. import move_wire, moves
-from ..ownership import WrongOwner
+from ..slots import moves, wire as move_wire
+from ..slots.ownership import WrongOwner
 from ..params import ParamStore
 from ..steps import StepParts
 
@@ -122,7 +122,7 @@ class Handlers:
 
     def import_slots(self, req, frames: list) -> list:
         """Write a slot move's export (`frames`: its one frame) into this store: the new
-        owner's own call (ps/slot_calls.py), as a primary's backups replay it."""
+        owner's own call (ps/slots/calls.py), as a primary's backups replay it."""
         return self._slot_import(req, frames)
 
     def _slot_import(self, req, frames) -> list:

@@ -203,7 +203,7 @@ def contents(table) -> dict[int, tuple]:
         return out
 
 
-# -- hash-slot moves (ps/moves.py) ----------------------------------------------------------------
+# -- hash-slot moves (ps/slots/moves.py) ----------------------------------------------------------------
 
 def slot_rows(table, in_slots, watch: int = 0) -> dict:
     """The rows whose ids `in_slots(ids)` (a boolean mask over ids) selects, copied, with their

@@ -101,7 +101,7 @@ class Table:
         self.evicted_ids: list[np.ndarray] = []
         self._evicted_pending = 0
         self.snaps: list = []  # SnapshotPins of open snapshot views reading the rows
-        # while a slot move copies rows out (ps/moves.py): the positions written and the ids
+        # while a slot move copies rows out (ps/slots/moves.py): the positions written and the ids
         # evicted since its copy, so the hand-over sends only those; None when none is
         # watching (the request path then pays one attribute test)
         self.watch: list | None = None
@@ -324,7 +324,7 @@ class Table:
             self.unwatch()
 
     def unwatch(self) -> None:
-        """Under self.lock: stop recording changes for a slot move (ps/moves.py)."""
+        """Under self.lock: stop recording changes for a slot move (ps/slots/moves.py)."""
         self.watch, self.watch_gone, self.watch_attempt = None, [], 0
 
     def _live(self) -> np.ndarray:

@@ -15,7 +15,7 @@ import torch
 
 from protos import master_pb2 as pb
 from protos import ps_pb2, ps_pb2_grpc
-from ps.slot_calls import KILL_ENV, PAUSE_ENV
+from ps.slots.calls import KILL_ENV, PAUSE_ENV
 from tests.ps.test_resize_exact import (NAMES, ROWS, Pusher, _events, _resize, _settled,
                                         _start, _until)
 from worker_sdk.ps.data_client import DataClient

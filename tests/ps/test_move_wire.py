@@ -1,4 +1,4 @@
-"""A slot move's export on the wire (ps/move_wire.py): no pickle of the sender's choosing is
+"""A slot move's export on the wire (ps/slots/wire.py): no pickle of the sender's choosing is
 loaded, and a bad or truncated export (random bytes, cut or flipped bytes, a field of the wrong
 type, dtype, shape or range) is refused INVALID_ARGUMENT and changes nothing on the PS it was
 meant for, in the decoder and through the real path (an IMPORT asking an old owner over
@@ -17,11 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protos import ps_pb2
-from ps import checkpoint, move_wire, moves
+from ps import checkpoint
+from ps.slots import moves, wire as move_wire
 from ps.dataplane.handlers import Handlers
-from ps.ownership import Ownership
+from ps.slots.ownership import Ownership
 from ps.params import ParamStore
-from ps.slot_calls import SlotCalls
+from ps.slots.calls import SlotCalls
 from pswire.optimizers import make_config
 from pswire.slots import row_slot
 from pswire.tables import TableSpec

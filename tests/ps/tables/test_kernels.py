@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from ps.optim import RowOptimizer
-from ps.ownership import Ownership, WrongOwner
+from ps.slots.ownership import Ownership, WrongOwner
 from ps.tables.index import RowIndex
 from ps.tables import one_pass
 from ps.tables.table import Table

@@ -28,12 +28,12 @@ from pswire.slots import row_slot
 from pswire.tables import RETUNABLE, TableSpec, spec_changes
 from rpckit.errors import Reason, ServiceError, invalid, precondition
 
-from .dense import Dense
-from .optim import RowOptimizer, restore_dense
+from ..dense import Dense
+from ..optim import RowOptimizer, restore_dense
 from .ownership import Ownership
-from .snapshots import _cloned
-from .tables import files
-from .tables.table import Table
+from ..snapshots import _cloned
+from ..tables import files
+from ..tables.table import Table
 
 
 def _in(mask: np.ndarray, num_slots: int):
@@ -100,7 +100,7 @@ def install(store, state: dict) -> dict:
     """Write an export into this store without owning its slots yet: step 2 above. A store
     never initialized takes the model's declaration from it; one holding another model is
     refused MODEL_MISMATCH. An export from the network is checked whole first
-    (ps.move_wire.decode), so a refusal here comes before anything changes. Returns
+    (ps.slots.wire.decode), so a refusal here comes before anything changes. Returns
     {rows, tensors}."""
     own = store.ownership
     slots = np.asarray(state["slots"], dtype=np.int64)
@@ -142,7 +142,7 @@ def install(store, state: dict) -> dict:
             files.import_rows(table, row)
             rows += int(row["ids"].numel())
         for row in state["dense"]:
-            if isinstance(row, Dense):  # built and checked by ps.move_wire.decode
+            if isinstance(row, Dense):  # built and checked by ps.slots.wire.decode
                 store.dense[row.name] = row
                 continue
             value = row["value"].contiguous()

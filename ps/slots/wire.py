@@ -23,9 +23,9 @@ from pswire.optimizers import make_dense, validate_dense
 from pswire.tables import TableSpec
 from rpckit.errors import ServiceError, invalid
 
-from . import checkpoint
-from .dense import Dense
-from .optim import RowOptimizer, restore_dense
+from .. import checkpoint
+from ..dense import Dense
+from ..optim import RowOptimizer, restore_dense
 
 KEYS = frozenset({"slots", "version", "initialized", "optimizer", "dense", "tables", "applied"})
 ROW_META = {"counts": torch.int64, "steps": torch.int64, "ticks": torch.int64,

@@ -1,4 +1,4 @@
-"""The PS's side of the master's `MoveSlots` calls (ps/moves.py has what they do to the store).
+"""The PS's side of the master's `MoveSlots` calls (ps/slots/moves.py has what they do to the store).
 
 - IMPORT (on the PS taking slots): ask their owner for them over its data plane (a
   `slot_export`, which freezes them there), then write them here through this PS's own chain
@@ -141,7 +141,7 @@ class SlotCalls:
         (the write went through the replication order, which waits for their
         acknowledgement), or else written to this PS's checkpoint directory (a delta on the
         chain when there is one: the moved rows are marked changed), which the restore reads
-        (the file records the slots as incoming: ps/ownership.py). Returns which."""
+        (the file records the slots as incoming: ps/slots/ownership.py). Returns which."""
         primary = getattr(self.chain, "primary", None)
         if (primary is not None and getattr(self.chain, "replicas", 0) > 0
                 and primary.in_sync_count() > 0):
