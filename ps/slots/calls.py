@@ -121,14 +121,14 @@ class SlotCalls:
             # below then adds only what changed since (a small delta)
             self._make_durable()
             _failpoint("copy")
-            frame = self._export(sock, req, handover=True)
+            export = self._export(sock, req, handover=True)
         finally:
             sock.close(linger=0)
         pause = float(os.environ.get(PAUSE_ENV, "0") or 0)
         if pause > 0:
             log.warning("%s: pausing %.1f s in the middle of a slot move", PAUSE_ENV, pause)
             time.sleep(pause)
-        done = self._write(req, frame)
+        done = self._write(req, export)
         how = self._make_durable()  # before the master may commit: see _make_durable
         _failpoint("handover")
         log.info("moved slots held %s", how)
@@ -164,18 +164,16 @@ class SlotCalls:
         resp = ps_pb2.DataResponse.FromString(frames[0].bytes)
         if resp.code != 0:
             raise refusal(resp, f"the old owner at {req.src_data_address}: ")
-        if len(frames) != 2:
-            raise ServiceError("INTERNAL", Reason.INTERNAL, "a slot export answers one frame")
-        return frames[1]
+        return frames[1:]  # the SlotExport header and its tensor frames (ps/slots/wire.py)
 
-    def _write(self, req: ps_pb2.MoveSlotsRequest, frame) -> ps_pb2.SlotMoveResult:
+    def _write(self, req: ps_pb2.MoveSlotsRequest, export: list) -> ps_pb2.SlotMoveResult:
         put = ps_pb2.DataRequest(token=self.token, slot_import=ps_pb2.SlotMove(
             slots=req.slots, layout_version=req.layout_version, attempt=req.attempt))
         with self._lock:
             if any(self._newest.get(slot, 0) > req.attempt for slot in req.slots):
                 raise ServiceError("ABORTED", Reason.MOVE_ABORTED, f"a newer attempt at "
                                    f"these slots began here: attempt {req.attempt} is late")
-            reply = self.chain.import_slots(put, [frame])
+            reply = self.chain.import_slots(put, export)
         done = ps_pb2.DataResponse.FromString(bytes(reply[0]))
         if done.code != 0:
             raise refusal(done, "writing the moved slots here: ")
