@@ -1,4 +1,4 @@
-"""The PS's side of the master's `MoveSlots` calls (ps/slots/moves.py has what they do to the store).
+"""The PS's side of the master's `MoveSlots` calls (ps/slots/moves.py: what they do to the store).
 
 - IMPORT (on the PS taking slots): ask their owner for them over its data plane (a
   `slot_export`, which freezes them there), then write them here through this PS's own chain

@@ -154,9 +154,10 @@ def apply_delta(table, state: dict) -> None:
 
 def _write_rows(table, keys: np.ndarray, state: dict) -> np.ndarray:
     """Under table.lock: write the rows of `keys` (created where absent, overwritten where
-    present) from `state`'s weights, accumulators and metadata; returns their positions."""
-    slots = table.index.lookup(keys)
-    absent = np.flatnonzero(slots < 0)
+    present) from `state`'s weights, accumulators and metadata; returns their positions in the
+    table's arrays."""
+    pos = table.index.lookup(keys)
+    absent = np.flatnonzero(pos < 0)
     if absent.size:
         n = absent.size
         reused = table.free[-n:][::-1] if table.free.size else table.free
@@ -164,16 +165,16 @@ def _write_rows(table, keys: np.ndarray, state: dict) -> np.ndarray:
         fresh = np.arange(table.high, table.high + n - reused.size, dtype=np.int64)
         table._reserve(table.high + fresh.size)
         table.high += fresh.size
-        slots[absent] = np.concatenate([reused, fresh])
-        table.index.insert(keys[absent], slots[absent])
-    at = torch.from_numpy(slots)
+        pos[absent] = np.concatenate([reused, fresh])
+        table.index.insert(keys[absent], pos[absent])
+    at = torch.from_numpy(pos)
     table.weights[at] = state["weights"]
     if table.accum is not None and state.get("accum") is not None:
         table.accum[at] = state["accum"]
-    table.ids[slots] = keys
+    table.ids[pos] = keys
     for name in _META:
-        getattr(table, name)[slots] = state[name].numpy()
-    return slots
+        getattr(table, name)[pos] = state[name].numpy()
+    return pos
 
 
 def restore_scalars(table, state: dict) -> None:
@@ -203,7 +204,7 @@ def contents(table) -> dict[int, tuple]:
         return out
 
 
-# -- hash-slot moves (ps/slots/moves.py) ----------------------------------------------------------------
+# -- hash-slot moves (ps/slots/moves.py): a row's place in the arrays is its position ------
 
 def slot_rows(table, in_slots, watch: int = 0) -> dict:
     """The rows whose ids `in_slots(ids)` (a boolean mask over ids) selects, copied, with their
@@ -254,8 +255,8 @@ def import_rows(table, state: dict) -> None:
         return
     with table.lock:
         table._unshare()
-        slots = _write_rows(table, keys, state)  # may grow the arrays: index dirty after
-        table.dirty[slots] = True
+        pos = _write_rows(table, keys, state)  # may grow the arrays: index dirty after
+        table.dirty[pos] = True
         table._reset_deadlines()
 
 
@@ -263,8 +264,8 @@ def drop_ids(table, ids: np.ndarray) -> int:
     """Free the rows of `ids` that this table holds (evicted on the old owner while a move
     copied them). Returns how many."""
     with table.lock:
-        slots = table.index.lookup(ids)
-        return _drop_at(table, slots[slots >= 0])
+        pos = table.index.lookup(ids)
+        return _drop_at(table, pos[pos >= 0])
 
 
 def drop_rows(table, in_slots) -> int:
