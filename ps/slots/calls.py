@@ -39,8 +39,8 @@ EXPORT_TIMEOUT_S = 15.0  # a batch of 64 slots of a million-row table: tens of M
 PAUSE_ENV = "ELASTIC_PS_FAILPOINT_MOVE_PAUSE_S"
 WARM_WAIT_S = 60.0  # the longest an IMPORT waits for the PS's warm-up (then it goes on cold)
 # Fault injection for the kill-after-each-phase tests (tests/ps/test_move_durable.py): the PS
-# taking slots SIGKILLs itself at the first point of this name: `copy` (the copy written and
-# made durable), `handover` (the hand-over written and durable, IMPORT not answered yet),
+# taking slots SIGKILLs itself at the first point of this name: `copy` (the copy written, in
+# memory), `handover` (the hand-over written and the batch durable, IMPORT not answered yet),
 # `commit` (the master's LAYOUT giving it the slots arrived). Never set in production.
 KILL_ENV = "ELASTIC_PS_FAILPOINT_MOVE_KILL"
 
@@ -62,8 +62,8 @@ class SlotCalls:
         (ps/__main__.py's warm-up, after it listens);
         an IMPORT waits for it before it asks the owner for anything, so that loading never
         falls inside a hand-over, while the old owner's slots are frozen. durable: writes this
-        PS's checkpoint (a delta when it can), called after each write of a move unless an
-        in-sync backup holds it (see `_make_durable`)."""
+        PS's checkpoint (a delta when it can), called once per batch, after the hand-over's
+        write, unless an in-sync backup holds it (see `_make_durable`)."""
         self.warm = warm
         self.store = store
         self.chain = chain
@@ -117,9 +117,9 @@ class SlotCalls:
             # the copy, while the slots serve; then the hand-over: only what changed since,
             # with the slots frozen until the master commits and says so
             copied = self._write(req, self._export(sock, req, handover=False))
-            # most of the batch is durable before its slots freeze: the hand-over's write
-            # below then adds only what changed since (a small delta)
-            self._make_durable()
+            # not made durable yet: until this IMPORT is answered the old owner is
+            # authoritative and keeps everything, so one durable point after the hand-over
+            # covers the batch (one checkpoint write per batch, not two)
             _failpoint("copy")
             export = self._export(sock, req, handover=True)
         finally:
@@ -136,12 +136,13 @@ class SlotCalls:
                                         slots=int(slots.size))
 
     def _make_durable(self) -> str:
-        """Make what a move wrote here as durable as it was on the old owner, before the
-        master may commit the move and the old owner frees it: held by an in-sync backup
-        (the write went through the replication order, which waits for their
-        acknowledgement), or else written to this PS's checkpoint directory (a delta on the
-        chain when there is one: the moved rows are marked changed), which the restore reads
-        (the file records the slots as incoming: ps/slots/ownership.py). Returns which."""
+        """Make what a move wrote here (the copy and the hand-over) as durable as it was on
+        the old owner, before the master may commit the move and the old owner frees it:
+        held by an in-sync backup (the writes went through the replication order, which waits
+        for their acknowledgement), or else written to this PS's checkpoint directory (a
+        delta on the chain when there is one: the moved rows are marked changed), which the
+        restore reads (the file records the slots as incoming: ps/slots/ownership.py). Once per
+        batch. Returns which."""
         primary = getattr(self.chain, "primary", None)
         if (primary is not None and getattr(self.chain, "replicas", 0) > 0
                 and primary.in_sync_count() > 0):
