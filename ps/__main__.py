@@ -266,7 +266,7 @@ def _serve(settings: PSSettings, token: str, credentials, store, checkpointer, n
     # the master moves hash slots between PS through these (ps/slots/calls.py, ps/slots/moves.py)
     slot_calls = None if node is None else SlotCalls(
         store, node, zmq.Context.instance(), token, warm=warm,
-        durable=lambda: checkpointer.write(delta=True))
+        durable=lambda: checkpointer.write(delta=True), chained=lambda: bool(checkpointer.last))
     metrics = Metrics() if settings.metrics_port >= 0 else None
     try:
         metrics_port = metrics.serve(settings.host, settings.metrics_port) if metrics else 0

@@ -54,7 +54,8 @@ def _failpoint(phase: str) -> None:
 class SlotCalls:
     def __init__(self, store, chain, ctx: zmq.Context, token: str = "",
                  warm: threading.Event | None = None,
-                 durable: Callable[[], object] | None = None):
+                 durable: Callable[[], object] | None = None,
+                 chained: Callable[[], bool] | None = None):
         """chain: what serves this PS's data-plane requests after auth (a
         ps.replication.ReplicaNode, or the Handlers of a standalone PS): its `import_slots`
         writes the export through the replication order as a client's mutation would.
@@ -63,11 +64,14 @@ class SlotCalls:
         an IMPORT waits for it before it asks the owner for anything, so that loading never
         falls inside a hand-over, while the old owner's slots are frozen. durable: writes this
         PS's checkpoint (a delta when it can), called once per batch, after the hand-over's
-        write, unless an in-sync backup holds it (see `_make_durable`)."""
+        write, unless an in-sync backup holds it (see `_make_durable`). chained: whether this
+        PS wrote or restored a checkpoint file already, so that `durable` writes a delta (else
+        its first file, a full one, is written before the freeze)."""
         self.warm = warm
         self.store = store
         self.chain = chain
         self.durable = durable
+        self.chained = chained
         self.ctx = ctx
         self.token = token
         # slot -> the newest IMPORT attempt begun here: an older attempt's write, late (its
@@ -109,9 +113,6 @@ class SlotCalls:
         with self._lock:
             for slot in req.slots:
                 self._newest[slot] = max(self._newest.get(slot, 0), req.attempt)
-        if self.warm is not None and not self.warm.wait(WARM_WAIT_S):
-            log.info("slot import: the warm-up is still running after %.0f s; going on",
-                     WARM_WAIT_S)
         sock = dealer(self.ctx, req.src_data_address, req.src_public_key)
         try:
             # the copy, while the slots serve; then the hand-over: only what changed since,
@@ -120,6 +121,7 @@ class SlotCalls:
             # not made durable yet: until this IMPORT is answered the old owner is
             # authoritative and keeps everything, so one durable point after the hand-over
             # covers the batch (one checkpoint write per batch, not two)
+            self._before_freeze()
             _failpoint("copy")
             export = self._export(sock, req, handover=True)
         finally:
@@ -135,6 +137,23 @@ class SlotCalls:
         return ps_pb2.MoveSlotsResponse(rows=copied.rows + done.rows, tensors=done.tensors,
                                         slots=int(slots.size))
 
+    def _before_freeze(self) -> None:
+        """What is slow once and must not fall inside the hand-over, while the old owner's
+        slots are frozen: the warm-up (the copy overlapped it; it loads the compiled loops the
+        hand-over's write runs), and a PS's first checkpoint file, a full one, when the
+        durable point would write one (after it, the one write a batch makes is a delta)."""
+        if self.warm is not None and not self.warm.wait(WARM_WAIT_S):
+            log.info("slot import: the warm-up is still running after %.0f s; going on",
+                     WARM_WAIT_S)
+        if self.chained is not None and not self.chained() and not self._backed():
+            self.durable()
+
+    def _backed(self) -> bool:
+        """Whether an in-sync backup holds what this primary writes (no file needed)."""
+        primary = getattr(self.chain, "primary", None)
+        return (primary is not None and getattr(self.chain, "replicas", 0) > 0
+                and primary.in_sync_count() > 0)
+
     def _make_durable(self) -> str:
         """Make what a move wrote here (the copy and the hand-over) as durable as it was on
         the old owner, before the master may commit the move and the old owner frees it:
@@ -143,10 +162,8 @@ class SlotCalls:
         delta on the chain when there is one: the moved rows are marked changed), which the
         restore reads (the file records the slots as incoming: ps/slots/ownership.py). Once per
         batch. Returns which."""
-        primary = getattr(self.chain, "primary", None)
-        if (primary is not None and getattr(self.chain, "replicas", 0) > 0
-                and primary.in_sync_count() > 0):
-            return f"by {primary.in_sync_count()} in-sync backup(s)"
+        if self._backed():
+            return f"by {self.chain.primary.in_sync_count()} in-sync backup(s)"
         if self.durable is None:
             return "in memory only (no checkpoint directory)"
         info = self.durable()
