@@ -51,6 +51,22 @@ def _failpoint(phase: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class _Phases:
+    """Seconds per phase of an IMPORT, for its log line (where a slow move spent its time)."""
+
+    def __init__(self):
+        self.last = time.perf_counter()
+        self.spent: list[str] = []
+
+    def __call__(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.spent.append(f"{phase} {now - self.last:.3f}")
+        self.last = now
+
+    def __str__(self) -> str:
+        return ", ".join(self.spent)
+
+
 class SlotCalls:
     def __init__(self, store, chain, ctx: zmq.Context, token: str = "",
                  warm: threading.Event | None = None,
@@ -113,17 +129,23 @@ class SlotCalls:
         with self._lock:
             for slot in req.slots:
                 self._newest[slot] = max(self._newest.get(slot, 0), req.attempt)
+        took = _Phases()
         sock = dealer(self.ctx, req.src_data_address, req.src_public_key)
         try:
             # the copy, while the slots serve; then the hand-over: only what changed since,
             # with the slots frozen until the master commits and says so
-            copied = self._write(req, self._export(sock, req, handover=False))
+            export = self._export(sock, req, handover=False)
+            took("copy")
+            copied = self._write(req, export)
+            took("copy written")
             # not made durable yet: until this IMPORT is answered the old owner is
             # authoritative and keeps everything, so one durable point after the hand-over
             # covers the batch (one checkpoint write per batch, not two)
             self._before_freeze()
+            took("before the freeze")
             _failpoint("copy")
             export = self._export(sock, req, handover=True)
+            took("hand-over")
         finally:
             sock.close(linger=0)
         pause = float(os.environ.get(PAUSE_ENV, "0") or 0)
@@ -131,9 +153,11 @@ class SlotCalls:
             log.warning("%s: pausing %.1f s in the middle of a slot move", PAUSE_ENV, pause)
             time.sleep(pause)
         done = self._write(req, export)
+        took("hand-over written")
         how = self._make_durable()  # before the master may commit: see _make_durable
+        took("durable")
         _failpoint("handover")
-        log.info("moved slots held %s", how)
+        log.info("moved slots held %s; seconds: %s", how, took)
         return ps_pb2.MoveSlotsResponse(rows=copied.rows + done.rows, tensors=done.tensors,
                                         slots=int(slots.size))
 

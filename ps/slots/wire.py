@@ -34,7 +34,7 @@ from pswire.tables import TableSpec, spec_from_pb, spec_to_pb
 from rpckit.errors import ServiceError, invalid
 
 from ..dense import Dense
-from ..optim import RowOptimizer, restore_dense
+from ..optim import RowOptimizer, restore_dense, step_dense
 
 FORMAT = 1
 ROW_META = {"counts": torch.int64, "steps": torch.int64, "ticks": torch.int64,
@@ -373,8 +373,9 @@ def _state_keys(cfg: dict) -> tuple:
         param = torch.zeros(1)
         optim = make_dense(cfg, param)
         before = frozenset(optim.state.get(param, {}))
-        param.grad = torch.zeros(1)
-        optim.step()
+        # the undecorated step: torch.optim's own wrapper imports for a second on its first
+        # call, and this runs inside a hand-over, while the old owner's slots are frozen
+        step_dense(optim, param, torch.zeros(1))
         _STATE_KEYS[key] = (before, frozenset(optim.state[param]))
     return _STATE_KEYS[key]
 
