@@ -169,7 +169,8 @@ class SlotCalls:
         if self.warm is not None and not self.warm.wait(WARM_WAIT_S):
             log.info("slot import: the warm-up is still running after %.0f s; going on",
                      WARM_WAIT_S)
-        if self.chained is not None and not self.chained() and not self._backed():
+        if (self.durable is not None and self.chained is not None and not self.chained()
+                and not self._backed()):
             self.durable()
 
     def _backed(self) -> bool:
