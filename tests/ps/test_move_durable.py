@@ -2,9 +2,9 @@
 "The live move"): the new owner SIGKILLed after each phase of a move (its copy written, its
 hand-over written and the batch durable, the commit, the old owner's free), then restarted with
 the same flags, and every row and tensor that existed before the move is still held, once,
-with at least every update answered before the move. Real master and PS processes, a client pushing all the
-while (tests/ps/test_resize_exact.py's Pusher: SGD lr 1, gradients -1, so a value is the
-number of pushes it kept)."""
+with at least every update answered before the move. Real master and PS processes, a client
+pushing all the while (tests/ps/test_resize_exact.py's Pusher: SGD lr 1, gradients -1, so a
+value is the number of pushes it kept)."""
 from __future__ import annotations
 
 import time
