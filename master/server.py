@@ -191,7 +191,7 @@ class MasterServicer(pb_grpc.MasterServicer):
                                        request.num_ps, request.data_public_key,
                                        request.instance)
             # the index's slots with the layout's version, read in the same commit: the PS takes
-            # them before it serves (ps/moves.py)
+            # them before it serves (ps/slots/moves.py)
             primary = ps_to_pb(joined.primary, False, self.core.replicas, self.core.layout)
             # a restored primary lost the updates since its checkpoint; a backup copies its
             # primary's state instead and lost nothing. Same commit as the registration.

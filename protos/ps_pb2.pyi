@@ -185,6 +185,141 @@ class SlotMoveResult(_message.Message):
     tensors: int
     def __init__(self, rows: _Optional[int] = ..., tensors: _Optional[int] = ...) -> None: ...
 
+class SlotExport(_message.Message):
+    __slots__ = ("format", "slots", "layout_version", "initialized", "optimizer", "tables", "dense", "applied", "crc32")
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INITIALIZED_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    DENSE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    CRC32_FIELD_NUMBER: _ClassVar[int]
+    format: int
+    slots: _containers.RepeatedScalarFieldContainer[int]
+    layout_version: int
+    initialized: bool
+    optimizer: OptimizerConfig
+    tables: _containers.RepeatedCompositeFieldContainer[ExportedTable]
+    dense: _containers.RepeatedCompositeFieldContainer[ExportedTensor]
+    applied: _containers.RepeatedCompositeFieldContainer[AppliedMark]
+    crc32: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, format: _Optional[int] = ..., slots: _Optional[_Iterable[int]] = ..., layout_version: _Optional[int] = ..., initialized: _Optional[bool] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., tables: _Optional[_Iterable[_Union[ExportedTable, _Mapping]]] = ..., dense: _Optional[_Iterable[_Union[ExportedTensor, _Mapping]]] = ..., applied: _Optional[_Iterable[_Union[AppliedMark, _Mapping]]] = ..., crc32: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ExportedFrame(_message.Message):
+    __slots__ = ("dtype", "shape", "frame", "offset")
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    frame: int
+    offset: int
+    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., frame: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ExportedTable(_message.Message):
+    __slots__ = ("spec", "optimizer", "ids", "weights", "accum", "counts", "steps", "ticks", "touched", "delta", "gone")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    ACCUM_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    TICKS_FIELD_NUMBER: _ClassVar[int]
+    TOUCHED_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    GONE_FIELD_NUMBER: _ClassVar[int]
+    spec: TableSpec
+    optimizer: OptimizerConfig
+    ids: ExportedFrame
+    weights: ExportedFrame
+    accum: ExportedFrame
+    counts: ExportedFrame
+    steps: ExportedFrame
+    ticks: ExportedFrame
+    touched: ExportedFrame
+    delta: bool
+    gone: ExportedFrame
+    def __init__(self, spec: _Optional[_Union[TableSpec, _Mapping]] = ..., optimizer: _Optional[_Union[OptimizerConfig, _Mapping]] = ..., ids: _Optional[_Union[ExportedFrame, _Mapping]] = ..., weights: _Optional[_Union[ExportedFrame, _Mapping]] = ..., accum: _Optional[_Union[ExportedFrame, _Mapping]] = ..., counts: _Optional[_Union[ExportedFrame, _Mapping]] = ..., steps: _Optional[_Union[ExportedFrame, _Mapping]] = ..., ticks: _Optional[_Union[ExportedFrame, _Mapping]] = ..., touched: _Optional[_Union[ExportedFrame, _Mapping]] = ..., delta: _Optional[bool] = ..., gone: _Optional[_Union[ExportedFrame, _Mapping]] = ...) -> None: ...
+
+class ExportedTensor(_message.Message):
+    __slots__ = ("name", "value", "version", "pushes", "stateful", "state")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PUSHES_FIELD_NUMBER: _ClassVar[int]
+    STATEFUL_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: ExportedFrame
+    version: int
+    pushes: int
+    stateful: bool
+    state: _containers.RepeatedCompositeFieldContainer[OptimizerEntry]
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[_Union[ExportedFrame, _Mapping]] = ..., version: _Optional[int] = ..., pushes: _Optional[int] = ..., stateful: _Optional[bool] = ..., state: _Optional[_Iterable[_Union[OptimizerEntry, _Mapping]]] = ...) -> None: ...
+
+class OptimizerEntry(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: ExportedFrame
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[ExportedFrame, _Mapping]] = ...) -> None: ...
+
+class AppliedMark(_message.Message):
+    __slots__ = ("client_id", "seq", "answer")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    seq: int
+    answer: AppliedAnswer
+    def __init__(self, client_id: _Optional[str] = ..., seq: _Optional[int] = ..., answer: _Optional[_Union[AppliedAnswer, _Mapping]] = ...) -> None: ...
+
+class AppliedAnswer(_message.Message):
+    __slots__ = ("code", "message", "reason", "versions", "max_staleness", "row_count", "row_counts", "push", "duplicate")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STALENESS_FIELD_NUMBER: _ClassVar[int]
+    ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ROW_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    PUSH_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    reason: str
+    versions: TensorVersions
+    max_staleness: int
+    row_count: int
+    row_counts: RowCounts
+    push: AppliedAnswer
+    duplicate: bool
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., reason: _Optional[str] = ..., versions: _Optional[_Union[TensorVersions, _Mapping]] = ..., max_staleness: _Optional[int] = ..., row_count: _Optional[int] = ..., row_counts: _Optional[_Union[RowCounts, _Mapping]] = ..., push: _Optional[_Union[AppliedAnswer, _Mapping]] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class TensorVersions(_message.Message):
+    __slots__ = ("of",)
+    class OfEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    OF_FIELD_NUMBER: _ClassVar[int]
+    of: _containers.ScalarMap[str, int]
+    def __init__(self, of: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class RowCounts(_message.Message):
+    __slots__ = ("counts",)
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, counts: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class Follow(_message.Message):
     __slots__ = ("generation", "attach_id", "instance", "data_address", "data_public_key", "applied", "loaded")
     GENERATION_FIELD_NUMBER: _ClassVar[int]

@@ -68,7 +68,7 @@ class ParameterServerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def MoveSlots(self, request, context):
-        """The master's side of a slot move (master/ps/mover.py, ps/moves.py).
+        """The master's side of a slot move (master/ps/mover.py, ps/slots/moves.py).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

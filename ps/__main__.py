@@ -1,6 +1,6 @@
 """`elastic-ps` / `python -m ps`: one parameter server, until SIGTERM or SIGINT.
 
-Start-up: without --num-ps, ask the master's PS layout for the count (ps/set_size.py; exit 1
+Start-up: without --num-ps, ask the master's PS layout for the count (ps/slots/set_size.py; exit 1
 with the message when this index has no place in it); restore the newest good checkpoint, bind
 the data plane and the gRPC port (exit 1 with a message when either is taken), print one line
 with both addresses, register with the master (a refusal no retry mends: exit 1) while the
@@ -157,7 +157,7 @@ def _start(settings: PSSettings, token: str, credentials, stop: threading.Event,
         stub, channel = connect(settings.master, settings.tls_ca, token, token_source)
     num_ps = settings.num_ps or 1
     if not settings.num_ps and stub is not None:
-        from .set_size import NoPlace, ask_master
+        from .slots.set_size import NoPlace, ask_master
 
         try:
             num_ps = ask_master(stub, settings.index, stop, token_source=token_source)
@@ -235,7 +235,7 @@ def _serve(settings: PSSettings, token: str, credentials, store, checkpointer, n
     from . import metrics as ps_metrics
     from .dataplane import BindError
     from .server import Identity, PortInUse, PSServicer, build_server, not_serving_on_failure, now_ms
-    from .slot_calls import SlotCalls
+    from .slots.calls import SlotCalls
 
     # Under TLS the data plane is encrypted too (CURVE): a fresh key pair per start, whose
     # public half clients learn from the master's ListPS (or GetPSStatus).
@@ -254,10 +254,10 @@ def _serve(settings: PSSettings, token: str, credentials, store, checkpointer, n
                   started_ms=now_ms(), data_public_key=curve[0].decode() if curve else "")
     if node is not None:
         node.data_address = me.data_address  # where the primary sends this backup mutations
-    # the master moves hash slots between PS through these (ps/slot_calls.py, ps/moves.py)
+    # the master moves hash slots between PS through these (ps/slots/calls.py, ps/slots/moves.py)
     slot_calls = None if node is None else SlotCalls(
         store, node, zmq.Context.instance(), token, warm=warm,
-        durable=lambda: checkpointer.write(delta=True))
+        durable=lambda: checkpointer.write(delta=True), chained=lambda: bool(checkpointer.last))
     metrics = Metrics() if settings.metrics_port >= 0 else None
     try:
         metrics_port = metrics.serve(settings.host, settings.metrics_port) if metrics else 0
@@ -316,8 +316,8 @@ def _replica_node(settings: PSSettings, store, token: str, curve):
 
 def _registrar(settings: PSSettings, stub, ps: _Running, restored, token_source: str,
                stop: threading.Event, stop_for):
-    from .moves import apply_layout
-    from .ownership import ranges_mask
+    from .slots.moves import apply_layout
+    from .slots.ownership import ranges_mask
     from .registrar import Registrar
 
     me, store = ps.me, ps.store

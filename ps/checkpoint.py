@@ -229,7 +229,7 @@ class CheckpointDir:
         self.index = index
         self.num_ps = num_ps
         self.keep = max(1, keep)
-        # any PS count: a file records the hash slots it holds (ps/ownership.py), and a PS
+        # any PS count: a file records the hash slots it holds (ps/slots/ownership.py), and a PS
         # set resized since restores through them (docs/ps.md, "Slots and resize")
         self._pattern = re.compile(rf"ps-{index}-of-\d+-(\d+)\.ckpt$")
         self.deltas = DeltaFiles(self.directory, index, num_ps)

@@ -125,7 +125,7 @@ class PSCollector:
         yield init
         own = store.ownership
         for name, doc, value in (
-                ("ps_slots_owned", "hash slots this PS serves (ps/ownership.py)",
+                ("ps_slots_owned", "hash slots this PS serves (ps/slots/ownership.py)",
                  int(own.owned.sum())),
                 ("ps_slots_frozen", "owned slots being handed over (writes wait)",
                  int(own.frozen.sum())),

@@ -16,7 +16,7 @@ from rpckit.errors import Reason, ServiceError, abort
 from rpckit.server import PortInUse  # noqa: F401 - re-exported for __main__
 
 from .checkpoint import Checkpointer
-from .move_bounds import check_move
+from .slots.bounds import check_move
 from pswire.optimizers import config_to_pb
 from .store.params import ParamStore
 from pswire.frames import meta_of
@@ -91,7 +91,7 @@ def status_view(store: ParamStore, checkpointer: Checkpointer | None,
 class PSServicer(ps_pb2_grpc.ParameterServerServicer):
     def __init__(self, store: ParamStore, checkpointer: Checkpointer, me: Identity, node=None,
                  slot_calls=None):
-        """slot_calls: a ps.slot_calls.SlotCalls (MoveSlots is refused without one)."""
+        """slot_calls: a ps.slots.calls.SlotCalls (MoveSlots is refused without one)."""
         self.node = node
         self.slot_calls = slot_calls
         self.store = store

@@ -346,6 +346,6 @@ def code_name(number: int) -> str:
 
 
 def error_response(exc: ServiceError, seq: int = 0) -> ps_pb2.DataResponse:
-    # a WRONG_OWNER refusal (ps/ownership.py) names the layout version the PS knows
+    # a WRONG_OWNER refusal (ps/slots/ownership.py) names the layout version the PS knows
     return ps_pb2.DataResponse(code=code_number(exc.code), reason=exc.reason, message=exc.message,
                                seq=seq, layout_version=getattr(exc, "layout_version", 0))

@@ -1,5 +1,5 @@
 """docs/architecture.md names only what exists: every package of its Layers table, every path
-(`ps/ownership.py`, `master/job/`, also in its drawings) and every dotted module name
+(`ps/slots/ownership.py`, `master/job/`, also in its drawings) and every dotted module name
 (`pswire.slots`, `ps.dataplane.data_plane`) is in the tree. Modules move; the test lists every
 name the page lost at once, so one run says everything to fix."""
 from __future__ import annotations

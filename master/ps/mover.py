@@ -106,7 +106,7 @@ class SlotMover:
         self.committer.call(lambda: self.core.layout.set_phase(batch.slots, MovePhase.COPYING))
         started = time.perf_counter()
         # grows with every attempt, across leaders (wall clock: a new leader is later): the
-        # PS refuse a late export or write of an attempt rolled back (ps/moves.py)
+        # PS refuse a late export or write of an attempt rolled back (ps/slots/moves.py)
         self.attempt = max(self.attempt + 1, time.time_ns())
         try:
             self._call(batch.dst_grpc, ps_pb2.MoveSlotsRequest(

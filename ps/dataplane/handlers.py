@@ -13,13 +13,13 @@ import torch
 import zmq
 
 from protos import ps_pb2
-from pswire.frames import (DTYPES, FLOAT_DTYPES, Decoder, as_buffer, buffer_of, check_meta,
+from pswire.frames import (DTYPES, FLOAT_DTYPES, Decoder, as_buffer, check_meta,
                            code_number, decode, dtype_name, frames_of, ids_of, rows_of)
 from pswire.optimizers import config_from_pb
 from pswire.tables import spec_from_pb
 from rpckit.errors import invalid
 
-from .. import move_wire, moves
+from ..slots import moves, wire
 from ..store.params import ParamStore
 from ..store.requests import MovedAfterApplied
 from ..store.steps import StepParts
@@ -99,17 +99,16 @@ class Handlers:
         resp = ps_pb2.DataResponse(code=0, seq=req.seq)
         resp.slot_export.rows = sum(int(t["ids"].numel()) for t in state["tables"])
         resp.slot_export.tensors = len(state["dense"])
-        return [resp.SerializeToString(), move_wire.encode(state)]
+        return [resp.SerializeToString(), *wire.encode(state)]
 
     def import_slots(self, req, frames: list) -> list:
-        """Write a slot move's export (`frames`: its one frame) into this store: the new
-        owner's own call (ps/slot_calls.py), as a primary's backups replay it."""
+        """Write a slot move's export (`frames`: its SlotExport header and tensor frames) into
+        this store: the new owner's own call (ps/slots/calls.py), as a primary's backups
+        replay it."""
         return self._slot_import(req, frames)
 
     def _slot_import(self, req, frames) -> list:
-        if len(frames) != 1:
-            raise invalid("a slot_import carries one frame (the export)")
-        state = move_wire.decode(buffer_of(frames[0]), self.store)  # refused before any change
+        state = wire.decode(frames, self.store)  # refused before any change
         done = moves.install(self.store, state)
         resp = ps_pb2.DataResponse(code=0, seq=req.seq)
         resp.slot_import.rows, resp.slot_import.tensors = done["rows"], done["tensors"]

@@ -122,7 +122,7 @@ class ReplicaNode:
         return self.handlers.handle(kind, req, frames, header)
 
     def import_slots(self, req: ps_pb2.DataRequest, frames: list) -> list:
-        """A slot move's export written here (ps/slot_calls.py: this PS's own call, never a
+        """A slot move's export written here (ps/slots/calls.py: this PS's own call, never a
         request off the network), through the replication order so the backups hold it too
         (they replay it as a `slot_import`)."""
         role, primary = self.role, self.primary

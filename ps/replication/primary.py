@@ -384,7 +384,7 @@ def _changed(req: ps_pb2.DataRequest, reply: list, reads_change: bool = False) -
     kind = resp.WhichOneof("body")
     if resp.reason == Reason.WRONG_OWNER.value:  # a retry answered after its slots moved
         return False
-    if kind == "slot_import":  # slots moving in (ps/moves.py): the backups hold them too
+    if kind == "slot_import":  # slots moving in (ps/slots/moves.py): the backups hold them too
         return resp.code == 0
     if kind == "push":
         return not resp.push.duplicate and resp.code in (0, 9)  # OK, or refused stale (kept)

@@ -7,7 +7,7 @@ not take the gate (they only take per-tensor locks), except a bounded table's ro
 which change the table (admission, evictions, the touch order) and hold it shared.
 
 Shared holds nest within a thread: the data plane holds the gate shared for a whole request
-(its slots' ownership is checked once and cannot change under it, ps/ownership.py) and the
+(its slots' ownership is checked once and cannot change under it, ps/slots/ownership.py) and the
 store's calls inside take it again. A nested hold never waits for a waiting writer (that
 writer waits for the outer hold: it would never come).
 """

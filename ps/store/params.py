@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from .applied import AppliedTable, Duplicate
-from ..ownership import Ownership
+from ..slots.ownership import Ownership
 from .dense import Dense, Stats, require_finite_grads
 from .flat_dense import FlatAdagrad
 from pswire.tables import TableSpec
@@ -94,7 +94,7 @@ class ParamStore:
         # acknowledged
         self._file_tables: Callable[[], object] | None = None
         self._tables_unfiled = False  # a bounds change not in a file yet (its write failed)
-        # the hash slots this PS serves (the master's layout says; ps/ownership.py)
+        # the hash slots this PS serves (the master's layout says; ps/slots/ownership.py)
         self.ownership = Ownership.initial(index, num_ps)
 
     # -- what the parts do --------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """A data-plane request's scope in the store: the gate held for its whole length, and the check
-that this PS owns every slot the request touches (ps/ownership.py).
+that this PS owns every slot the request touches (ps/slots/ownership.py).
 
 The data plane begins every client request with `Requests.begin` (the gate shared, so a slot
 move's freeze or release, which take it exclusive, cannot change the slots' ownership until
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-from ..ownership import WrongOwner
+from ..slots.ownership import WrongOwner
 
 
 class MovedAfterApplied(WrongOwner):

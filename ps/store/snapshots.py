@@ -18,7 +18,7 @@ from pswire.tables import TableSpec
 
 from .tables import files
 from .optim import restore_dense
-from ..ownership import Ownership, mask_ranges, ranges_mask
+from ..slots.ownership import Ownership, mask_ranges, ranges_mask
 
 FORMAT = 1
 
@@ -111,7 +111,7 @@ class Snapshots:
             "initialized": self.store.initialized, "optimizer": self.store.optimizer_cfg,
             "dense": dense, "tables": tables, "applied": self.store.applied.export(),
             "stats": {"pushes": self.store.stats.pushes, "row_pushes": self.store.stats.row_pushes},
-            # the hash slots this state holds (ps/ownership.py): a restore owns them until
+            # the hash slots this state holds (ps/slots/ownership.py): a restore owns them until
             # the master's layout says otherwise
             "layout": {"version": self.store.ownership.version,
                        "num_slots": self.store.ownership.num_slots,

@@ -98,7 +98,7 @@ def test_negative_and_huge_ids_refused(ids):
 
 
 def test_each_ps_only_takes_ids_of_its_own_slots():
-    """The data plane serves only rows whose hash slot this PS owns (ps/ownership.py): PS 1 of
+    """The data plane serves only rows whose hash slot this PS owns (ps/slots/ownership.py): PS 1 of
     2 owns the second half of the first layout; another slot's id is WRONG_OWNER."""
     from protos import ps_pb2
     from ps.dataplane.handlers import Handlers

@@ -1,11 +1,11 @@
-"""What a MoveSlots call may carry (ps/move_bounds.py), without a PS: each bound refuses
+"""What a MoveSlots call may carry (ps/slots/bounds.py), without a PS: each bound refuses
 INVALID_ARGUMENT, and what the master sends passes."""
 from __future__ import annotations
 
 import pytest
 
 from protos import ps_pb2
-from ps.move_bounds import check_move
+from ps.slots.bounds import check_move
 from rpckit.errors import ServiceError
 
 Move = ps_pb2.MoveSlotsRequest

@@ -1,10 +1,10 @@
 """A move's rows are durable on the new owner before the old owner lets them go (docs/ps.md,
 "The live move"): the new owner SIGKILLed after each phase of a move (its copy written, its
-hand-over written, the commit, the old owner's free), then restarted with the same flags,
-and every row and tensor that existed before the move is still held, once, with at least
-every update answered before the move. Real master and PS processes, a client pushing all the
-while (tests/ps/test_resize_exact.py's Pusher: SGD lr 1, gradients -1, so a value is the
-number of pushes it kept)."""
+hand-over written and the batch durable, the commit, the old owner's free), then restarted with
+the same flags, and every row and tensor that existed before the move is still held, once,
+with at least every update answered before the move. Real master and PS processes, a client
+pushing all the while (tests/ps/test_resize_exact.py's Pusher: SGD lr 1, gradients -1, so a
+value is the number of pushes it kept)."""
 from __future__ import annotations
 
 import time
@@ -15,7 +15,7 @@ import torch
 
 from protos import master_pb2 as pb
 from protos import ps_pb2, ps_pb2_grpc
-from ps.slot_calls import KILL_ENV, PAUSE_ENV
+from ps.slots.calls import KILL_ENV, PAUSE_ENV
 from tests.ps.test_resize_exact import (NAMES, ROWS, Pusher, _events, _resize, _settled,
                                         _start, _until)
 from worker_sdk.ps.data_client import DataClient

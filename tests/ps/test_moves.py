@@ -1,5 +1,5 @@
-"""A store's side of a live slot move (ps/moves.py) and the refusals ownership brings
-(ps/ownership.py, ps/dataplane/handlers.py), without a network: export freezes, install
+"""A store's side of a live slot move (ps/slots/moves.py) and the refusals ownership brings
+(ps/slots/ownership.py, ps/dataplane/handlers.py), without a network: export freezes, install
 writes without serving, the layout hands over, abort rolls back; WRONG_OWNER, SLOT_MOVING and
 a retried mutation after its slots moved."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from protos import ps_pb2
-from ps import move_wire, moves
+from ps.slots import moves, wire as move_wire
 from ps.dataplane.handlers import Handlers
 from ps.store.gate import Gate
-from ps.ownership import Ownership
+from ps.slots.ownership import Ownership
 from ps.store.params import ParamStore
 from pswire.frames import as_buffer, meta_of
 from pswire.optimizers import make_config
@@ -54,7 +54,7 @@ def _push_all(s: ParamStore, seq: int, ids: torch.Tensor) -> None:
 
 
 def _shipped(state: dict, dst: ParamStore) -> dict:
-    """An export as the new owner reads it off the wire (ps/move_wire.py)."""
+    """An export as the new owner reads it off the wire (ps/slots/wire.py)."""
     return move_wire.decode(move_wire.encode(state), dst)
 
 

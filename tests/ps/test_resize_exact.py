@@ -2,7 +2,7 @@
 while, SGD lr 1 and gradients of -1, so afterwards every row and parameter must equal the
 number of pushes answered. One test per kind of move: a grow and a shrink; the new owner, the
 old owner (with a backup) and the master SIGKILLed in the middle of a move (the failpoint
-ps.slot_calls.PAUSE_ENV holds the move between the old owner's export and the new owner's
+ps.slots.calls.PAUSE_ENV holds the move between the old owner's export and the new owner's
 write, the old owner's slots frozen)."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from protos import master_pb2 as pb
 from pswire.optimizers import make_config
 from pswire.slots import Layout, plan_resize
 from pswire.tables import TableSpec
-from ps.slot_calls import PAUSE_ENV
+from ps.slots.calls import PAUSE_ENV
 from worker_sdk.ps.data_client import DataClient
 
 pytestmark = pytest.mark.slow

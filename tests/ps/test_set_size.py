@@ -1,4 +1,4 @@
-"""A PS without --num-ps asks the master's layout for its count (ps/set_size.py)."""
+"""A PS without --num-ps asks the master's layout for its count (ps/slots/set_size.py)."""
 from __future__ import annotations
 
 import threading
@@ -8,7 +8,7 @@ import pytest
 
 from protos import master_pb2
 from tests.fakes import FakeError
-from ps.set_size import NoPlace, ask_master
+from ps.slots.set_size import NoPlace, ask_master
 
 
 class FakeMaster:

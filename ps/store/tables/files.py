@@ -225,7 +225,7 @@ def contents(table) -> dict[int, tuple]:
         return out
 
 
-# -- hash-slot moves (ps/moves.py) ----------------------------------------------------------------
+# -- hash-slot moves (ps/slots/moves.py): a row's place in the arrays is its position ------
 
 def slot_rows(table, in_slots, watch: int = 0) -> dict:
     """The rows whose ids `in_slots(ids)` (a boolean mask over ids) selects, copied, with their

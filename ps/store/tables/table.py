@@ -100,7 +100,7 @@ class Table:
         # row leaves `filed` when it goes, so at most the rows that file holds)
         self.evicted_ids = files.EvictedIds()
         self.snaps: list = []  # SnapshotPins of open snapshot views reading the rows
-        # while a slot move copies rows out (ps/moves.py): the positions written and the ids
+        # while a slot move copies rows out (ps/slots/moves.py): the positions written and the ids
         # evicted since its copy, so the hand-over sends only those; None when none is
         # watching (the request path then pays one attribute test)
         self.watch: list | None = None
@@ -327,7 +327,7 @@ class Table:
             self.unwatch()
 
     def unwatch(self) -> None:
-        """Under self.lock: stop recording changes for a slot move (ps/moves.py)."""
+        """Under self.lock: stop recording changes for a slot move (ps/slots/moves.py)."""
         self.watch, self.watch_gone, self.watch_attempt = None, [], 0
 
     def _live(self) -> np.ndarray:

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from ps.store.optim import RowOptimizer
-from ps.ownership import Ownership, WrongOwner
+from ps.slots.ownership import Ownership, WrongOwner
 from ps.store.tables.index import RowIndex
 from ps.store.tables import one_pass
 from ps.store.tables.table import Table

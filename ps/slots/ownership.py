@@ -64,7 +64,7 @@ class Ownership:
         self.version = int(version)
         self.all_owned = bool(self.owned.all())
         self.frozen_any = False
-        # per slot, the newest slot-move attempt the master rolled back (ps/moves.py)
+        # per slot, the newest slot-move attempt the master rolled back (ps/slots/moves.py)
         self.aborted = np.zeros(self.num_slots, dtype=np.int64)
         # slots whose rows and tensors a move wrote here before the master's commit: held, not
         # served; checkpoints record them, so a commit the master made survives this PS

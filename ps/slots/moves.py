@@ -28,11 +28,11 @@ from pswire.slots import row_slot
 from pswire.tables import RETUNABLE, TableSpec, spec_changes
 from rpckit.errors import Reason, ServiceError, invalid, precondition
 
-from .store.dense import Dense
-from .store.optim import restore_dense
+from ..store.dense import Dense
+from ..store.optim import restore_dense
+from ..store.snapshots import _cloned
+from ..store.tables import files
 from .ownership import Ownership
-from .store.snapshots import _cloned
-from .store.tables import files
 
 
 def _in(mask: np.ndarray, num_slots: int):
@@ -99,7 +99,7 @@ def install(store, state: dict) -> dict:
     """Write an export into this store without owning its slots yet: step 2 above. A store
     never initialized takes the model's declaration from it; one holding another model is
     refused MODEL_MISMATCH. An export from the network is checked whole first
-    (ps.move_wire.decode), so a refusal here comes before anything changes. Returns
+    (ps.slots.wire.decode), so a refusal here comes before anything changes. Returns
     {rows, tensors}."""
     own = store.ownership
     slots = np.asarray(state["slots"], dtype=np.int64)
@@ -135,7 +135,7 @@ def install(store, state: dict) -> dict:
             files.import_rows(table, row)
             rows += int(row["ids"].numel())
         for row in state["dense"]:
-            if isinstance(row, Dense):  # built and checked by ps.move_wire.decode
+            if isinstance(row, Dense):  # built and checked by ps.slots.wire.decode
                 store.install_dense(row)
                 continue
             value = row["value"].contiguous()

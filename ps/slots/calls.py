@@ -1,4 +1,4 @@
-"""The PS's side of the master's `MoveSlots` calls (ps/moves.py has what they do to the store).
+"""The PS's side of the master's `MoveSlots` calls (ps/slots/moves.py: what they do to the store).
 
 - IMPORT (on the PS taking slots): ask their owner for them over its data plane (a
   `slot_export`, which freezes them there), then write them here through this PS's own chain
@@ -39,8 +39,8 @@ EXPORT_TIMEOUT_S = 15.0  # a batch of 64 slots of a million-row table: tens of M
 PAUSE_ENV = "ELASTIC_PS_FAILPOINT_MOVE_PAUSE_S"
 WARM_WAIT_S = 60.0  # the longest an IMPORT waits for the PS's warm-up (then it goes on cold)
 # Fault injection for the kill-after-each-phase tests (tests/ps/test_move_durable.py): the PS
-# taking slots SIGKILLs itself at the first point of this name: `copy` (the copy written and
-# made durable), `handover` (the hand-over written and durable, IMPORT not answered yet),
+# taking slots SIGKILLs itself at the first point of this name: `copy` (the copy written, in
+# memory), `handover` (the hand-over written and the batch durable, IMPORT not answered yet),
 # `commit` (the master's LAYOUT giving it the slots arrived). Never set in production.
 KILL_ENV = "ELASTIC_PS_FAILPOINT_MOVE_KILL"
 
@@ -51,10 +51,27 @@ def _failpoint(phase: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class _Phases:
+    """Seconds per phase of an IMPORT, for its log line (where a slow move spent its time)."""
+
+    def __init__(self):
+        self.last = time.perf_counter()
+        self.spent: list[str] = []
+
+    def __call__(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.spent.append(f"{phase} {now - self.last:.3f}")
+        self.last = now
+
+    def __str__(self) -> str:
+        return ", ".join(self.spent)
+
+
 class SlotCalls:
     def __init__(self, store, chain, ctx: zmq.Context, token: str = "",
                  warm: threading.Event | None = None,
-                 durable: Callable[[], object] | None = None):
+                 durable: Callable[[], object] | None = None,
+                 chained: Callable[[], bool] | None = None):
         """chain: what serves this PS's data-plane requests after auth (a
         ps.replication.ReplicaNode, or the Handlers of a standalone PS): its `import_slots`
         writes the export through the replication order as a client's mutation would.
@@ -62,12 +79,15 @@ class SlotCalls:
         (ps/__main__.py's warm-up, after it listens);
         an IMPORT waits for it before it asks the owner for anything, so that loading never
         falls inside a hand-over, while the old owner's slots are frozen. durable: writes this
-        PS's checkpoint (a delta when it can), called after each write of a move unless an
-        in-sync backup holds it (see `_make_durable`)."""
+        PS's checkpoint (a delta when it can), called once per batch, after the hand-over's
+        write, unless an in-sync backup holds it (see `_make_durable`). chained: whether this
+        PS wrote or restored a checkpoint file already, so that `durable` writes a delta (else
+        its first file, a full one, is written before the freeze)."""
         self.warm = warm
         self.store = store
         self.chain = chain
         self.durable = durable
+        self.chained = chained
         self.ctx = ctx
         self.token = token
         # slot -> the newest IMPORT attempt begun here: an older attempt's write, late (its
@@ -109,43 +129,66 @@ class SlotCalls:
         with self._lock:
             for slot in req.slots:
                 self._newest[slot] = max(self._newest.get(slot, 0), req.attempt)
-        if self.warm is not None and not self.warm.wait(WARM_WAIT_S):
-            log.info("slot import: the warm-up is still running after %.0f s; going on",
-                     WARM_WAIT_S)
+        took = _Phases()
         sock = dealer(self.ctx, req.src_data_address, req.src_public_key)
         try:
             # the copy, while the slots serve; then the hand-over: only what changed since,
             # with the slots frozen until the master commits and says so
-            copied = self._write(req, self._export(sock, req, handover=False))
-            # most of the batch is durable before its slots freeze: the hand-over's write
-            # below then adds only what changed since (a small delta)
-            self._make_durable()
+            export = self._export(sock, req, handover=False)
+            took("copy")
+            copied = self._write(req, export)
+            took("copy written")
+            # not made durable yet: until this IMPORT is answered the old owner is
+            # authoritative and keeps everything, so one durable point after the hand-over
+            # covers the batch (one checkpoint write per batch, not two)
+            self._before_freeze()
+            took("before the freeze")
             _failpoint("copy")
-            frame = self._export(sock, req, handover=True)
+            export = self._export(sock, req, handover=True)
+            took("hand-over")
         finally:
             sock.close(linger=0)
         pause = float(os.environ.get(PAUSE_ENV, "0") or 0)
         if pause > 0:
             log.warning("%s: pausing %.1f s in the middle of a slot move", PAUSE_ENV, pause)
             time.sleep(pause)
-        done = self._write(req, frame)
+        done = self._write(req, export)
+        took("hand-over written")
         how = self._make_durable()  # before the master may commit: see _make_durable
+        took("durable")
         _failpoint("handover")
-        log.info("moved slots held %s", how)
+        log.info("moved slots held %s; seconds: %s", how, took)
         return ps_pb2.MoveSlotsResponse(rows=copied.rows + done.rows, tensors=done.tensors,
                                         slots=int(slots.size))
 
-    def _make_durable(self) -> str:
-        """Make what a move wrote here as durable as it was on the old owner, before the
-        master may commit the move and the old owner frees it: held by an in-sync backup
-        (the write went through the replication order, which waits for their
-        acknowledgement), or else written to this PS's checkpoint directory (a delta on the
-        chain when there is one: the moved rows are marked changed), which the restore reads
-        (the file records the slots as incoming: ps/ownership.py). Returns which."""
+    def _before_freeze(self) -> None:
+        """What is slow once and must not fall inside the hand-over, while the old owner's
+        slots are frozen: the warm-up (the copy overlapped it; it loads the compiled loops the
+        hand-over's write runs), and a PS's first checkpoint file, a full one, when the
+        durable point would write one (after it, the one write a batch makes is a delta)."""
+        if self.warm is not None and not self.warm.wait(WARM_WAIT_S):
+            log.info("slot import: the warm-up is still running after %.0f s; going on",
+                     WARM_WAIT_S)
+        if (self.durable is not None and self.chained is not None and not self.chained()
+                and not self._backed()):
+            self.durable()
+
+    def _backed(self) -> bool:
+        """Whether an in-sync backup holds what this primary writes (no file needed)."""
         primary = getattr(self.chain, "primary", None)
-        if (primary is not None and getattr(self.chain, "replicas", 0) > 0
-                and primary.in_sync_count() > 0):
-            return f"by {primary.in_sync_count()} in-sync backup(s)"
+        return (primary is not None and getattr(self.chain, "replicas", 0) > 0
+                and primary.in_sync_count() > 0)
+
+    def _make_durable(self) -> str:
+        """Make what a move wrote here (the copy and the hand-over) as durable as it was on
+        the old owner, before the master may commit the move and the old owner frees it:
+        held by an in-sync backup (the writes went through the replication order, which waits
+        for their acknowledgement), or else written to this PS's checkpoint directory (a
+        delta on the chain when there is one: the moved rows are marked changed), which the
+        restore reads (the file records the slots as incoming: ps/slots/ownership.py). Once per
+        batch. Returns which."""
+        if self._backed():
+            return f"by {self.chain.primary.in_sync_count()} in-sync backup(s)"
         if self.durable is None:
             return "in memory only (no checkpoint directory)"
         info = self.durable()
@@ -164,18 +207,16 @@ class SlotCalls:
         resp = ps_pb2.DataResponse.FromString(frames[0].bytes)
         if resp.code != 0:
             raise refusal(resp, f"the old owner at {req.src_data_address}: ")
-        if len(frames) != 2:
-            raise ServiceError("INTERNAL", Reason.INTERNAL, "a slot export answers one frame")
-        return frames[1]
+        return frames[1:]  # the SlotExport header and its tensor frames (ps/slots/wire.py)
 
-    def _write(self, req: ps_pb2.MoveSlotsRequest, frame) -> ps_pb2.SlotMoveResult:
+    def _write(self, req: ps_pb2.MoveSlotsRequest, export: list) -> ps_pb2.SlotMoveResult:
         put = ps_pb2.DataRequest(token=self.token, slot_import=ps_pb2.SlotMove(
             slots=req.slots, layout_version=req.layout_version, attempt=req.attempt))
         with self._lock:
             if any(self._newest.get(slot, 0) > req.attempt for slot in req.slots):
                 raise ServiceError("ABORTED", Reason.MOVE_ABORTED, f"a newer attempt at "
                                    f"these slots began here: attempt {req.attempt} is late")
-            reply = self.chain.import_slots(put, [frame])
+            reply = self.chain.import_slots(put, export)
         done = ps_pb2.DataResponse.FromString(bytes(reply[0]))
         if done.code != 0:
             raise refusal(done, "writing the moved slots here: ")

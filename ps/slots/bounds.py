@@ -1,4 +1,4 @@
-"""What a `MoveSlots` call (ps/server.py) may carry, checked before ps/slot_calls.py acts on it.
+"""What a `MoveSlots` call (ps/server.py) may carry, checked before ps/slots/calls.py acts on it.
 
 The master is the only caller, but the control service is reachable by anyone with the token:
 a request that names no known action, a slot outside the job's slots, a negative version or
