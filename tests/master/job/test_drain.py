@@ -9,16 +9,12 @@ import json
 import sys
 import time
 
-import pytest
 
 from engines import process
 from engines.local import LocalEngine
-from master.core import MasterCore
 from master.job.book import JobBook, JobState
 from master.job.driver import LEFT_GRACE_S, JobDriver
 from master.job.spec import parse_spec
-from master.persistence.committer import Committer
-from master.persistence.store import Store
 
 # a worker that ignores SIGTERM (then says so in the file named by its argument): only a kill
 # ends it within the test
@@ -30,20 +26,6 @@ SPEC = {"name": "t", "workers": {"command": "true", "min": 1, "max": 1,
                                              {"name": "on-demand", "price": 1.0}]}}
 
 
-@pytest.fixture
-def master(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'm.db'}")
-    store.upgrade()
-    fatal = []
-    core = MasterCore(snapshot=store.load())
-    committer = Committer(core, store, fatal.append)
-    committer.start()
-    yield store, core, committer
-    committer.stop()
-    store.close()
-    assert fatal == []
-
-
 class Clock:
     def __init__(self):
         self.now = 1000.0
@@ -52,8 +34,8 @@ class Clock:
         return self.now
 
 
-def test_a_drained_worker_is_killed_once_it_has_left_the_master(tmp_path, master):
-    store, core, committer = master
+def test_a_drained_worker_is_killed_once_it_has_left_the_master(tmp_path, leader_parts):
+    store, core, committer = leader_parts
     engine = LocalEngine(tmp_path / "run", stop_grace_s=600.0)  # its own SIGKILL: far away
     clock = Clock()
     try:
