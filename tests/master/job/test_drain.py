@@ -9,7 +9,6 @@ import json
 import sys
 import time
 
-
 from engines import process
 from engines.local import LocalEngine
 from master.job.book import JobBook, JobState
