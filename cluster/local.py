@@ -19,14 +19,14 @@ from pathlib import Path
 import grpc
 
 from cluster.launch import Launcher, MasterProc, Proc, PSProc
+from cluster.master_view import MasterView
 from protos import master_pb2 as pb
-from protos import master_pb2_grpc as pb_grpc
 from protos import ps_pb2, ps_pb2_grpc
 from rpckit import auth
 from rpckit.channels import LeaderStub
 
 
-class LocalCluster:
+class LocalCluster(MasterView):
     """worker_module: what a worker runs (`python -m worker_module --master ADDRESSES --data
     DATA --dataset DATASET --name NAME *train_args`), e.g. "examples.ctr.train"."""
 
@@ -141,9 +141,7 @@ class LocalCluster:
                 for n, p in self.workers.items()}
 
     def close(self) -> None:
-        if self._stub is not None:
-            self._stub.close()
-            self._stub = None
+        self.close_stub()
         self.launcher.close()
 
     @staticmethod
@@ -171,45 +169,10 @@ class LocalCluster:
 
     # ---- what the master says ---------------------------------------------------------------
 
-    def stub(self) -> LeaderStub:
-        """A Master stub that follows the leader over every master's address."""
-        if self._stub is None:
-            self._stub = LeaderStub(self.master_address, pb_grpc.MasterStub)
-        return self._stub
-
-    def status(self, timeout: float = 5.0) -> pb.GetStatusResponse | None:
-        try:
-            return self.stub().GetStatus(pb.GetStatusRequest(), timeout=timeout)
-        except grpc.RpcError:
-            return None  # restarting, or a standby taking over
-
-    def dataset_status(self) -> pb.DatasetStatus | None:
-        status = self.status()
-        if status is None:
-            return None
-        return next((ds for ds in status.datasets if ds.spec.name == self.dataset), None)
-
     def training(self, name: str) -> bool:
         """Whether worker `name` is registered and holds a lease (it is past its start-up)."""
         status = self.status()
         return bool(status) and any(w.name == name and w.leases for w in status.workers)
-
-    def ledger(self) -> pb.GetLedgerResponse:
-        return self.stub().GetLedger(pb.GetLedgerRequest(dataset=self.dataset), timeout=10)
-
-    def events(self, since: int = 0) -> list[pb.Event]:
-        return list(self.stub().GetEvents(pb.GetEventsRequest(since=since, limit=10000),
-                                          timeout=10).events)
-
-    def leases(self) -> list[dict]:
-        """The dataset's durable lease history (GetLeases, every page), each lease a dict of
-        the LeaseRecord fields (`start_rec`, `end_rec`, `state`, `records_done`, ...)."""
-        rows, after = [], 0
-        while page := self.stub().GetLeases(pb.GetLeasesRequest(
-                dataset=self.dataset, after=after, limit=10000), timeout=30).leases:
-            rows += [{f.name: getattr(x, f.name) for f in x.DESCRIPTOR.fields} for x in page]
-            after = page[-1].lease_id
-        return rows
 
     def ps_list(self, timeout: float = 5.0) -> pb.ListPSResponse:
         """The PS set as the master lists it: per index the primary, its backups (state

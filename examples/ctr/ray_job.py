@@ -27,8 +27,8 @@ import psutil  # noqa: E402
 import yaml  # noqa: E402
 
 from cluster.launch import CODE_ROOT, child_env  # noqa: E402
+from cluster.master_view import MasterView  # noqa: E402
 from protos import master_pb2 as pb  # noqa: E402
-from protos import master_pb2_grpc as pb_grpc  # noqa: E402
 from rpckit.channels import LeaderStub  # noqa: E402
 
 MARKETS = [{"name": "spot", "price": 0.12}, {"name": "on-demand", "price": 0.40}]
@@ -41,7 +41,7 @@ HEALTH_CHECK = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 10
 STOP_S = 90.0  # elastic-job stopping the job (workers hand back, the PS checkpoints)
 
 
-class RayJob:
+class RayJob(MasterView):
     """`workdir`: the job's folder (spec, database, logs); `train`: the worker's command line
     after `python -m examples.ctr.train` (data, pace file, sizes)."""
 
@@ -158,43 +158,11 @@ class RayJob:
 
     # ---- what the master says ---------------------------------------------------------------
 
-    def stub(self) -> LeaderStub:
-        if self._stub is None:
-            self._stub = LeaderStub(self.master_address, pb_grpc.MasterStub)
-        return self._stub
-
-    def status(self, timeout: float = 5.0) -> pb.GetStatusResponse | None:
-        try:
-            return self.stub().GetStatus(pb.GetStatusRequest(), timeout=timeout)
-        except grpc.RpcError:
-            return None  # starting, or already stopped
-
-    def dataset_status(self) -> pb.DatasetStatus | None:
-        status = self.status()
-        return next((ds for ds in status.datasets if ds.spec.name == self.dataset), None) \
-            if status is not None else None
-
     def plan(self, timeout: float = 5.0) -> pb.GetPlanResponse | None:
         try:
             return self.stub().GetPlan(pb.GetPlanRequest(ended=True), timeout=timeout)
         except grpc.RpcError:
             return None
-
-    def leases(self) -> list[dict]:
-        """The dataset's durable lease history (as LocalCluster.leases)."""
-        rows, after = [], 0
-        while page := self.stub().GetLeases(pb.GetLeasesRequest(
-                dataset=self.dataset, after=after, limit=10000), timeout=30).leases:
-            rows += [{f.name: getattr(x, f.name) for f in x.DESCRIPTOR.fields} for x in page]
-            after = page[-1].lease_id
-        return rows
-
-    def ledger(self) -> pb.GetLedgerResponse:
-        return self.stub().GetLedger(pb.GetLedgerRequest(dataset=self.dataset), timeout=30)
-
-    def events(self) -> list[pb.Event]:
-        return list(self.stub().GetEvents(pb.GetEventsRequest(since=0, limit=10000),
-                                          timeout=10).events)
 
     # ---- what is left -----------------------------------------------------------------------
 
@@ -256,8 +224,7 @@ class RayJob:
         try:
             self.stop_job()
         finally:
-            if self._stub is not None:
-                self._stub.close()
+            self.close_stub()
             ray.shutdown()
             if self.cluster is not None:
                 self.cluster.shutdown()
