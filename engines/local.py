@@ -137,22 +137,8 @@ class LocalEngine(Owner):
         rest = process.free_ports(self.host, len(names) - len(first), tuple(first))
         return [(self.host, p) for p in first + rest]
 
-    def stop(self, handle: Handle, graceful: bool = True) -> None:
-        """SIGTERM (then SIGKILL after `stop_grace_s`) or SIGKILL now; an exit event follows."""
-        with self._lock:
-            proc = self._procs.get(handle.id)
-            if proc is None:
-                return
-            if graceful:
-                process.signal_group(proc.pid, signal.SIGTERM)
-                due = self.clock() + self.stop_grace_s
-                proc.deadline = due if proc.deadline is None else min(proc.deadline, due)
-            else:
-                self._kill(proc)
-
-    def _kill(self, proc: _Proc) -> None:
-        proc.killed = True
-        process.signal_group(proc.pid, signal.SIGKILL)
+    def _signal(self, proc: _Proc, sig: int) -> None:
+        process.signal_group(proc.pid, sig)
 
     def admits(self, market: str) -> bool:
         limit = self._limit(market)
@@ -240,7 +226,7 @@ class LocalEngine(Owner):
                 deadline = now + self.preempt_grace_s
                 proc.deadline = deadline if proc.deadline is None else min(proc.deadline,
                                                                            deadline)
-                process.signal_group(proc.pid, signal.SIGTERM)
+                self._signal(proc, signal.SIGTERM)
                 self._emit(EventKind.PREEMPTED, proc.handle,
                            deadline_ms=int(proc.deadline * 1000),
                            detail=f"market {market} capacity is now {limit}")

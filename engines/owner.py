@@ -10,6 +10,7 @@ owner.
 from __future__ import annotations
 
 import collections
+import signal
 import threading
 import time
 from typing import Callable
@@ -21,10 +22,12 @@ STOP_POLL_S = 0.05
 
 class Owner:
     """Base of LocalEngine and RayEngine: `_procs` (handle id -> the engine's record, which
-    has `.handle`), `_events`, `_lock`, `clock`. Subclasses give `stop`, `poll` and
+    has `.handle`, `.deadline` and `.killed`), `_events`, `_lock`, `clock`, `stop_grace_s`.
+    Subclasses give `_signal` (how a signal reaches a process's group), `poll` and
     `_overdue`."""
 
     clock: Callable[[], float]
+    stop_grace_s: float
 
     def __init__(self) -> None:
         self._procs: dict = {}
@@ -32,6 +35,23 @@ class Owner:
         self._lock = threading.RLock()
 
     def stop(self, handle: Handle, graceful: bool = True) -> None:
+        """SIGTERM (then SIGKILL after `stop_grace_s`) or SIGKILL now; an exit event follows."""
+        with self._lock:
+            proc = self._procs.get(handle.id)
+            if proc is None:
+                return
+            if graceful:
+                self._signal(proc, signal.SIGTERM)
+                due = self.clock() + self.stop_grace_s
+                proc.deadline = due if proc.deadline is None else min(proc.deadline, due)
+            else:
+                self._kill(proc)
+
+    def _kill(self, proc) -> None:
+        proc.killed = True
+        self._signal(proc, signal.SIGKILL)
+
+    def _signal(self, proc, sig: int) -> None:
         raise NotImplementedError
 
     def poll(self) -> list[EngineEvent]:

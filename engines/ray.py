@@ -235,22 +235,8 @@ class RayEngine(Owner):
     def _watch(self, handle: Handle, actor) -> None:
         self._procs[handle.id] = _Proc(handle, actor, actor.wait.remote(), actor.info.remote())
 
-    def stop(self, handle: Handle, graceful: bool = True) -> None:
-        """SIGTERM (then SIGKILL after `stop_grace_s`) or SIGKILL now; an exit event follows."""
-        with self._lock:
-            proc = self._procs.get(handle.id)
-            if proc is None:
-                return
-            if graceful:
-                proc.actor.signal.remote(int(signal.SIGTERM))
-                due = self.clock() + self.stop_grace_s
-                proc.deadline = due if proc.deadline is None else min(proc.deadline, due)
-            else:
-                self._kill(proc)
-
-    def _kill(self, proc: _Proc) -> None:
-        proc.killed = True
-        proc.actor.signal.remote(int(signal.SIGKILL))
+    def _signal(self, proc: _Proc, sig: int) -> None:
+        proc.actor.signal.remote(int(sig))
 
     def admits(self, market: str) -> bool:
         """Whether the live, undrained nodes of `market` have `num_cpus` left once every
@@ -351,7 +337,7 @@ class RayEngine(Owner):
             deadline = deadline_ms / 1000 if deadline_ms else now + self.preempt_grace_s
             proc.noticed = True
             proc.deadline = deadline if proc.deadline is None else min(proc.deadline, deadline)
-            proc.actor.signal.remote(int(signal.SIGTERM))
+            self._signal(proc, signal.SIGTERM)
             self._emit(EventKind.PREEMPTED, proc.handle, deadline_ms=int(proc.deadline * 1000),
                        detail=f"node {proc.node_id[:12]} drained")
 
