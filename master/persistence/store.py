@@ -62,6 +62,15 @@ def _make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+SQLITE_BUSY = 5  # and its extended codes (BUSY_SNAPSHOT, BUSY_RECOVERY, ...) in the low byte
+
+
+def _sqlite_busy(exc: BaseException) -> bool:
+    """Whether `exc` is SQLite's SQLITE_BUSY (its error code, not its message)."""
+    code = getattr(getattr(exc, "orig", exc), "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == SQLITE_BUSY
+
+
 # A commit's statements, built once (as `_update`'s are, per column set): building one per
 # commit is SQLAlchemy Python (construction, coercion, cache key) costing more than running it.
 _INSERTS = {name: table.insert()
@@ -87,17 +96,25 @@ class Store:
 
     # ---- schema -----------------------------------------------------------------------------
 
-    def upgrade(self, attempts: int = 3) -> None:
+    def upgrade(self, attempts: int = 3, busy_s: float = 30.0) -> None:
         """Bring the schema to the newest migration (a no-op when it is there already).
         Masters started together on a fresh database race to create it: the loser's attempt
-        fails, and its next one finds the schema there."""
-        for attempt in range(1, attempts + 1):
+        fails, and its next one finds the schema there. While SQLite answers busy (the other
+        master is still migrating: WAL gives up at once on a stale snapshot, whatever the busy
+        timeout) it waits up to `busy_s`; any other error gets `attempts` tries."""
+        failed = 0
+        busy_until = time.monotonic() + busy_s
+        while True:
             try:
                 return self._upgrade()
-            except Exception:  # noqa: BLE001 - the last attempt's error is the answer
-                if attempt == attempts:
+            except Exception as exc:  # noqa: BLE001 - the last attempt's error is the answer
+                if _sqlite_busy(exc) and time.monotonic() < busy_until:
+                    time.sleep(0.5)
+                    continue
+                failed += 1
+                if failed >= attempts:
                     raise
-                time.sleep(0.5 * attempt)
+                time.sleep(0.5 * failed)
 
     def _upgrade(self) -> None:
         cfg = Config()
