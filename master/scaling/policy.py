@@ -268,7 +268,7 @@ def _plan_workers(spec: JobSpec, signals: Signals, state: PolicyState, now: floa
     target = _fit_budget(spec, signals, state, plan, target)
     if growth and target <= have:
         state = state.with_(probe=None)  # the budget took the added worker back
-    return state.with_(workers=target, held=held)
+    return state.with_(workers=target, held=None if held is None else min(held, target))
 
 
 def _wait_pays(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan) -> bool:
