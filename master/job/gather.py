@@ -1,6 +1,7 @@
 """One interval's Signals (master.scaling.signals) from what the master knows: records/s
-and the job's progress from the datasets' counts, who came up (registered workers, registered PS indices), each PS
-process's CPU from the engine, the engine's notices and failures since the last decide.
+and the job's progress from the datasets' counts, who came up (registered workers,
+registered PS indices), each PS process's CPU from the engine, the engine's notices and
+failures since the last decide.
 """
 from __future__ import annotations
 

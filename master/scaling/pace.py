@@ -47,7 +47,8 @@ def ahead(spec: JobSpec, signals: Signals, state: PolicyState, now: float) -> bo
     return want < 1.0 and signals.records_done >= want * signals.records_total
 
 
-def speeds(signals: Signals, state: PolicyState, settled: bool) -> tuple[float | None, float | None]:
+def speeds(signals: Signals, state: PolicyState,
+           settled: bool) -> tuple[float | None, float | None]:
     """Records/s per running worker and per PS at full CPU, read while the job runs settled
     (kept from the last such reading: during an outage there may be no worker to read)."""
     busy = sum(signals.ps_cpu)

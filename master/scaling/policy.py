@@ -352,7 +352,8 @@ def _target(spec: JobSpec, signals: Signals, state: PolicyState, now: float, pla
     hot = state.ps < spec.ps.max and any(c > s.ps_hot_cpu for c in signals.ps_cpu)
     moving = returning or bool(plan.steps)  # grow once workers and the PS set settle
     if (probe is None and not held and not hot and not disturbed and not pending and not moving
-            and not waiting and live == target and target < w.max and (signals.records_per_s > 0 or not live)
+            and not waiting and live == target and target < w.max
+            and (signals.records_per_s > 0 or not live)
             and not _backing_off(state, now)):
         market = _fill_market(spec, signals, state)
         more = _worker_counts(spec, plan)
