@@ -22,6 +22,8 @@ from master.job.spec import JobSpec
 from .signals import Signals
 from .state import PolicyState
 
+PAYS_BY = 0.05
+
 
 def margin_s(spec: JobSpec) -> float:
     s = spec.scaling
@@ -47,14 +49,25 @@ def ahead(spec: JobSpec, signals: Signals, state: PolicyState, now: float) -> bo
     return want < 1.0 and signals.records_done >= want * signals.records_total
 
 
-def speeds(signals: Signals, state: PolicyState,
+def speeds(spec: JobSpec, signals: Signals, state: PolicyState,
            settled: bool) -> tuple[float | None, float | None]:
     """Records/s per running worker and per PS at full CPU, read while the job runs settled
-    (kept from the last such reading: during an outage there may be no worker to read)."""
+    and ran the same workers over the whole interval the rates cover (kept from the last such
+    reading: during an outage there may be no worker to read). A worker's own speed only
+    while no PS is hot: workers a busy set throttles read slow, and the estimate of what a
+    wait saves would swing with the set's size."""
+    v, k = state.worker_speed, state.ps_speed
     busy = sum(signals.ps_cpu)
-    if settled and signals.worker_rps > 0 and busy > 0:
-        return signals.worker_rps, signals.records_per_s / busy
-    return state.worker_speed, state.ps_speed
+    steady = settled and running_workers(signals) == state.running_workers
+    if not steady or signals.records_per_s <= 0 or busy <= 0:
+        return v, k
+    if signals.worker_rps > 0 and max(signals.ps_cpu) <= spec.scaling.ps_hot_cpu:
+        v = signals.worker_rps
+    return v, signals.records_per_s / busy
+
+
+def running_workers(signals: Signals) -> int:
+    return signals.total(signals.running, "worker")
 
 
 def wait_pays(spec: JobSpec, price, state: PolicyState, target: int, held: dict[str, int],
@@ -63,27 +76,39 @@ def wait_pays(spec: JobSpec, price, state: PolicyState, target: int, held: dict[
     counting the records the wait defers at the job's $ per record at full speed on the first
     market (they are trained later, after the first market returns). With the PS set as it is,
     a deferred worker's records cost its later market's price per record of a worker; the wait
-    gains more when the workers it holds leave the set cold enough to shrink (to the PS that
-    keeps them above `ps_cold_cpu`). A partial dip that leaves the set warm rarely pays: the
-    fallback's workers on on-demand cost less per record than the job at full speed, whose
-    master and PS set run on on-demand either way. Without a speed read yet: the wait."""
+    gains more when the workers it holds leave the set cold enough to shrink. A partial dip
+    that leaves the set warm rarely pays: the fallback's workers on on-demand cost less per
+    record than the job at full speed, whose master and PS set run on on-demand either way.
+    Each side is priced with the PS set its workers settle it at, not the set of the moment
+    (which a wait shrank, or a return is regrowing). Without a speed read yet: the wait."""
     v, k = state.worker_speed, state.ps_speed
     if not v or not k:
         return True
-    s, markets = spec.scaling, spec.workers.market_names
+    markets = spec.workers.market_names
     ps_now = state.ps or spec.ps.count
-    ps_full = min(spec.ps.max, max(ps_now, math.ceil(target * v / (k * s.ps_hot_cpu))))
-    full = spec.fixed_cost_per_hour(ps_full) + target * price(markets[0])
-    full_rps = min(target * v, ps_full * k)
-    per_record = full / full_rps
+    ps_f = _settled_ps(spec, ps_now, target * v, k)
+    rate_f = min(target * v, ps_f * k)
+    per_record = (spec.fixed_cost_per_hour(ps_f) + target * price(markets[0])) / rate_f
     have = sum(held.values())
-    rate_w = min(have * v, ps_now * k)
-    # the cold rule shrinks the set while every PS is below ps_cold_cpu
-    cold_floor = math.floor(rate_w / (k * s.ps_cold_cpu)) if s.ps_cold_cpu else ps_now
-    ps_wait = max(spec.ps.min, min(ps_now, cold_floor))
-    cost_w = spec.fixed_cost_per_hour(ps_wait) + sum(n * price(m) for m, n in held.items())
+    ps_w = _settled_ps(spec, ps_now, have * v, k)
+    rate_w = min(have * v, ps_w * k)
+    cost_w = spec.fixed_cost_per_hour(ps_w) + sum(n * price(m) for m, n in held.items())
     first = held.get(markets[0], 0)
-    cost_f = (spec.fixed_cost_per_hour(max(ps_now, ps_full)) + first * price(markets[0])
+    cost_f = (spec.fixed_cost_per_hour(ps_f) + first * price(markets[0])
               + (target - first) * price(fallback))
-    rate_f = min(target * v, max(ps_now, ps_full) * k)
-    return cost_w + max(0.0, rate_f - rate_w) * per_record < cost_f
+    # a wait starts only when it saves PAYS_BY of the fallback's hour, and ends only when it
+    # costs that much more: near the break-even (a dip) estimates that move by a percent
+    # would otherwise drain and relaunch on-demand workers every interval
+    slack = PAYS_BY if state.held is not None else -PAYS_BY
+    return cost_w + max(0.0, rate_f - rate_w) * per_record < cost_f * (1 + slack)
+
+
+def _settled_ps(spec: JobSpec, ps_now: int, demand: float, k: float) -> int:
+    """The PS count the hot and cold rules move the set to under `demand` records/s, a PS
+    serving `k` at full CPU: it grows while a PS is above ps_hot_cpu, shrinks while all are
+    below ps_cold_cpu (growth first, as the policy checks it first)."""
+    s = spec.scaling
+    low = math.ceil(demand / (k * s.ps_hot_cpu))
+    high = math.floor(demand / (k * s.ps_cold_cpu)) if s.ps_cold_cpu else ps_now
+    n = max(low, min(ps_now, high))
+    return max(spec.ps.min, min(spec.ps.max, n))

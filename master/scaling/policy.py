@@ -28,7 +28,7 @@ from engines.port import ProcessKind
 from master.job.spec import JobSpec
 
 from .decisions import Decision, Reason
-from .pace import ahead, speeds, wait_pays
+from .pace import ahead, running_workers, speeds, wait_pays
 from .signals import Signals
 from .state import Block, PolicyState, Probe
 
@@ -44,8 +44,8 @@ def decide(spec: JobSpec, signals: Signals, state: PolicyState | None,
     plan = _Plan(spec, signals)
     state = _watch_markets(spec, signals, state, now, plan)
     settled = not (_disturbed(signals) or signals.total(signals.pending, W))
-    v, k = speeds(signals, state, settled)
-    state = state.with_(worker_speed=v, ps_speed=k)
+    v, k = speeds(spec, signals, state, settled)
+    state = state.with_(worker_speed=v, ps_speed=k, running_workers=running_workers(signals))
     # the wait: ahead of the deadline's line, and the first market takes no launches now
     waiting = paced and spec.workers.market_names[0] not in _usable(spec, signals, state)
     state = _plan_ps(spec, signals, state, now, plan, first)

@@ -54,6 +54,7 @@ class PolicyState:
     held: int | None = None
     worker_speed: float | None = None     # records/s per running worker, last read settled
     ps_speed: float | None = None         # records/s per PS at full CPU, likewise
+    running_workers: int | None = None    # at the last interval: a speed read needs the same
 
     def __post_init__(self):
         object.__setattr__(self, "pending_since", MappingProxyType(dict(self.pending_since)))

@@ -136,3 +136,31 @@ def test_a_dip_that_leaves_the_ps_set_warm_is_not_waited_out():
     assert sorted(brief(decisions)) == [("worker", "on-demand", 0, 1, "replace_preempted"),
                                         ("worker", "spot", 0, 0, "ahead_of_deadline")]
     assert after.held == 1
+
+
+def test_speeds_are_read_only_over_an_interval_of_the_same_workers_and_no_hot_ps():
+    state = started(running_workers=3, worker_speed=100.0, ps_speed=500.0)
+    same = Signals(running=workers(spot=3), records_per_s=330.0, worker_rps=110.0,
+                   ps_cpu=(0.33, 0.33))
+    assert pace.speeds(SPEC, same, state, settled=True) == (110.0, 500.0)
+    changed = Signals(running=workers(spot=4), records_per_s=330.0, worker_rps=82.5,
+                      ps_cpu=(0.33, 0.33))
+    assert pace.speeds(SPEC, changed, state, settled=True) == (100.0, 500.0)
+    assert pace.speeds(SPEC, same, state, settled=False) == (100.0, 500.0)
+    hot = Signals(running=workers(spot=3), records_per_s=300.0, worker_rps=100.0,
+                  ps_cpu=(0.95, 0.95))  # throttled workers: the PS speed only
+    assert pace.speeds(SPEC, hot, state, settled=True) == (100.0, 300.0 / 1.9)
+
+
+def test_a_wait_starts_when_it_saves_5_percent_and_ends_when_it_costs_5_percent_more():
+    # a dip at the break-even: 5 of 7 workers on spot at 431,000 records/s, 4 PS of 763,000
+    big = spec(workers={"max": 7}, ps={"count": 4, "min": 1, "max": 4},
+               scaling={"deadline_h": 30})
+    _, state = decide(big, Signals(), None, 0.0)
+    state = state.with_(workers=7, worker_speed=431_000.0, ps_speed=763_000.0)
+    price = {"spot": 0.3, "on-demand": 1.0}.get
+    held = {"spot": 5, "on-demand": 0}
+    assert not pace.wait_pays(big, price, state, 7, held, "on-demand")
+    assert pace.wait_pays(big, price, state.with_(held=1), 7, held, "on-demand")
+    outage = {"spot": 0, "on-demand": 1}
+    assert pace.wait_pays(big, price, state, 7, outage, "on-demand")
