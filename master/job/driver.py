@@ -24,7 +24,7 @@ from ..scaling.state import PolicyState
 from ..states import EventKind
 from . import commands
 from .book import JobBook, JobState, Proc, ProcState
-from .gather import Gatherer, Since, came_up, records_done
+from .gather import Gatherer, Since, came_up, records_done, records_total
 
 log = logging.getLogger(__name__)
 TICK_S = 0.25
@@ -252,7 +252,8 @@ class JobDriver:
             self._apply(d)
 
     def _signals(self, now: float):
-        records = self.committer.read(lambda: records_done(self.core))
+        records, total = self.committer.read(lambda: (records_done(self.core),
+                                                       records_total(self.core)))
         markets = list(self.spec.workers.market_names)
         admits = {m for m in markets if self.engine.admits(m)}
         cpu = {}
@@ -260,7 +261,7 @@ class JobDriver:
             cpu = {p.name: self.engine.cpu_seconds(p.handle()) for p in self.book.live("ps")
                    if p.state == ProcState.RUNNING and p.engine_id}
         return self.gatherer.signals(self.book, self.since, records, self.up, markets, admits,
-                                     cpu, now)
+                                     cpu, now, total)
 
     def _apply(self, d) -> None:
         if d.role.value == "ps":
@@ -269,6 +270,8 @@ class JobDriver:
             if d.reason.value in RESIZE_REASONS and d.to_count != d.from_count:
                 self._commit(lambda: self.core.resize_ps(d.to_count))
             return
+        if d.delta == 0:
+            return  # ahead_of_deadline: what was taken is not replaced; nothing to do
         if d.delta > 0:
             for _ in range(d.delta):
                 if self.draining:

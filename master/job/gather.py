@@ -1,6 +1,7 @@
 """One interval's Signals (master.scaling.signals) from what the master knows: records/s
-from the datasets' counts, who came up (registered workers, registered PS indices), each PS
-process's CPU from the engine, the engine's notices and failures since the last decide.
+and the job's progress from the datasets' counts, who came up (registered workers,
+registered PS indices), each PS process's CPU from the engine, the engine's notices and
+failures since the last decide.
 """
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ def records_done(core) -> int:
                for stats in queue.epochs.values())
 
 
+def records_total(core) -> int:
+    """Records the job trains: every dataset's records times its epochs (0 before a worker
+    created one), under the committer's lock. Progress for scaling.deadline_h."""
+    return sum(queue.spec.num_records * queue.spec.num_epochs
+               for queue in core.datasets.values())
+
+
 def came_up(core) -> tuple[set[str], dict[int, int]]:
     """Names of the live workers, and per live PS index when its primary registered (Unix
     ms), under the committer's lock."""
@@ -45,8 +53,9 @@ class Gatherer:
 
     def signals(self, book: JobBook, since: Since, records: int, up: set[str],
                 markets: list[str], admits: set[str], cpu: dict[str, float | None],
-                now: float) -> Signals:
-        """`up`: names of processes that came up; `cpu`: CPU seconds per live PS name."""
+                now: float, total: int = 0) -> Signals:
+        """`up`: names of processes that came up; `cpu`: CPU seconds per live PS name;
+        `records` done and `total` to do over every dataset and epoch."""
         rps = 0.0
         if self.last_records is not None and now > self.last_t:
             rps = max(0, records - self.last_records) / (now - self.last_t)
@@ -68,7 +77,8 @@ class Gatherer:
                        pending=pending, preempting=preempting, preempted=since.preempted,
                        lost=since.lost, crashed=since.crashed,
                        failed_launches=since.failed_launches,
-                       admits=frozenset(m for m in markets if m in admits))
+                       admits=frozenset(m for m in markets if m in admits),
+                       records_done=records, records_total=total)
 
     def _ps_cpu(self, cpu: dict[str, float | None], now: float):
         busy = []

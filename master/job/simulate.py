@@ -13,6 +13,9 @@ same policy on a spec that leaves it nothing to decide:
 - `fixed-start`: the start size (workers.min, at least 1; ps.count) held, spot first with the
   fallback.
 
+The baselines run without `scaling.deadline_h` (nothing waits); the policy's run with it, the
+job's progress (records done of `records`) in its signals as the ledger's are in a real job's.
+
 The PS set and the master run on `ps.market` and are not preempted here (a trace that limits
 that market is refused). Event-driven: the clock jumps from one change to the next, so a day
 runs in a second or two.
@@ -150,7 +153,7 @@ class _Cluster:
     def advance(self, t: float) -> None:
         self.procs = [p for p in self.procs if p.gone_at is None or p.gone_at > t]
 
-    def signals(self, t: float, records_per_s: float) -> Signals:
+    def signals(self, t: float, records_per_s: float, done: float, records: int) -> Signals:
         running, pending, preempting = Counter(), Counter(), Counter()
         for p in self.procs:
             key = (p.role, p.market)
@@ -171,6 +174,7 @@ class _Cluster:
             preempted={(W, m): n for m, n in self.preempted.items()},
             failed_launches={(W, m): n for m, n in self.failed.items()},
             admits={m for m in self.spec.workers.market_names if self.admits(m, t)},
+            records_done=done, records_total=records,
         )
         self.preempted.clear()
         self.failed.clear()
@@ -190,14 +194,14 @@ def simulate(spec: JobSpec, trace: MarketTrace, records: int, model: Model,
     while done < records and t < horizon:
         if t >= ticks * interval:
             span = t - (ticks - 1) * interval if ticks else 0.0
-            signals = cluster.signals(t, since_tick / span if span else 0.0)
+            signals = cluster.signals(t, since_tick / span if span else 0.0, done, records)
             decisions, state = policy(spec, signals, state, t)
             for d in decisions:
                 reasons[d.reason.value] += 1
                 if d.delta > 0:
                     for _ in range(d.delta):
                         cluster.launch(d.role.value, d.market, t)
-                else:
+                elif d.delta < 0:
                     cluster.stop(d.role.value, d.market, -d.delta, t)
             ticks, since_tick = ticks + 1, 0.0
         cluster.enforce(t)
@@ -223,7 +227,8 @@ def simulate(spec: JobSpec, trace: MarketTrace, records: int, model: Model,
 def baseline_specs(spec: JobSpec) -> dict[str, JobSpec]:
     """The fixed baselines: the same policy with nothing left to decide."""
     w, ps = spec.workers, spec.ps
-    still = ScalingSpec(**{**dataclasses.asdict(spec.scaling), "budget_per_hour": 0.0})
+    still = ScalingSpec(**{**dataclasses.asdict(spec.scaling), "budget_per_hour": 0.0,
+                           "deadline_h": 0.0})
     at_max = PSSpec(count=ps.max, min=ps.max, max=ps.max, replicas=ps.replicas,
                     market=ps.market, args=ps.args)
     start = max(w.min, 1)

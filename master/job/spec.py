@@ -27,6 +27,7 @@ MAX_PS = 1024             # master/limits.py MAX_NUM_PS
 MAX_MARKETS = 32
 MAX_PRICE = 1e6           # per process-hour
 MAX_SECONDS = 7 * 86400.0
+MAX_DEADLINE_H = 365 * 24.0
 MAX_SPEC_BYTES = 1 << 20
 # The master sets these for every worker it launches (DESIGN, round 4); a spec may not.
 RESERVED_ENV = ("ELASTIC_PS_MASTER", "ELASTIC_PS_WORKER_NAME", "ELASTIC_PS_LABELS")
@@ -87,6 +88,10 @@ class ScalingSpec:
     ps_cooldown_s: float = 300.0
     budget_per_hour: float = 0.0   # 0 = no budget
     spot_wait_s: float = 60.0
+    # An extension of the round-4 contract: hours from the job's start by which it must finish
+    # (0 = none). While the job is ahead of the uniform-progress line toward it, workers the
+    # first market takes away are not replaced on a later one (master/scaling/pace.py).
+    deadline_h: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -199,6 +204,7 @@ def _scaling(value: Any) -> ScalingSpec:
         ps_cooldown_s=f.number("ps_cooldown_s", d.ps_cooldown_s, 0.0, MAX_SECONDS),
         budget_per_hour=f.number("budget_per_hour", d.budget_per_hour, 0.0, MAX_PRICE * 1e3),
         spot_wait_s=f.number("spot_wait_s", d.spot_wait_s, 0.0, MAX_SECONDS),
+        deadline_h=f.number("deadline_h", d.deadline_h, 0.0, MAX_DEADLINE_H),
     )
     if spec.ps_cold_cpu >= spec.ps_hot_cpu:
         raise SpecError(f.at("ps_cold_cpu"), f"is {spec.ps_cold_cpu:g}; must be below "

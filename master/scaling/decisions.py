@@ -21,6 +21,10 @@ class Reason(str, enum.Enum):
     PS_COLD = "ps_cold"                      # every PS below ps_cold_cpu
     BUDGET = "budget"                        # over budget_per_hour
     ABOVE_MAX = "above_max"                  # more than workers.max / ps.max live
+    # an extension of the round-4 contract (scaling.deadline_h): ahead of the deadline's
+    # uniform-progress line, workers the first market took away are not replaced on a later
+    # one (from == to), and those on later markets are drained
+    AHEAD_OF_DEADLINE = "ahead_of_deadline"
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,9 @@ class Decision:
     """Make the live processes of `role` on `market` go from `from_count` to `to_count`:
     launch the difference, or drain it (SIGTERM: workers hand their leases back exactly). For
     the PS role the count is the PS set's size, changed by a live resize. `signals` is what
-    the policy saw (Signals.summary()), kept with the `scale_decided` event."""
+    the policy saw (Signals.summary()), kept with the `scale_decided` event. Only an
+    `ahead_of_deadline` decision may keep the count (from == to): workers the first market took
+    away, not replaced while the job is ahead of its deadline."""
 
     role: ProcessKind  # WORKER or PS: the master is not scaled
     market: str

@@ -12,6 +12,12 @@ when it did not; PS +1 when one has been hot for `ps_hot_intervals` intervals, -
 been cold as long, at most once per `ps_cooldown_s`; never above `budget_per_hour` (the spec
 guarantees the floors fit in it).
 
+With `scaling.deadline_h` (an extension of the contract, master/scaling/pace.py): while the
+job is ahead of its deadline's uniform-progress line and the first market admits no launches,
+the workers it took away are not replaced on a later market (workers.min is kept), those on
+later markets are drained, and the PS set shrinks as it goes cold; behind the line, all of the
+above holds as without a deadline.
+
 Decisions come decreases first, so applying them in order never runs more than max processes.
 """
 from __future__ import annotations
@@ -22,6 +28,7 @@ from engines.port import ProcessKind
 from master.job.spec import JobSpec
 
 from .decisions import Decision, Reason
+from .pace import ahead, running_workers, speeds, wait_pays
 from .signals import Signals
 from .state import Block, PolicyState, Probe
 
@@ -33,11 +40,17 @@ def decide(spec: JobSpec, signals: Signals, state: PolicyState | None,
            now: float) -> tuple[tuple[Decision, ...], PolicyState]:
     first = state is None or state.started is None
     state = _started(spec, state or PolicyState(), now)
+    paced = ahead(spec, signals, state, now)
     plan = _Plan(spec, signals)
     state = _watch_markets(spec, signals, state, now, plan)
+    settled = not (_disturbed(signals) or signals.total(signals.pending, W))
+    v, k = speeds(spec, signals, state, settled)
+    state = state.with_(worker_speed=v, ps_speed=k, running_workers=running_workers(signals))
+    # the wait: ahead of the deadline's line, and the first market takes no launches now
+    waiting = paced and spec.workers.market_names[0] not in _usable(spec, signals, state)
     state = _plan_ps(spec, signals, state, now, plan, first)
-    state = _plan_workers(spec, signals, state, now, plan)
-    return plan.decisions(), state
+    state = _plan_workers(spec, signals, state, now, plan, waiting)
+    return plan.decisions(), state.with_(paced=paced)
 
 
 def _started(spec: JobSpec, state: PolicyState, now: float) -> PolicyState:
@@ -58,6 +71,10 @@ class _Plan:
     def add(self, role: str, market: str, delta: int, reason: Reason) -> None:
         if delta:
             self.steps.append((role, market, delta, reason))
+
+    def keep(self, role: str, market: str, reason: Reason) -> None:
+        """A decision that changes no count (from == to): what was taken is not replaced."""
+        self.steps.append((role, market, 0, reason))
 
     def count(self, role: str, market: str) -> int:
         """The live count once the steps so far are applied."""
@@ -177,7 +194,7 @@ def _plan_ps(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
     # must last as long as hot must.
     settled = not (signals.total(signals.pending, W) or _disturbed(signals)
                    or sum(signals.live(W, m) for m in spec.workers.market_names)
-                   < (state.workers or 0))
+                   < _wanted(state))
     cold = (settled and bool(signals.ps_cpu)
             and all(c < s.ps_cold_cpu for c in signals.ps_cpu))
     cold_intervals = state.cold_intervals + 1 if cold else 0
@@ -195,6 +212,12 @@ def _plan_ps(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
         return state.with_(hot_intervals=hot_intervals, cold_intervals=cold_intervals)
     plan.add(PS, market, new - target, reason)
     return state.with_(ps=new, hot_intervals=0, cold_intervals=0, last_ps_change=now)
+
+
+def _wanted(state: PolicyState) -> int:
+    """The workers the policy means to run now: its target, or what a deadline's wait held."""
+    wanted = state.workers or 0
+    return wanted if state.held is None else min(wanted, state.held)
 
 
 # ---- cost
@@ -220,24 +243,49 @@ def _worker_counts(spec: JobSpec, plan: _Plan) -> dict[str, int]:
 # ---- workers
 
 def _plan_workers(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
-                  plan: _Plan) -> PolicyState:
+                  plan: _Plan, waiting: bool) -> PolicyState:
     state = _backoff(spec, signals, state, now)
+    waiting = waiting and _wait_pays(spec, signals, state, plan)
     returning = bool(_returns(spec, signals, state, plan))
-    state, target, growth, shrink = _target(spec, signals, state, now, plan, returning)
+    state, target, growth, shrink = _target(spec, signals, state, now, plan, returning,
+                                            waiting)
     counts = _worker_counts(spec, plan)
     have = sum(counts.values())
     if have > target:
         _drain(spec, plan, have - target, shrink if shrink else
                (Reason.ABOVE_MAX if have > spec.workers.max else Reason.NO_GAIN))
+    held = _hold(spec, plan, target) if waiting else None
+    if held is not None and min(have, target) > held:
+        _drain(spec, plan, min(have, target) - held, Reason.AHEAD_OF_DEADLINE)
     for market, n, best in _returns(spec, signals, state, plan):
         plan.add(W, market, -n, Reason.MARKET_RETURNED)
         plan.add(W, best, n, Reason.MARKET_RETURNED)
-    if have < target and not _backing_off(state, now):
-        _fill(spec, signals, state, plan, target - have, growth)
+    want = target if held is None else held
+    if have < want and not _backing_off(state, now):
+        _fill(spec, signals, state, plan, want - have, growth)
+    if held is not None and held < target and _disturbed(signals):
+        plan.keep(W, spec.workers.market_names[0], Reason.AHEAD_OF_DEADLINE)
     target = _fit_budget(spec, signals, state, plan, target)
     if growth and target <= have:
         state = state.with_(probe=None)  # the budget took the added worker back
-    return state.with_(workers=target)
+    return state.with_(workers=target, held=None if held is None else min(held, target))
+
+
+def _wait_pays(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan) -> bool:
+    w = spec.workers
+    target = min(max(state.workers, w.min), w.max)
+    held = _hold(spec, plan, target)
+    first = min(held, plan.count(W, w.market_names[0]))
+    fallback = _fill_market(spec, signals, state)
+    return wait_pays(spec, lambda m: _price(spec, signals, m), state, target,
+                     {w.market_names[0]: first, fallback: held - first}, fallback)
+
+
+def _hold(spec: JobSpec, plan: _Plan, target: int) -> int:
+    """What a deadline's wait runs: the workers on the first market, and later ones only to
+    keep workers.min."""
+    first = plan.count(W, spec.workers.market_names[0])
+    return min(target, max(spec.workers.min, first))
 
 
 def _backoff(spec: JobSpec, signals: Signals, state: PolicyState, now: float) -> PolicyState:
@@ -271,9 +319,10 @@ def _backing_off(state: PolicyState, now: float) -> bool:
 
 
 def _target(spec: JobSpec, signals: Signals, state: PolicyState, now: float, plan: _Plan,
-            returning: bool):
+            returning: bool, waiting: bool):
     """The worker target after judging the probe in flight and maybe starting one: (state,
-    target, the growth reason or None, the shrink reason or None)."""
+    target, the growth reason or None, the shrink reason or None). A deadline's wait grows
+    nothing: a worker added now would go to a later market."""
     w, s = spec.workers, spec.scaling
     target = min(max(state.workers, w.min), w.max)
     live = sum(signals.live(W, m) for m in w.market_names)
@@ -303,7 +352,8 @@ def _target(spec: JobSpec, signals: Signals, state: PolicyState, now: float, pla
     hot = state.ps < spec.ps.max and any(c > s.ps_hot_cpu for c in signals.ps_cpu)
     moving = returning or bool(plan.steps)  # grow once workers and the PS set settle
     if (probe is None and not held and not hot and not disturbed and not pending and not moving
-            and live == target and target < w.max and (signals.records_per_s > 0 or not live)
+            and not waiting and live == target and target < w.max
+            and (signals.records_per_s > 0 or not live)
             and not _backing_off(state, now)):
         market = _fill_market(spec, signals, state)
         more = _worker_counts(spec, plan)
@@ -373,9 +423,15 @@ def _drain(spec: JobSpec, plan: _Plan, n: int, reason: Reason) -> None:
 
 def _fill(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan, n: int,
           growth: Reason | None) -> None:
-    """Launch n workers on the fill market, each attributed to what made it needed."""
+    """Launch n workers on the fill market, each attributed to what made it needed. Those a
+    deadline's wait held back come back on the first market when it returns, or on the next
+    once the job fell behind its line."""
     market = _fill_market(spec, signals, state)
     have = sum(_worker_counts(spec, plan).values())
+    rest = Reason.REPLACE_LOST  # anything else we wanted and do not have
+    if state.held is not None:
+        rest = (Reason.MARKET_RETURNED if market == spec.workers.market_names[0]
+                else Reason.MARKET_UNAVAILABLE)
     causes = [
         (Reason.MARKET_UNAVAILABLE, signals.total(signals.failed_launches, W)
          + sum(-d for r, _, d, why in plan.steps
@@ -389,7 +445,7 @@ def _fill(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan, n: i
         take = min(n, count)
         plan.add(W, market, take, reason)
         n -= take
-    plan.add(W, market, n, Reason.REPLACE_LOST)  # anything else we wanted and do not have
+    plan.add(W, market, n, rest)
 
 
 def _fit_budget(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan,

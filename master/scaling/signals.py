@@ -21,7 +21,9 @@ class Signals:
     grace (no longer counted as live). `preempted`, `lost`, `crashed` (lost within their
     start-up: a command that exits at once) and `failed_launches` count what happened since the
     previous decide. `admits` is the set of markets that admit launches now (None: all).
-    `prices` overrides the spec's price per process-hour per market (e.g. a spot price feed)."""
+    `prices` overrides the spec's price per process-hour per market (e.g. a spot price feed).
+    `records_done` / `records_total`: the job's progress from the lease ledger, every dataset's
+    records times its epochs (total 0: not known yet, e.g. before a worker created a dataset)."""
 
     records_per_s: float = 0.0
     worker_rps: float = 0.0          # per-worker speed: records/s over running workers
@@ -35,6 +37,8 @@ class Signals:
     failed_launches: Mapping[Key, int] = field(default_factory=dict)
     admits: frozenset[str] | None = None
     prices: Mapping[str, float] = field(default_factory=dict)
+    records_done: float = 0.0
+    records_total: float = 0.0
 
     def __post_init__(self):
         for name in ("running", "pending", "preempting", "preempted", "lost", "crashed",
@@ -70,4 +74,5 @@ class Signals:
             "lost": flat(self.lost), "crashed": flat(self.crashed),
             "failed_launches": flat(self.failed_launches),
             "admits": None if self.admits is None else sorted(self.admits),
+            "records_done": int(self.records_done), "records_total": int(self.records_total),
         }

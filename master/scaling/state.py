@@ -1,7 +1,7 @@
 """What the policy remembers between intervals, as one frozen value the caller persists (a
 standby that takes over continues from it): targets, the hot-interval count, the last PS
 change, since when each market's launches have been pending, which markets it stopped
-launching on, the throughput probe in flight and the crash back-off."""
+launching on, the throughput probe in flight, the crash back-off and the deadline's pace."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -47,6 +47,14 @@ class PolicyState:
     # per market: launches cancelled as stuck since one there last started (doubles the wait
     # before the market is tried again, and the return goes one worker at a time meanwhile)
     stuck_strikes: Mapping[str, int] = field(default_factory=dict)
+    # scaling.deadline_h: whether the job was ahead of its uniform-progress line at the last
+    # interval, and the worker count the wait held then (None: it held none; below `workers`
+    # while the first market admits no launches)
+    paced: bool = False
+    held: int | None = None
+    worker_speed: float | None = None     # records/s per running worker, last read settled
+    ps_speed: float | None = None         # records/s per PS at full CPU, likewise
+    running_workers: int | None = None    # at the last interval: a speed read needs the same
 
     def __post_init__(self):
         object.__setattr__(self, "pending_since", MappingProxyType(dict(self.pending_since)))

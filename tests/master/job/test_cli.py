@@ -59,6 +59,8 @@ def test_simulate_prints_each_run_and_writes_the_json(files, capsys):
     ({"workers": {**SPEC["workers"], "min": 4}}, "workers.min"),
     ({"scaling": {"interval_s": 0}}, "scaling.interval_s"),
     ({"engine": "mesos"}, "engine"),
+    ({"scaling": {"deadline_h": -1}}, "scaling.deadline_h"),
+    ({"scaling": {"deadline_h": "tomorrow"}}, "scaling.deadline_h"),
 ])
 def test_a_bad_spec_exits_2_naming_the_field(files, capsys, change, field):
     spec, trace, tmp = files

@@ -54,6 +54,8 @@ def test_a_good_spec_reads_with_the_design_defaults():
     assert (s.interval_s, s.min_gain, s.ps_hot_cpu, s.ps_cold_cpu, s.ps_hot_intervals,
             s.ps_cooldown_s, s.budget_per_hour, s.spot_wait_s) == (5.0, 0.2, 0.9, 0.3, 3,
                                                                    300.0, 0.0, 60.0)
+    assert s.deadline_h == 0.0  # no deadline: the policy as the contract pins it
+    assert parse_spec(with_("scaling.deadline_h", 26)).scaling.deadline_h == 26.0
     assert spec.engine_options["preempt_grace_s"] == 30.0
 
 
@@ -102,6 +104,9 @@ def test_a_command_string_is_split_as_a_shell_would():
     ("scaling.budget_per_hour", -5, "scaling.budget_per_hour"),
     ("scaling.budget_per_hour", 2.0, "scaling.budget_per_hour"),  # below the floors
     ("scaling.spot_wait_s", "soon", "scaling.spot_wait_s"),
+    ("scaling.deadline_h", -1, "scaling.deadline_h"),
+    ("scaling.deadline_h", "friday", "scaling.deadline_h"),
+    ("scaling.deadline_h", float("inf"), "scaling.deadline_h"),
     ("scaling.warmup", 1, "scaling.warmup"),
     ("engine_options.preempt_grace_s", -1, "engine_options.preempt_grace_s"),
     ("engine_options.address", "auto", "engine_options.address"),  # a ray option on local

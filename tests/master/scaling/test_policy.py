@@ -245,7 +245,7 @@ def test_min_is_held_and_the_reasons_are_the_design_s():
     assert {r.value for r in Reason} == {
         "below_min", "replace_preempted", "replace_lost", "market_unavailable",
         "market_returned", "throughput_gain", "no_gain", "ps_hot", "ps_cold", "budget",
-        "above_max"}
+        "above_max", "ahead_of_deadline"}  # the last: scaling.deadline_h, an extension
     held = spec(workers={"min": 3})
     decisions, _ = decide(held, signals(workers(spot=1)), started(workers=3), 10.0)
     assert brief(decisions) == [("worker", "spot", 1, 3, "below_min")]
