@@ -195,24 +195,27 @@ class JobRun:
         Once; a later call returns what the first stopped."""
         if self.leftovers is not None:
             return self.leftovers
-        self.leftovers = []
         try:
             rows = live_rows(self.spec.master.db)
         except Unreadable as exc:
             self.out(f"elastic-job: cannot read the job's processes from master.db ({exc}); "
                      f"they may still run: their pids are in {self.workdir}/*.log.pid")
+            self.leftovers = []
             return self.leftovers
         if rows:
             self.out(f"elastic-job: no master is left to stop the job's processes; stopping "
                      f"those still running (SIGTERM, then SIGKILL after the stop grace)")
-        self.leftovers = stop_leftovers(self.spec, self.workdir, rows)
-        for proc in self.leftovers:
+        # set once they are stopped: a second Ctrl-C meanwhile (the `finally` calls this
+        # again) adopts and stops what still runs
+        stopped = stop_leftovers(self.spec, self.workdir, rows)
+        for proc in stopped:
             self.out(f"elastic-job: stopped {proc.describe()}")
         try:
-            record_stopped(self.spec.master.db, self.leftovers)
+            record_stopped(self.spec.master.db, stopped)
         except Unreadable as exc:
             self.out(f"elastic-job: could not record them in master.db ({exc})")
-        return self.leftovers
+        self.leftovers = stopped
+        return stopped
 
     def lost_summary(self) -> dict:
         """The `--json` of a job whose masters all exited before it ended."""
