@@ -294,7 +294,15 @@ class Master:
                          daemon=True).start()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stop.set())
+        if self.settings.job_owner:  # elastic-job run killed: the job stops, then we exit
+            from .job.watchdog import OwnerWatch
+            OwnerWatch(self.settings.job_owner, self.store, self._driver, self.stop).start()
         self.stop.wait()
+
+    def _driver(self):
+        """The job driver of the term this master leads (None: a standby, or no job)."""
+        return getattr(self.leading[-1], "driver", None) if self.ready.is_set() \
+            and self.leading else None
 
     def started_line(self) -> str:
         s, net = self.settings, self.listening

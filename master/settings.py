@@ -1,6 +1,7 @@
 """The master's configuration: one typed object, fed by flags and ELASTIC_PS_* variables."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ class MasterSettings:
     job: str = ""          # a job spec (job.yaml): the leader drives it (master/job/)
     job_dir: str = ""      # where the job's processes log (default: next to the spec)
     job_masters: str = ""  # every master's address, given to the processes it launches
+    job_owner: str = ""    # PID:START_TICKS of the elastic-job run that started this master
 
     def describe(self) -> str:
         from .persistence.store import _safe_url
@@ -91,6 +93,10 @@ def parse(argv: list[str] | None = None) -> MasterSettings:
     p.flag("--job-masters", d.job_masters,
            "host:port of every master of the job, comma-separated, given to the processes it "
            "launches (default: this master's address)")
+    p.flag("--job-owner", d.job_owner,
+           "PID:START_TICKS of the process that started this master with --job on this "
+           "machine (elastic-job run gives it): once it is gone, the job is stopped as Ctrl-C "
+           "would and the master exits when the job has ended")
     return p.settings(MasterSettings, argv, check)  # bad flags: exit 2 with the reasons
 
 
@@ -124,6 +130,9 @@ def check(s: MasterSettings) -> list[str]:
         problems.append(f"--ps-slots must be in 1..{MAX_SLOTS}, got {s.ps_slots}")
     if s.job and not Path(s.job).is_file():
         problems.append(f"--job {s.job}: no such file")
+    if s.job_owner and not (s.job and re.fullmatch(r"[0-9]{1,10}:[0-9]{1,20}", s.job_owner)):
+        problems.append(f"--job-owner must be PID:START_TICKS, with --job; got "
+                        f"{s.job_owner[:64]!r}")
     if len(s.job_masters) > 4096:
         problems.append("--job-masters is longer than 4096 characters")
     if s.threads < 4:

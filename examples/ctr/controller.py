@@ -19,6 +19,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from cluster.local import LocalCluster, records_done
+from cluster.master_view import MasterView
 from examples.ctr import failover, pace, resize
 from examples.ctr.audit import exactly_once
 from examples.ctr.evaluate import HeldOutAUC
@@ -245,15 +246,7 @@ def finish(cluster: LocalCluster, run: Run, watch: AUCWatch, started: float) -> 
         run.curve.append((run.wall_s, run.auc))
     except Exception as exc:  # noqa: BLE001 - nothing trained, a PS gone: said, not fatal
         run.auc_failures.append(f"the final AUC: {type(exc).__name__}: {exc}"[:300])
-    ds = final_status(cluster)
-    run.epochs = list(ds.epochs)
-    run.ledger = cluster.ledger()
-    run.events = cluster.events()
-    # the proof, from the master's durable lease history (GetLeases), not its counters
-    leases = cluster.leases()
-    run.audit = exactly_once(leases, ds.spec.num_records, ds.spec.num_epochs)
-    run.exactly_once = ds.finished and not run.audit and all(
-        e.records_done == e.records_total for e in ds.epochs)
+    leases = read_final(run, cluster)
     if cluster.standbys or cluster.ps_replicas:
         for kill in run.kills:
             if not kill.rejoined_role:
@@ -265,10 +258,26 @@ def finish(cluster: LocalCluster, run: Run, watch: AUCWatch, started: float) -> 
         failover.settle(run.kills, run.events, leases, listing, run.leaders[-1])
 
 
-def final_status(cluster: LocalCluster, timeout: float = 60.0):
+def read_final(run: Run, view: MasterView, timeout: float = 60.0) -> list[dict]:
+    """What a run's summary proves, read from its master once training ended (the local
+    cluster's or the Ray job's): the epochs, the ledger, the events and the exactly-once
+    audit into `run`. The dataset's lease history, which the audit read, is returned."""
+    ds = final_status(view, timeout)
+    run.epochs = list(ds.epochs)
+    run.ledger = view.ledger()
+    run.events = view.events()
+    # the proof, from the master's durable lease history (GetLeases), not its counters
+    leases = view.leases()
+    run.audit = exactly_once(leases, ds.spec.num_records, ds.spec.num_epochs)
+    run.exactly_once = ds.finished and not run.audit and all(
+        e.records_done == e.records_total for e in ds.epochs)
+    return leases
+
+
+def final_status(view: MasterView, timeout: float = 60.0):
     """The dataset's status once a master answers (a standby may still be taking over)."""
     deadline = time.monotonic() + timeout
-    while (ds := cluster.dataset_status()) is None:
+    while (ds := view.dataset_status()) is None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"no master answered GetStatus within {timeout:g} s")
         time.sleep(0.2)

@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 from examples.ctr import data as ctr_data
-from examples.ctr.audit import exactly_once
-from examples.ctr.controller import Job, Progress, Run, final_status, interrupted, loop
+from examples.ctr.controller import Job, Progress, Run, interrupted, loop, read_final
 from examples.ctr.schedule import Schedule, State
 from examples.ctr import ray_steps
 from examples.ctr.summary import describe, describe_schedule, run_json
@@ -116,14 +115,7 @@ def train_on(ray_job, job: Job, schedule: Schedule):
             run.skipped.append(f"{step.describe()}: {step.why}")
     plan = None
     try:
-        ds = final_status(ray_job, 30)
-        run.epochs = list(ds.epochs)
-        run.ledger = ray_job.ledger()
-        run.events = ray_job.events()
-        leases = ray_job.leases()
-        run.audit = exactly_once(leases, ds.spec.num_records, ds.spec.num_epochs)
-        run.exactly_once = ds.finished and not run.audit and all(
-            e.records_done == e.records_total for e in ds.epochs)
+        leases = read_final(run, ray_job, 30)
         plan = ray_job.plan()
         ctx.status()  # the last workers' ids
         ctx.trained_now = ray_steps.trained_by(leases, ctx.worker_ids)

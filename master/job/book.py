@@ -1,5 +1,6 @@
 """The durable record of the job a master drives: the one owner of the `job` and
-`job_processes` rows (master/persistence/schema.py).
+`job_processes` rows (master/persistence/schema.py) while a master runs. (Once every master is
+gone, `elastic-job run` ends the rows of the processes it stopped: master/job/leftovers.py.)
 
 Every change is written into the core's journal, so it commits with the leader's next batch
 and is fenced like every other write (a deposed leader writes nothing). A process gets its

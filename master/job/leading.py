@@ -31,12 +31,16 @@ def make_engine(spec, workdir: Path, started_s: float):
                           stop_grace_s=STOP_GRACE_S, hold_s=spec.scaling.spot_wait_s)
     if spec.engine == "ray":
         return ray_engine(spec, workdir, stop_grace_s=STOP_GRACE_S)
-    options = spec.engine_options
     capacity = None
-    if options.get("market_trace"):
+    if spec.engine_options.get("market_trace"):
         from engines.markets import MarketTrace
-        capacity = MarketTrace.load(options["market_trace"]).capacity
-    grace = float(options.get("preempt_grace_s", 30.0))
+        capacity = MarketTrace.load(spec.engine_options["market_trace"]).capacity
+    return local_engine(spec, workdir, capacity=capacity, started_s=started_s)
+
+
+def local_engine(spec, workdir: Path, capacity=None, started_s: float | None = None):
+    """engine: local, its markets limited by `capacity` (None: no limit)."""
+    grace = float(spec.engine_options.get("preempt_grace_s", 30.0))
     # a stop the job asks for waits at least STOP_GRACE_S: a PS writes its final checkpoint
     return LocalEngine(workdir, capacity=capacity, started_s=started_s,
                        preempt_grace_s=grace, stop_grace_s=max(grace, STOP_GRACE_S))
@@ -85,7 +89,10 @@ def start_driver(settings, store, core, committer, address: str) -> JobDriver | 
     workdir = Path(settings.job_dir or Path(settings.job).resolve().parent / f"{spec.name}-run")
     engine = make_engine(spec, workdir, book.started_ms / 1000)
     security = Security(tls_ca=settings.tls_ca, token_file=settings.auth_token_file)
-    driver = JobDriver(spec, core, committer, book, engine, masters=book.masters or masters,
+    # the masters' addresses as elastic-job gave them to this master: a standby has the same
+    # list as the leader before it, a new elastic-job run on a job still running a new one
+    driver = JobDriver(spec, core, committer, book, engine,
+                       masters=settings.job_masters or book.masters or masters,
                        workdir=workdir, security=security)
     driver.adopt()
     log.info("job %s: driving (%s engine, state %s, logs in %s)", spec.name, spec.engine,

@@ -13,6 +13,14 @@ was counted once (1 otherwise). Ctrl-C or SIGTERM asks the leader to stop the jo
 preemption would (`StopJob`: workers hand their leases back exactly), waits for it, and
 exits 130 / 143; a second one stops the masters at once.
 
+Nothing the job launched outlives this command: once its masters are stopped (or all exited
+by themselves: killed, crashed), whatever the job's database still lists as running is
+stopped and recorded as ended here (master/job/leftovers.py). Every master exiting before the
+job ended is said, with what was stopped (in the `--json` file too: state `masters_lost`),
+and the command exits 1. On the local
+engine the masters are given this command's identity (`--job-owner`): if it is itself killed
+(SIGKILL), they stop the job as Ctrl-C would and exit (master/job/watchdog.py).
+
 With `--tls-cert/--tls-key/--tls-ca` and `--auth-token-file` the masters serve TLS and require
 the token, and pass the CA and the token file on to the PS and workers they launch, as a master
 started by hand with those flags does; this command calls them with the same CA and token.
@@ -20,6 +28,7 @@ started by hand with those flags does; this command calls them with the same CA 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import time
@@ -36,6 +45,7 @@ from protos import master_pb2_grpc as pb_grpc
 from rpckit import auth
 from rpckit.channels import LeaderStub
 
+from .leftovers import Stopped, Unreadable, live_rows, record_stopped, stop_leftovers
 from .spec import load_spec
 from .summary import epochs_exact, format_summary, summarize, write_json
 
@@ -97,6 +107,7 @@ class JobRun:
         self.master_started: dict[str, float] = {}
         self.master_seconds = 0.0
         self.names = master_names(1 + self.spec.master.standbys)
+        self.leftovers: list[Stopped] | None = None  # once stopped (stop_leftovers)
         try:
             self.places = self.engine.reserve(self.names, self.spec.ps.market,
                                               self.spec.master.port)
@@ -122,7 +133,14 @@ class JobRun:
         return [sys.executable, "-m", "master", "--host", host, "--port", str(port),
                 "--db", self.spec.master.db, "--job", self.spec_path,
                 "--job-dir", str(self.workdir), "--job-masters", ",".join(self.addresses),
-                *self.security.master_flags()]
+                *self.security.master_flags(), *self.owner_flags()]
+
+    def owner_flags(self) -> list[str]:
+        """Masters on this machine watch this process (master/job/watchdog.py): killed, it can
+        no longer stop the job, so they do. Elsewhere (Ray) its pid means nothing."""
+        if not isinstance(self.engine, LocalEngine):
+            return []
+        return ["--job-owner", process.identity(os.getpid())]
 
     def plan(self, ended: bool = False) -> pb.GetPlanResponse | None:
         try:
@@ -172,8 +190,42 @@ class JobRun:
         return summarize(status, ledger, plan, self.master_seconds + running,
                          now - self.started), status
 
+    def stop_leftovers(self) -> list[Stopped]:
+        """With every master gone: stop what the job launched that still runs, and say so.
+        Once; a later call returns what the first stopped."""
+        if self.leftovers is not None:
+            return self.leftovers
+        try:
+            rows = live_rows(self.spec.master.db)
+        except Unreadable as exc:
+            self.out(f"elastic-job: cannot read the job's processes from master.db ({exc}); "
+                     f"they may still run: their pids are in {self.workdir}/*.log.pid")
+            self.leftovers = []
+            return self.leftovers
+        if rows:
+            self.out(f"elastic-job: no master is left to stop the job's processes; stopping "
+                     f"those still running (SIGTERM, then SIGKILL after the stop grace)")
+        # set once they are stopped: a second Ctrl-C meanwhile (the `finally` calls this
+        # again) adopts and stops what still runs
+        stopped = stop_leftovers(self.spec, self.workdir, rows)
+        for proc in stopped:
+            self.out(f"elastic-job: stopped {proc.describe()}")
+        try:
+            record_stopped(self.spec.master.db, stopped)
+        except Unreadable as exc:
+            self.out(f"elastic-job: could not record them in master.db ({exc})")
+        self.leftovers = stopped
+        return stopped
+
+    def lost_summary(self) -> dict:
+        """The `--json` of a job whose masters all exited before it ended."""
+        return {"job": self.spec.name, "state": "masters_lost",
+                "seconds": round(time.monotonic() - self.started, 1),
+                "stopped": [p.to_dict() for p in self.leftovers or []]}
+
     def close(self) -> None:
         self.engine.stop_all(graceful=True, timeout=30)
+        self.stop_leftovers()  # a finished or stopped job has none: a read, nothing more
         self.stub.close()
         self.engine.close()
 
@@ -231,8 +283,14 @@ def run_job(spec_path: str, json_path: str | None = None, out=print,
         job.start_masters()
         plan = job.follow()
         if plan is None:
-            out("elastic-job: every master exited; see their logs in "
+            out("elastic-job: every master exited before the job ended; see their logs in "
                 f"{job.workdir / 'masters'}")
+            stopped = job.stop_leftovers()
+            out(f"elastic-job: job {job.spec.name} masters_lost: {len(stopped)} processes it "
+                "had launched were still running and are stopped; a new elastic-job run on "
+                "the same master.db continues the job from its ledger")
+            if json_path:
+                write_json(json_path, job.lost_summary())
             return 1
         summary, status = job.summary()
         job.close()
