@@ -47,7 +47,8 @@ from benchmarks import report
 from benchmarks.train import elastic, local, models
 
 RUNS = ("local-sparse", "local-dense", "local-record", "elastic-1w", "elastic-2w",
-        "elastic-1w-plain", "elastic-1w-backup", "elastic-1w-secure", "elastic-1w-inflight1")
+        "elastic-1w-plain", "elastic-1w-backup", "elastic-1w-secure", "elastic-1w-inflight1",
+        "elastic-1w-fresh")
 DEFAULT_RUNS = RUNS[:5]
 LOCAL_TENSOR = ("local-sparse", "local-dense")  # a round's base: the faster of them
 ALIASES = {"local-tensor": "local-dense"}  # the name before issue 42 (dense gradients)
@@ -73,6 +74,8 @@ def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float,
     workers = int(kind.split("-")[1][0])
     if kind.endswith("inflight1"):
         max_inflight = prefetch_ahead = 1
+    if kind.endswith("fresh"):  # each step's data rides with the last push: none missed
+        prefetch_ahead = 0
     secure = kind.endswith("secure")  # as a careful user runs it: TLS, a token, backups
     return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers,
                        plain=kind.endswith("plain"),
@@ -120,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                    "elastic-1w-secure: the same with TLS and a token on every call (the data "
                    "plane under CURVE); "
                    "elastic-1w-inflight1: one worker, one push in flight, prefetching one "
-                   "batch ahead")
+                   "batch ahead; "
+                   "elastic-1w-fresh: one worker whose step's data rides with its last push "
+                   "(prefetch_ahead=0: it computes on parameters with every push of its own)")
     p.add_argument("--pin", action="store_true",
                    help="the trainer (local loop, elastic workers) alone on CPU 0, the master "
                    "and PS on CPU 1")
