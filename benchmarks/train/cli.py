@@ -74,13 +74,12 @@ def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float,
     workers = int(kind.split("-")[1][0])
     if kind.endswith("inflight1"):
         max_inflight = prefetch_ahead = 1
-    if kind.endswith("fresh"):  # each step's data rides with the last push: none missed
-        prefetch_ahead = 0
     secure = kind.endswith("secure")  # as a careful user runs it: TLS, a token, backups
     return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers,
                        plain=kind.endswith("plain"),
                        backups=int(kind.endswith("backup") or secure), secure=secure,
                        max_inflight=max_inflight, prefetch_ahead=prefetch_ahead,
+                       read_own_writes=kind.endswith("fresh"),
                        trainer_cpus=TRAINER_CPUS if pin else None,
                        server_cpus=SERVER_CPUS if pin else None)
 
@@ -115,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="pushes in flight of the elastic workers (one I/O lane each)")
     p.add_argument("--prefetch-ahead", type=int, default=1,
                    help="batches ahead whose data the elastic workers prefetch: 2 lets two "
-                   "steps' messages overlap, and the parameters then miss two pushes")
+                   "steps' messages overlap, and the parameters then miss two pushes; 0 sends "
+                   "each batch's request with the last push and waits for it")
     p.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS),
                    choices=RUNS + tuple(ALIASES),
                    help="elastic-1w-plain: one worker without prefetch, synchronous pushes; "
@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                    "plane under CURVE); "
                    "elastic-1w-inflight1: one worker, one push in flight, prefetching one "
                    "batch ahead; "
-                   "elastic-1w-fresh: one worker whose step's data rides with its last push "
-                   "(prefetch_ahead=0: it computes on parameters with every push of its own)")
+                   "elastic-1w-fresh: one worker with PSClient(read_own_writes=True), each "
+                   "step computing on every push of its own")
     p.add_argument("--pin", action="store_true",
                    help="the trainer (local loop, elastic workers) alone on CPU 0, the master "
                    "and PS on CPU 1")

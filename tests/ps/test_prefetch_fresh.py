@@ -1,7 +1,7 @@
-"""What parameters a pipelined step computes on: with `prefetch_ahead=0` a worker's step reads
-every push of its own (the next batch's request rides with the last push, and the PS applies
-that push before it reads); with `prefetch_ahead=1` it misses the last one. A real master, a
-real PS data plane, ElasticDataset's batches and PSClient, as a training loop uses them."""
+"""What parameters a pipelined step computes on: every push of its own (read after write,
+worker_sdk/ps/fresh.py, or prefetch_ahead=0), or all but the last. A real
+master, a real PS data plane, ElasticDataset's batches and PSClient, as a training loop uses
+them: each step records the rows and the dense value its forward saw."""
 from __future__ import annotations
 
 import grpc
@@ -13,8 +13,11 @@ from protos import master_pb2, master_pb2_grpc
 from ps.store.params import ParamStore
 from worker_sdk import ArrayReader, ElasticDataset, ElasticEmbedding, PSClient, ack
 
-BATCH, STEPS, LR = 2, 6, 0.5
-ID = 5  # every record is this id: each push moves its row by BATCH * LR, the dense by LR
+STEPS, LR = 8, 0.5
+SHARED = 5  # in every batch: read with the push just before (the late part)
+# batch k is [SHARED, OWN + k % 2]: OWN's rows are in every other batch, read early (with the
+# push before the last, which is the one that updated them)
+OWN = 100
 
 
 class Model(nn.Module):
@@ -34,34 +37,52 @@ def _register(master, ps) -> None:
             address="127.0.0.1:1000", data_address=ps.endpoint, index=0, num_ps=1), timeout=10)
 
 
-@pytest.mark.parametrize("ahead, missed", [(0, 0), (1, 1)])
-def test_a_step_computes_on_its_own_pushes_unless_it_prefetches_ahead(
-        launcher, inproc_ps, ahead, missed):
-    master = launcher.master()
-    ps = inproc_ps(ParamStore(index=0, num_ps=1))
-    _register(master, ps)
+def _train(master, ahead: int, read_own_writes: bool) -> list[tuple[float, float, float]]:
+    """(the shared row, the batch's own row, the dense value) each step computed on."""
     model = Model()
-    client = PSClient(master.address, timeout_s=10, max_inflight=1)
-    ds = ElasticDataset(ArrayReader(torch.full((BATCH * STEPS,), ID, dtype=torch.int64)),
-                        master=master.address, name="train", shard_size=BATCH * STEPS,
-                        num_epochs=1, worker_name="fresh")
-    seen = []  # (the row's value, the dense value) each step computed on
+    client = PSClient(master.address, timeout_s=10, max_inflight=1,
+                      read_own_writes=read_own_writes)
+    records = torch.tensor([[SHARED, OWN + k % 2] for k in range(STEPS)]).reshape(-1)
+    ds = ElasticDataset(ArrayReader(records), master=master.address, name="train",
+                        shard_size=len(records), num_epochs=1, worker_name="fresh")
+    seen = []
     try:
         client.init_parameters(model, optimizer="sgd", lr=LR)
-        for ids in ds.batches(BATCH, prefetch=client.prefetch, prefetch_ahead=ahead):
+        for ids in ds.batches(2, prefetch=client.prefetch, prefetch_ahead=ahead):
             client.pull(model)
             rows, loss = model(ids)
-            seen.append((rows[0, 0].item(), model.w.item()))
+            seen.append((rows[0, 0].item(), rows[1, 0].item(), model.w.item()))
             loss.backward()
             client.push(model, wait=False)
         client.flush()
         assert client.pipeline.take_stale() == 0
-        table = ps.store.tables["e"]
-        assert table.pushes == STEPS  # every step's rows pushed once, none refused
     finally:
         ds.close()
         client.close()
         ack.use_push_acks(False)  # process-wide: later tests' datasets ack on "next"
-    # the pushes applied before each step's reads: all before it, or all but the last
-    applied = [max(0, k - missed) for k in range(STEPS)]
-    assert seen == [(-n * BATCH * LR, -n * LR) for n in applied]
+    return seen
+
+
+def _expected(applied: list[int]) -> list[tuple[float, float, float]]:
+    """What step k sees when `applied[k]` of the pushes before it were applied (the last
+    ones missing): each push moves the shared row and the dense value by -LR, and the own
+    row of its batch's parity."""
+    return [(-n * LR, -sum(1 for j in range(n) if j % 2 == k % 2) * LR, -n * LR)
+            for k, n in enumerate(applied)]
+
+
+@pytest.mark.parametrize("ahead, read_own_writes, max_staleness, missed", [
+    (0, False, -1, 0),  # the next batch's data rides with the last push, read after it
+    (1, True, -1, 0),  # read in two parts: what the batch before holds, after the last push
+    (1, True, 10, 0),  # a PS that may refuse stale pushes (none is): the same
+    (1, False, -1, 1),  # read whole while the step before computes: its push is missed
+])
+def test_a_step_computes_on_its_own_pushes(launcher, inproc_ps, ahead, read_own_writes,
+                                           max_staleness, missed):
+    master = launcher.master()
+    ps = inproc_ps(ParamStore(index=0, num_ps=1, max_staleness=max_staleness))
+    _register(master, ps)
+    seen = _train(master, ahead, read_own_writes)
+    assert seen == _expected([max(0, k - missed) for k in range(STEPS)])
+    table = ps.store.tables["e"]
+    assert len(table) == 3  # SHARED, OWN, OWN + 1

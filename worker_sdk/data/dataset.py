@@ -241,11 +241,12 @@ class ElasticDataset(IterableDataset):
         batch read ahead is not delivered until it is yielded. With `PSClient(max_inflight=2)`,
         `prefetch_ahead=2` lets each step's data ride with the push of two steps before, so two
         steps' messages are on their way at once; the parameters a step computes on then miss
-        the last two pushes instead of one, which costs some AUC (docs/benchmarks.md).
-        `prefetch_ahead=0` hands the hook the batch about to be yielded, so its data rides with
-        the loop's last push: each PS applies that push before it reads, and one worker's step
-        computes on parameters with every push of its own (none missed, as a local loop), but
-        waits for that message's answer every step instead of computing meanwhile."""
+        the last two pushes, which costs some AUC (docs/benchmarks.md).
+        With `prefetch_ahead=1` a batch's rows that the batch before it holds, and the dense
+        tensors, are read with the next push, after it (worker_sdk/ps/fresh.py): one worker's
+        step computes on every push of its own. `prefetch_ahead=0` hands the hook the batch
+        about to be yielded, so all of its data rides with the loop's last push and is read
+        after it, and the loop waits for that whole message every step."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if prefetch_ahead < 0:

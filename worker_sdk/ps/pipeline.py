@@ -8,11 +8,18 @@ push, `flush`). ZeroMQ's own I/O thread moves the bytes meanwhile, so the PS wor
 loop computes, and no Python thread of ours competes with the loop for the GIL or a core: on
 two cores, handing each step to a background thread cost more than the overlap won.
 
-A push and the prefetch given right after it go out together, one Step per PS: once the loop
-has shown that prefetches follow its pushes (`ds.batches` calls the hook first thing in the
-next step), a push is held until the next call (a prefetch takes it along; any other call
-sends it alone first, and pushes then go at once until the loop prefetches again). A prefetch given after a push therefore reads the parameters with that
-push; one given before it, without.
+A push and the prefetch given right after it go out together: once the loop has shown that
+prefetches follow its pushes (`ds.batches` calls the hook first thing in the next step), a
+push is held until the next call (a prefetch takes it along; any other call sends it alone
+first, and pushes then go at once until the loop prefetches again).
+
+Read after write (`read_own_writes`, worker_sdk/ps/fresh.py): a prefetch given while the one before it is still
+unused (the next step's, whose ids the next push updates) reads now only the rows that one
+does not hold, and waits (`_awaiting`) for the next push to read the rest and the dense
+tensors. That push then goes as two Steps per PS: the first with its dense gradients and the
+gradients of those rows, reading them after; the second, once the first is answered, with
+its other rows and the early rows of the prefetch given with it. Otherwise a push and a
+prefetch go as one Step per PS, the prefetch read whole after the push.
 
 Every Step in flight has its own `DataClient` (made on first need; a client has one call
 outstanding at most, and each has its own client_id, so each one's requests stay in order and
@@ -43,12 +50,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 
 from rpckit.errors import ServiceError
 
+from . import fresh
 from .data_client import DataClient, PSUnavailable, StaleGradient
-from .ids import mark, unique_inverse
+from .ids import mark, subset, unique_inverse
 
 from ..data.ack import AckLedger
 
@@ -71,6 +80,7 @@ class PushJob:
     versions: dict[str, int]  # parameter versions the gradients were computed from
     grads: dict[str, torch.Tensor]
     rows: list[tuple[str, torch.Tensor, torch.Tensor]]  # (table, ids, row grads)
+    settled: bool = False  # acknowledged, abandoned or dropped: once, by its first outcome
 
 
 @dataclass
@@ -83,6 +93,12 @@ class _Prefetch:
     dense_used: bool = False
     # table -> (unique ids, inverse, rows of the unique ids)
     rows: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    unique: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    # read in two parts (worker_sdk/ps/fresh.py): table -> which distinct ids are read late,
+    # with the next push (the dense tensors too); None: all in one Step
+    late: dict[str, np.ndarray] | None = None
+    waiting: int = 1  # answers still to come
+    parts: dict[str, list] = field(default_factory=dict)  # table -> [(positions, rows)]
 
 
 @dataclass
@@ -92,15 +108,19 @@ class _Flight:
     client: DataClient
     pending: object  # steps.PendingStep
     push: PushJob | None
+    settles: bool  # its answer is the push's last: it acknowledges the push's records
     fetch: _Prefetch | None
-    inverse: dict[str, tuple[torch.Tensor, torch.Tensor]]  # table -> (unique, inverse)
+    part: str  # what it reads of `fetch`: "all", "early" or "late"
+    then: tuple | None  # the push's second Step, sent once this one is answered
 
 
 class Pipeline:
     def __init__(self, make_client: Callable[[], DataClient], ledger: AckLedger,
-                 max_inflight: int = 1):
+                 max_inflight: int = 1, read_own_writes: bool = False):
         """ledger: where a settled push acknowledges its records (`trained(mark)`) and a
-        failed one abandons those in flight (`abandon`): the training loop's ack ledger."""
+        failed one abandons those in flight (`abandon`): the training loop's ack ledger.
+        read_own_writes: read each prefetched batch in two parts (worker_sdk/ps/fresh.py)."""
+        self._read_own_writes = read_own_writes
         self._make_client = make_client
         self._ledger = ledger
         self._max_inflight = max_inflight
@@ -114,6 +134,7 @@ class Pipeline:
         self._failure: BaseException | None = None
         self._raised = False
         self._prefetched: deque[_Prefetch] = deque()  # in the order of their steps
+        self._awaiting: _Prefetch | None = None  # its late part goes with the next push
         self.max_staleness = 0
         self.wait_pull_s = 0.0
         self.wait_push_s = 0.0
@@ -227,7 +248,9 @@ class Pipeline:
     # ---- sending and collecting (under the lock) --------------------------------------------
 
     def _pushes_unanswered(self) -> int:
-        return sum(f.push is not None for f in self._flights)
+        # a push's second Step leaves only once its first is answered: never both in flight
+        return sum(f.push is not None and (f.settles or f.then is not None)
+                   for f in self._flights)
 
     def _send_held(self) -> None:
         if self._held is not None:
@@ -242,39 +265,107 @@ class Pipeline:
         return client
 
     def _send(self, push: PushJob | None, fetch: _Prefetch | None) -> None:
-        """Send a push and/or a prefetch as one Step per PS; failing to, settle both now."""
+        """Send a push and/or a prefetch; failing to, settle both now. The prefetch waiting
+        for its late part (`_awaiting`) takes this push along: the push's Steps are then
+        two (worker_sdk/ps/fresh.py), else one per PS."""
         if push is not None and self._failure is not None:
             self._settle(push, _DROPPED)  # after a failed push: dropped unsent, never acked
             push = None
-        if push is None and fetch is None:
-            return
-        client = None
-        try:
-            client = self._client()
-            names = unique = None
-            inverse = {}
-            if fetch is not None:
-                if self._owner or fetch.names is not None:
-                    names = fetch.names or list(self._owner)
+        if fetch is not None:
+            try:
                 # the forward of these ids needs the inverse too: computed once, here; the
                 # distinct ids are checked and cut once for this pull and the push after it
-                inverse = {table: unique_inverse(ids) for table, ids in fetch.ids.items()}
-                unique = {table: mark(u) for table, (u, _) in inverse.items()}
-            pending = client.begin_step(push.grads if push else None,
-                                        push.versions if push else None,
-                                        push.rows if push else (), pull=names, pull_rows=unique)
-        except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
-            if client is not None:
-                self._free.append(client)
-            while push is not None and self._flights and isinstance(exc, Exception):
-                self._collect()  # the pushes before this one settle first
-            self._failed(push, fetch, exc)
-            if not isinstance(exc, Exception):
-                raise  # KeyboardInterrupt, SystemExit: the push is failed, the caller stops
+                fetch.unique = {t: (mark(u), inv) for t, (u, inv) in
+                                ((t, unique_inverse(ids)) for t, ids in fetch.ids.items())}
+            except BaseException as exc:  # noqa: BLE001 - ids out of bounds: as a failed send
+                self._not_sent(None, push, fetch, exc)
+                return
+        late, self._awaiting = self._awaiting, None
+        if late is not None and late.done:
+            late = None  # its early part failed: the caller pulls instead
+        if push is None and fetch is None and late is None:
             return
-        self._flights.append(_Flight(client, pending, push, fetch, inverse))
+        part, reads = "all", None
+        if fetch is not None:
+            reads = self._split_fetch(fetch, late)
+            if reads is None:
+                reads = {t: u for t, (u, _) in fetch.unique.items()}
+            else:
+                part = "early"
+        if late is None:
+            self._begin(push, True, fetch, part, push.rows if push else (), reads)
+            return
+        late_ids = {t: subset(u, np.flatnonzero(late.late[t]))
+                    for t, (u, _) in late.unique.items()}
+        with_reads, rest = fresh.split_rows(push.rows, late_ids) if push else ([], [])
+        # the rest goes once this Step is answered: the PS works on this one alone while the
+        # loop waits for it, and a push refused as stale (or failed) sends nothing more
+        second = bool(rest) or fetch is not None
+        self._begin(push, not second, late, "late", with_reads, late_ids,
+                    then=(push, fetch, part, rest, reads) if second else None)
+
+    def _send_rest(self, push: PushJob | None, fetch: _Prefetch | None, part: str, rest,
+                   reads) -> None:
+        """A push's second Step (its other rows, and `fetch`'s rows), once its first was
+        answered; after a failure, nothing of it is sent."""
+        if push is not None and (push.settled or self._failure is not None):
+            if fetch is not None:
+                fetch.done = True  # the caller pulls instead
+                if fetch is self._awaiting:
+                    self._awaiting = None
+            self._settle(push, _DROPPED)
+            return
+        self._begin(push, True, fetch, part, rest, reads, first=False)
+
+    def _split_fetch(self, fetch: _Prefetch, late: _Prefetch | None):
+        """Whether `fetch` is read in two parts: then its early ids (table -> ids), and it
+        waits for the next push; None: all now. It is when the prefetch before it, not used
+        yet, is the next step's: its ids are what the next push updates."""
+        if not self._read_own_writes:
+            return None
+        before = late if late is not None else (
+            self._prefetched[-2] if len(self._prefetched) == 2 else None)
+        if before is None or len(self._prefetched) != 2 or not before.unique:
+            return None
+        empty = torch.empty(0, dtype=torch.int64)
+        fetch.late = {t: fresh.late_mask(u, before.unique.get(t, (empty,))[0])
+                      for t, (u, _) in fetch.unique.items()}
+        fetch.waiting = 2
+        self._awaiting = fetch
+        return {t: subset(u, np.flatnonzero(~fetch.late[t]))
+                for t, (u, _) in fetch.unique.items()}
+
+    def _begin(self, push: PushJob | None, settles: bool, fetch: _Prefetch | None, part: str,
+               rows, pull_rows, first: bool = True, then: tuple | None = None) -> None:
+        """Send one Step per PS: `push`'s dense gradients (in its `first` Step) and `rows`,
+        then the dense tensors of `fetch` (when the part reads them) and `pull_rows`."""
+        client = None
+        grads = push.grads if push is not None and first else None
+        names = None
+        if fetch is not None and part in ("all", "late") \
+                and (self._owner or fetch.names is not None):
+            names = fetch.names or list(self._owner)
+        try:
+            client = self._client()
+            pending = client.begin_step(grads, push.versions if grads else None, rows,
+                                        pull=names, pull_rows=pull_rows)
+        except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
+            self._not_sent(client, push, fetch, exc)
+            return
+        self._flights.append(_Flight(client, pending, push, settles, fetch, part, then))
         while len(self._flights) > self._max_inflight + MAX_PREFETCHED:
             self._collect()  # prefetches never pulled: bounded like the ones kept
+
+    def _not_sent(self, client: DataClient | None, push: PushJob | None,
+                  fetch: _Prefetch | None, exc: BaseException) -> None:
+        """A Step that could not be sent: settle its push and prefetch now."""
+        if client is not None:
+            self._free.append(client)
+        while push is not None and self._flights and isinstance(exc, Exception):
+            self._collect()  # the pushes before this one settle first
+        self._failed(push, fetch, exc)
+        if not isinstance(exc, Exception):
+            raise exc  # KeyboardInterrupt, SystemExit: the push is failed, the caller stops
 
     def _collect(self) -> None:
         """Wait for the oldest Step in flight and settle it."""
@@ -283,19 +374,43 @@ class Pipeline:
             outcome = flight.pending.result()
         except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
             self._failed(flight.push, flight.fetch, exc)
+            if flight.then is not None:
+                self._send_rest(*flight.then)  # the push is settled: nothing is sent
             if not isinstance(exc, Exception):
                 raise  # KeyboardInterrupt, SystemExit: the push is failed, the caller stops
             return
         finally:
             self._free.append(flight.client)  # its call is over, answered or not
-        fetch = flight.fetch
-        if fetch is not None:
-            if outcome.dense is not None:  # the outcome's own dicts: nothing else holds them
-                fetch.dense, fetch.versions = outcome.dense, outcome.versions
-            fetch.rows = {t: (*flight.inverse[t], rows) for t, rows in outcome.rows.items()}
-            fetch.done = True
+        if flight.fetch is not None:
+            self._fill(flight.fetch, flight.part, outcome)
         if flight.push is not None:
-            self._settle(flight.push, outcome)
+            if outcome.push is not None:
+                self.max_staleness = max(self.max_staleness, outcome.push.max_staleness)
+            if flight.settles:
+                self._settle(flight.push, outcome)
+        if flight.then is not None:
+            self._send_rest(*flight.then)
+
+    def _fill(self, fetch: _Prefetch, part: str, outcome) -> None:
+        if fetch.done:
+            return  # its other part failed: the caller pulls instead
+        if outcome.dense is not None:  # the outcome's own dicts: nothing else holds them
+            fetch.dense, fetch.versions = outcome.dense, outcome.versions
+        if part == "all":
+            fetch.rows = {t: (*fetch.unique[t], rows) for t, rows in outcome.rows.items()}
+            fetch.done = True
+            return
+        empty = torch.empty(0, 0)
+        for t in fetch.unique:
+            mask = fetch.late[t] if part == "late" else ~fetch.late[t]
+            fetch.parts.setdefault(t, []).append((np.flatnonzero(mask),
+                                                  outcome.rows.get(t, empty)))
+        fetch.waiting -= 1
+        if fetch.waiting == 0:
+            # a table with no ids has no rows, as when read whole: its forward pulls itself
+            fetch.rows = {t: (*fetch.unique[t], fresh.merge(len(fetch.unique[t][0]), parts))
+                          for t, parts in fetch.parts.items() if len(fetch.unique[t][0])}
+            fetch.parts, fetch.done = {}, True
 
     def _failed(self, push: PushJob | None, fetch: _Prefetch | None,
                 exc: BaseException) -> None:
@@ -305,9 +420,12 @@ class Pipeline:
             log.info("prefetch failed (%s); pulling synchronously", exc)
         if fetch is not None:
             fetch.done = True
+            fetch.parts = {}
 
     def _wait(self, job: _Prefetch) -> None:
         started = time.perf_counter()
+        if job is self._awaiting:  # its late part goes now, with no push
+            self._send(None, None)
         while not job.done and self._flights:
             self._collect()
         self.wait_pull_s += time.perf_counter() - started
@@ -319,7 +437,11 @@ class Pipeline:
 
     def _settle(self, job: PushJob, outcome) -> None:
         """A push was answered (a StepOutcome), refused or failed (the exception), or dropped
-        unsent; pushes settle in the order given (flights are collected oldest first)."""
+        unsent; pushes settle in the order given (flights are collected oldest first). A
+        push sent as two Steps settles once: by a failure of its first, else by its last."""
+        if job.settled:
+            return
+        job.settled = True
         if isinstance(outcome, StaleGradient):
             self._stale += 1  # dropped by the PS; the next step pulls anyway
             log.info("stale gradient refused in the background (%s)", outcome)
@@ -343,8 +465,6 @@ class Pipeline:
         elif outcome is _DROPPED or self._failure is not None:
             pass  # after a failure: applied or not, its records are never acknowledged
         else:
-            if outcome.push is not None:
-                self.max_staleness = max(self.max_staleness, outcome.push.max_staleness)
             self._ledger.trained(job.mark)
 
 

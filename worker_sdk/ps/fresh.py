@@ -1,0 +1,67 @@
+"""Which prefetched rows wait for the worker's next push: the pipelined step, read after write.
+
+A prefetch reads a coming batch's rows while the current one computes, so it cannot see the
+push the current step is about to make: the step after computes on rows one push of its own
+behind. Only the rows both batches hold are behind, though: the next push updates exactly the
+distinct rows of the batch now computing. So the pipeline (worker_sdk/ps/pipeline.py) reads a
+coming batch in two parts:
+
+* early, with the push before the current one: the rows the current batch does not hold, which
+  no push of this worker changes before the coming step (`late_mask` says which these are);
+* late, with the current step's push, in the same `Step` on each PS, after its mutations: the
+  rows both batches hold, and the dense tensors (every push changes them). The push itself is
+  cut the same way (`split_rows`): its gradients of those rows ride in that Step, the rest in
+  a second Step sent right after, which the loop does not wait for.
+
+So one worker computes every step on parameters with all its own pushes, as a local loop, and
+waits each step only for the small Step (its dense push, the overlapping rows); the rest of the
+push and the next batch's other rows are answered while the step computes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from pswire import jit
+
+from . import ids as ids_mod
+
+
+def late_mask(unique: torch.Tensor, pushed_next: torch.Tensor) -> np.ndarray:
+    """A bool per id of `unique`: whether it is among the sorted distinct ids `pushed_next`
+    (the rows the next push updates: they are read with it)."""
+    u, p = unique.numpy(), pushed_next.numpy()
+    if not u.size or not p.size:
+        return np.zeros(u.size, dtype=bool)
+    at = np.minimum(np.searchsorted(p, u), p.size - 1)
+    return p[at] == u
+
+
+def split_rows(rows, late: dict[str, torch.Tensor]):
+    """A push's row gradients [(table, ids, grads)] cut into (those of the rows in `late`
+    (table -> sorted distinct ids), the rest)."""
+    with_reads, rest = [], []
+    for table, ids, grad in rows:
+        wanted = late.get(table)
+        keep = late_mask(torch.as_tensor(ids, dtype=torch.int64).reshape(-1), wanted) \
+            if wanted is not None else None
+        if keep is None or not keep.any():
+            rest.append((table, ids, grad))
+            continue
+        if keep.all():
+            with_reads.append((table, ids, grad))
+            continue
+        for out, at in ((with_reads, np.flatnonzero(keep)), (rest, np.flatnonzero(~keep))):
+            out.append((table, ids_mod.subset(ids, at),
+                        grad.index_select(0, torch.from_numpy(at))))
+    return with_reads, rest
+
+
+def merge(count: int, parts: list[tuple[np.ndarray, torch.Tensor]]) -> torch.Tensor:
+    """The rows of `count` distinct ids from parts [(their positions, their rows)]."""
+    filled = [(at, rows) for at, rows in parts if at.size]
+    dim = filled[0][1].shape[1] if filled else 0
+    out = torch.empty(count, dim)
+    for at, rows in filled:
+        jit.place_rows(out.numpy(), at, rows.numpy())
+    return out
