@@ -52,7 +52,10 @@ def split_rows(rows, late: dict[str, torch.Tensor]):
             with_reads.append((table, ids, grad))
             continue
         for out, at in ((with_reads, np.flatnonzero(keep)), (rest, np.flatnonzero(~keep))):
-            out.append((table, ids_mod.subset(ids, at),
+            # every id read late is pushed (the usual step): the very tensor that is pulled,
+            # so its cut by the layout is made once for both
+            same = out is with_reads and at.size == wanted.numel() and ids_mod.is_marked(ids)
+            out.append((table, wanted if same else ids_mod.subset(ids, at),
                         grad.index_select(0, torch.from_numpy(at))))
     return with_reads, rest
 

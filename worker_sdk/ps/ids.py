@@ -69,3 +69,9 @@ def subset(ids, at: np.ndarray):
     if known is not None and known.version == ids._version:
         setattr(out, _ATTR, _Known(out._version, array))
     return out
+
+
+def is_marked(ids) -> bool:
+    """Whether `ids` are `mark`ed (sorted, distinct, checked) and unchanged since."""
+    known = getattr(ids, _ATTR, None)
+    return known is not None and known.version == ids._version
