@@ -60,6 +60,36 @@ def split_rows(rows, late: dict[str, torch.Tensor]):
     return with_reads, rest
 
 
+def split_reads(unique: dict, before: dict):
+    """(table -> which of its distinct ids are read late, table -> the ids read early) of a
+    prefetch whose distinct ids are `unique` (table -> (ids, inverse)), given those of the
+    prefetch before it (`before`, the batch the next push comes from)."""
+    empty = torch.empty(0, dtype=torch.int64)
+    late = {t: late_mask(u, before.get(t, (empty,))[0]) for t, (u, _) in unique.items()}
+    return late, {t: ids_mod.subset(u, np.flatnonzero(~late[t])) for t, (u, _) in unique.items()}
+
+
+def late_ids(unique: dict, late: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """table -> the ids read late (`split_reads`)."""
+    return {t: ids_mod.subset(u, np.flatnonzero(late[t])) for t, (u, _) in unique.items()}
+
+
+def add_part(parts: dict, late: dict[str, np.ndarray], is_late: bool, rows: dict) -> None:
+    """Keep one part's answered rows (table -> rows of its ids) with their positions among
+    the distinct ids: parts[table] gets (positions, rows)."""
+    empty = torch.empty(0, 0)
+    for t, mask in late.items():
+        at = np.flatnonzero(mask if is_late else ~mask)
+        parts.setdefault(t, []).append((at, rows.get(t, empty)))
+
+
+def merged(unique: dict, parts: dict) -> dict:
+    """table -> (distinct ids, inverse, rows) from both parts. A table with no ids has no
+    rows, as when a prefetch is read whole: its forward pulls itself."""
+    return {t: (*unique[t], merge(len(unique[t][0]), got)) for t, got in parts.items()
+            if len(unique[t][0])}
+
+
 def merge(count: int, parts: list[tuple[np.ndarray, torch.Tensor]]) -> torch.Tensor:
     """The rows of `count` distinct ids from parts [(their positions, their rows)]."""
     filled = [(at, rows) for at, rows in parts if at.size]

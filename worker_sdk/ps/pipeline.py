@@ -13,13 +13,8 @@ prefetches follow its pushes (`ds.batches` calls the hook first thing in the nex
 push is held until the next call (a prefetch takes it along; any other call sends it alone
 first, and pushes then go at once until the loop prefetches again).
 
-Read after write (`read_own_writes`, worker_sdk/ps/fresh.py): a prefetch given while the one before it is still
-unused (the next step's, whose ids the next push updates) reads now only the rows that one
-does not hold, and waits (`_awaiting`) for the next push to read the rest and the dense
-tensors. That push then goes as two Steps per PS: the first with its dense gradients and the
-gradients of those rows, reading them after; the second, once the first is answered, with
-its other rows and the early rows of the prefetch given with it. Otherwise a push and a
-prefetch go as one Step per PS, the prefetch read whole after the push.
+With `read_own_writes` a prefetch may be read in two parts, and a push then goes as two Steps
+per PS (worker_sdk/ps/fresh.py); otherwise a push and a prefetch go as one Step per PS.
 
 Every Step in flight has its own `DataClient` (made on first need; a client has one call
 outstanding at most, and each has its own client_id, so each one's requests stay in order and
@@ -57,7 +52,7 @@ from rpckit.errors import ServiceError
 
 from . import fresh
 from .data_client import DataClient, PSUnavailable, StaleGradient
-from .ids import mark, subset, unique_inverse
+from .ids import mark, unique_inverse
 
 from ..data.ack import AckLedger
 
@@ -265,16 +260,14 @@ class Pipeline:
         return client
 
     def _send(self, push: PushJob | None, fetch: _Prefetch | None) -> None:
-        """Send a push and/or a prefetch; failing to, settle both now. The prefetch waiting
-        for its late part (`_awaiting`) takes this push along: the push's Steps are then
-        two (worker_sdk/ps/fresh.py), else one per PS."""
+        """Send a push and/or a prefetch; failing to, settle both now. The prefetch awaiting
+        its late part takes the push along: then two Steps per PS (fresh.py), else one."""
         if push is not None and self._failure is not None:
             self._settle(push, _DROPPED)  # after a failed push: dropped unsent, never acked
             push = None
         if fetch is not None:
             try:
-                # the forward of these ids needs the inverse too: computed once, here; the
-                # distinct ids are checked and cut once for this pull and the push after it
+                # with the inverse the forward needs; checked and cut once for pull and push
                 fetch.unique = {t: (mark(u), inv) for t, (u, inv) in
                                 ((t, unique_inverse(ids)) for t, ids in fetch.ids.items())}
             except BaseException as exc:  # noqa: BLE001 - ids out of bounds: as a failed send
@@ -288,15 +281,12 @@ class Pipeline:
         part, reads = "all", None
         if fetch is not None:
             reads = self._split_fetch(fetch, late)
-            if reads is None:
-                reads = {t: u for t, (u, _) in fetch.unique.items()}
-            else:
-                part = "early"
+            part = "all" if reads is None else "early"
+            reads = reads or {t: u for t, (u, _) in fetch.unique.items()}
         if late is None:
             self._begin(push, True, fetch, part, push.rows if push else (), reads)
             return
-        late_ids = {t: subset(u, np.flatnonzero(late.late[t]))
-                    for t, (u, _) in late.unique.items()}
+        late_ids = fresh.late_ids(late.unique, late.late)
         with_reads, rest = fresh.split_rows(push.rows, late_ids) if push else ([], [])
         # the rest goes once this Step is answered: the PS works on this one alone while the
         # loop waits for it, and a push refused as stale (or failed) sends nothing more
@@ -306,39 +296,32 @@ class Pipeline:
 
     def _send_rest(self, push: PushJob | None, fetch: _Prefetch | None, part: str, rest,
                    reads) -> None:
-        """A push's second Step (its other rows, and `fetch`'s rows), once its first was
-        answered; after a failure, nothing of it is sent."""
+        """A push's second Step, once its first was answered; after a failure, nothing."""
         if push is not None and (push.settled or self._failure is not None):
-            if fetch is not None:
-                fetch.done = True  # the caller pulls instead
-                if fetch is self._awaiting:
-                    self._awaiting = None
             self._settle(push, _DROPPED)
+            if fetch is not None:  # the caller pulls instead
+                fetch.done = True
+                self._awaiting = None if fetch is self._awaiting else self._awaiting
             return
         self._begin(push, True, fetch, part, rest, reads, first=False)
 
     def _split_fetch(self, fetch: _Prefetch, late: _Prefetch | None):
-        """Whether `fetch` is read in two parts: then its early ids (table -> ids), and it
-        waits for the next push; None: all now. It is when the prefetch before it, not used
-        yet, is the next step's: its ids are what the next push updates."""
-        if not self._read_own_writes:
+        """`fetch`'s early ids (table -> ids) when it is read in two parts (it then waits for
+        the next push), else None: when the prefetch before it, unused yet, is the next
+        step's (its ids are what the next push updates)."""
+        before = late or (self._prefetched[-2] if len(self._prefetched) == 2 else None)
+        if not self._read_own_writes or not before or len(self._prefetched) != 2 \
+                or not before.unique:
             return None
-        before = late if late is not None else (
-            self._prefetched[-2] if len(self._prefetched) == 2 else None)
-        if before is None or len(self._prefetched) != 2 or not before.unique:
-            return None
-        empty = torch.empty(0, dtype=torch.int64)
-        fetch.late = {t: fresh.late_mask(u, before.unique.get(t, (empty,))[0])
-                      for t, (u, _) in fetch.unique.items()}
+        fetch.late, early = fresh.split_reads(fetch.unique, before.unique)
         fetch.waiting = 2
         self._awaiting = fetch
-        return {t: subset(u, np.flatnonzero(~fetch.late[t]))
-                for t, (u, _) in fetch.unique.items()}
+        return early
 
     def _begin(self, push: PushJob | None, settles: bool, fetch: _Prefetch | None, part: str,
                rows, pull_rows, first: bool = True, then: tuple | None = None) -> None:
-        """Send one Step per PS: `push`'s dense gradients (in its `first` Step) and `rows`,
-        then the dense tensors of `fetch` (when the part reads them) and `pull_rows`."""
+        """One Step per PS: `push`'s dense gradients (in its `first` Step) and `rows`, then
+        the dense tensors of `fetch` (if the part reads them) and `pull_rows`."""
         client = None
         grads = push.grads if push is not None and first else None
         names = None
@@ -400,17 +383,10 @@ class Pipeline:
             fetch.rows = {t: (*fetch.unique[t], rows) for t, rows in outcome.rows.items()}
             fetch.done = True
             return
-        empty = torch.empty(0, 0)
-        for t in fetch.unique:
-            mask = fetch.late[t] if part == "late" else ~fetch.late[t]
-            fetch.parts.setdefault(t, []).append((np.flatnonzero(mask),
-                                                  outcome.rows.get(t, empty)))
+        fresh.add_part(fetch.parts, fetch.late, part == "late", outcome.rows)
         fetch.waiting -= 1
         if fetch.waiting == 0:
-            # a table with no ids has no rows, as when read whole: its forward pulls itself
-            fetch.rows = {t: (*fetch.unique[t], fresh.merge(len(fetch.unique[t][0]), parts))
-                          for t, parts in fetch.parts.items() if len(fetch.unique[t][0])}
-            fetch.parts, fetch.done = {}, True
+            fetch.rows, fetch.parts, fetch.done = fresh.merged(fetch.unique, fetch.parts), {}, True
 
     def _failed(self, push: PushJob | None, fetch: _Prefetch | None,
                 exc: BaseException) -> None:
