@@ -13,7 +13,7 @@ import torch
 import worker_sdk.ps.pipeline as pipeline
 from worker_sdk.ps.pipeline import Pipeline, PushFailed, PushJob
 from rpckit.errors import Reason, ServiceError
-from worker_sdk.ps.data_client import PSUnavailable, StepOutcome
+from worker_sdk.ps.data_client import PSUnavailable, StaleGradient, StepOutcome
 
 
 class Pending:
@@ -130,8 +130,12 @@ def test_a_batch_is_read_in_two_parts_the_rows_of_the_one_before_with_its_push(a
     assert acks.events == [("trained", 1)]
 
 
-def test_a_split_push_whose_first_step_fails_sends_nothing_more(acks):
-    rec = Recorder(fail=frozenset({2}))
+@pytest.mark.parametrize("error, stale", [
+    (ConnectionError, False),
+    (lambda message: StaleGradient(message, {"w": 1}), True),
+])
+def test_a_split_push_whose_first_step_fails_sends_nothing_more(acks, error, stale):
+    rec = Recorder(fail=frozenset({2}), error=error)
     pipe = Pipeline(lambda: rec, acks, max_inflight=1, read_own_writes=True)
     pipe.set_layout({"w": 0})
     pipe.prefetch(None, {"t": torch.tensor([1, 3])})
@@ -142,10 +146,15 @@ def test_a_split_push_whose_first_step_fails_sends_nothing_more(acks):
                         rows=[("t", torch.tensor([1, 3]), torch.ones(2, 1))]))
     pipe.prefetch(None, {"t": torch.tensor([5])})
     assert pipe.take_dense(["w"]) is None  # its late part failed: the caller pulls
-    assert len(rec.calls) == 3  # row 1's gradient never left
-    assert [e[0] for e in acks.events] == ["abandon"]
-    with pytest.raises(PushFailed):
+    assert len(rec.calls) == 3  # row 1's gradient never left: no part of the push beyond
+    assert [e[0] for e in acks.events] == ["abandon"]  # its first Step, refused or failed
+    assert pipe.take_rows("t", torch.tensor([5])) is None  # the next batch's: pulled too
+    if stale:  # refused as stale: counted, no failure to raise, the records handed back
+        assert pipe.take_stale() == 1 and acks.released == [True]
         pipe.raise_failure()
+    else:
+        with pytest.raises(PushFailed):
+            pipe.raise_failure()
 
 
 def test_steps_leave_at_once_and_are_collected_only_when_needed(acks):
