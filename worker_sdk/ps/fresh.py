@@ -11,7 +11,8 @@ coming batch in two parts:
 * late, with the current step's push, in the same `Step` on each PS, after its mutations: the
   rows both batches hold, and the dense tensors (every push changes them). The push itself is
   cut the same way (`split_rows`): its gradients of those rows ride in that Step, the rest in
-  a second Step sent right after, which the loop does not wait for.
+  a second Step sent once the first is answered (with the next batch's early rows), which the
+  loop does not wait for; a first Step refused as stale or failed sends no second.
 
 So one worker computes every step on parameters with all its own pushes, as a local loop, and
 waits each step only for the small Step (its dense push, the overlapping rows); the rest of the
