@@ -47,7 +47,8 @@ from benchmarks import report
 from benchmarks.train import elastic, local, models
 
 RUNS = ("local-sparse", "local-dense", "local-record", "elastic-1w", "elastic-2w",
-        "elastic-1w-plain", "elastic-1w-backup", "elastic-1w-secure", "elastic-1w-inflight1")
+        "elastic-1w-plain", "elastic-1w-backup", "elastic-1w-secure", "elastic-1w-inflight1",
+        "elastic-1w-fresh")
 DEFAULT_RUNS = RUNS[:5]
 LOCAL_TENSOR = ("local-sparse", "local-dense")  # a round's base: the faster of them
 ALIASES = {"local-tensor": "local-dense"}  # the name before issue 42 (dense gradients)
@@ -78,6 +79,7 @@ def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float,
                        plain=kind.endswith("plain"),
                        backups=int(kind.endswith("backup") or secure), secure=secure,
                        max_inflight=max_inflight, prefetch_ahead=prefetch_ahead,
+                       read_own_writes=kind.endswith("fresh"),
                        trainer_cpus=TRAINER_CPUS if pin else None,
                        server_cpus=SERVER_CPUS if pin else None)
 
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="pushes in flight of the elastic workers (one I/O lane each)")
     p.add_argument("--prefetch-ahead", type=int, default=1,
                    help="batches ahead whose data the elastic workers prefetch: 2 lets two "
-                   "steps' messages overlap, and the parameters then miss two pushes")
+                   "steps' messages overlap, and the parameters then miss two pushes; 0 sends "
+                   "each batch's request with the last push and waits for it")
     p.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS),
                    choices=RUNS + tuple(ALIASES),
                    help="elastic-1w-plain: one worker without prefetch, synchronous pushes; "
@@ -120,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                    "elastic-1w-secure: the same with TLS and a token on every call (the data "
                    "plane under CURVE); "
                    "elastic-1w-inflight1: one worker, one push in flight, prefetching one "
-                   "batch ahead")
+                   "batch ahead; "
+                   "elastic-1w-fresh: one worker with PSClient(read_own_writes=True), each "
+                   "step computing on every push of its own")
     p.add_argument("--pin", action="store_true",
                    help="the trainer (local loop, elastic workers) alone on CPU 0, the master "
                    "and PS on CPU 1")

@@ -30,10 +30,12 @@ START_S = 300.0  # a server's start on a busy machine, pinned to one shared core
 def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: int = 1,
         num_ps: int = 2, max_inflight: int = 1, shard_size: int = 8192,
         plain: bool = False, backups: int = 0, prefetch_ahead: int = 1, secure: bool = False,
-        trainer_cpus: set[int] | None = None, server_cpus: set[int] | None = None) -> dict:
+        trainer_cpus: set[int] | None = None, server_cpus: set[int] | None = None,
+        read_own_writes: bool = False) -> dict:
     """`backups` per PS index (--ps-replicas): every push is answered only after they applied
     it too, so this measures what a backup costs training. `secure`: TLS and a token on every
-    call (gRPC over TLS, the data plane under CURVE, so no plain same-host socket)."""
+    call (gRPC over TLS, the data plane under CURVE, so no plain same-host socket).
+    `read_own_writes`: the workers' PSClient(read_own_writes=True)."""
     workdir.mkdir(parents=True, exist_ok=True)
     go = workdir / "go"
     flags, client = _security(workdir) if secure else ((), {})
@@ -58,7 +60,9 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
             "--shard-size", str(shard_size), "--max-inflight", str(max_inflight),
             "--prefetch-ahead", str(prefetch_ahead),
             "--name", f"w{w}", "--start-when", str(go), "--out", str(out),
-            *(["--plain"] if plain else []), name=f"w{w}", cpus=trainer_cpus, env=env)
+            *(["--plain"] if plain else []),
+            *(["--read-own-writes"] if read_own_writes else []),
+            name=f"w{w}", cpus=trainer_cpus, env=env)
             for w, out in enumerate(outs)]
         deadline = time.monotonic() + 300
         while not all(Path(str(o) + ".ready").exists() for o in outs):

@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (ds.loader)")
     p.add_argument("--plain", action="store_true",
                    help="no prefetch, synchronous pushes (the plain path, for comparison)")
+    p.add_argument("--read-own-writes", action="store_true",
+                   help="PSClient(read_own_writes=True): each step computes on every push of "
+                   "its own")
     p.add_argument("--name", default="bench-worker")
     p.add_argument("--start-when")
     p.add_argument("--out", required=True)
@@ -53,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # as the local loop (benchmarks/train/local.py) and the PS
     train = ClickLog(a.data, "train")
     model = elastic_model(train.meta)
-    client = PSClient(master=a.master, max_inflight=a.max_inflight)
+    client = PSClient(master=a.master, max_inflight=a.max_inflight,
+                      read_own_writes=a.read_own_writes)
     client.init_parameters(model, optimizer="adagrad", lr=a.lr)
     ds = ElasticDataset(train, master=a.master, name=a.dataset, shard_size=a.shard_size,
                         num_epochs=a.epochs, shuffle=True, seed=a.seed, worker_name=a.name)

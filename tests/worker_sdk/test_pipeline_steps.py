@@ -13,7 +13,7 @@ import torch
 import worker_sdk.ps.pipeline as pipeline
 from worker_sdk.ps.pipeline import Pipeline, PushFailed, PushJob
 from rpckit.errors import Reason, ServiceError
-from worker_sdk.ps.data_client import PSUnavailable, StepOutcome
+from worker_sdk.ps.data_client import PSUnavailable, StaleGradient, StepOutcome
 
 
 class Pending:
@@ -42,7 +42,9 @@ class Recorder:
                                pull_rows=dict(pull_rows or {})))
         out = StepOutcome(dense={n: torch.zeros(1) for n in pull} if pull is not None else None,
                           versions={n: len(self.calls) for n in pull or ()})
-        out.rows = {t: torch.zeros(len(ids), 2) for t, ids in (pull_rows or {}).items()}
+        # each row holds its id: where a row lands among the batch's can be checked
+        out.rows = {t: torch.as_tensor(ids).float()[:, None].repeat(1, 2)
+                    for t, ids in (pull_rows or {}).items()}
         return Pending(self, len(self.calls) - 1, out)
 
     def close(self):
@@ -95,6 +97,64 @@ def test_a_push_and_the_prefetch_after_it_leave_as_one_step(acks):
     assert rows.shape == (2, 2)
     assert pipe.take_rows("t", torch.tensor([5, 5])) is None  # not the ids prefetched
     assert acks.events == [("trained", 1)]
+
+
+def test_a_batch_is_read_in_two_parts_the_rows_of_the_one_before_with_its_push(acks):
+    rec = Recorder()
+    pipe = Pipeline(lambda: rec, acks, max_inflight=1, read_own_writes=True)
+    pipe.set_layout({"w": 0})
+    pipe.prefetch(None, {"t": torch.tensor([3, 1, 3])})    # step 1's data, all of it
+    pipe.prefetch(None, {"t": torch.tensor([5, 3, 4])})    # step 2's: what step 1 lacks
+    assert rec.calls[1]["pull"] is None and rec.calls[1]["pull_rows"]["t"].tolist() == [4, 5]
+    pipe.take_dense(["w"])
+    pipe.take_rows("t", torch.tensor([3, 1, 3]))
+    pipe.submit(PushJob(mark=1, versions={"w": 0}, grads={"w": torch.ones(1)},
+                        rows=[("t", torch.tensor([1, 3]), torch.tensor([[1.0], [3.0]]))]))
+    pipe.prefetch(None, {"t": torch.tensor([6, 3])})       # step 3's data
+    # step 1's push of row 3 and the dense gradient, then step 2's dense and row 3 ...
+    late = rec.calls[2]
+    assert late["grads"] is not None and late["pull"] == ["w"]
+    assert [(t, ids.tolist(), g.tolist()) for t, ids, g in late["rows"]] == [("t", [3], [[3.0]])]
+    assert late["pull_rows"]["t"].tolist() == [3]
+    assert len(rec.calls) == 3  # ... and the rest once that is answered
+    assert pipe.take_dense(["w"]) is not None
+    rest = rec.calls[3]
+    assert rest["grads"] is None and rest["pull"] is None
+    assert [(t, ids.tolist(), g.tolist()) for t, ids, g in rest["rows"]] == [("t", [1], [[1.0]])]
+    assert rest["pull_rows"]["t"].tolist() == [6]  # row 3 waits for step 2's push
+    assert acks.events == []  # the push settles with its last Step
+    unique, inverse, rows = pipe.take_rows("t", torch.tensor([5, 3, 4]))
+    assert unique.tolist() == [3, 4, 5] and inverse.tolist() == [2, 0, 1]
+    assert rows[:, 0].tolist() == [3, 4, 5]  # the two parts, each row in its place
+    pipe.flush(10)
+    assert acks.events == [("trained", 1)]
+
+
+@pytest.mark.parametrize("error, stale", [
+    (ConnectionError, False),
+    (lambda message: StaleGradient(message, {"w": 1}), True),
+])
+def test_a_split_push_whose_first_step_fails_sends_nothing_more(acks, error, stale):
+    rec = Recorder(fail=frozenset({2}), error=error)
+    pipe = Pipeline(lambda: rec, acks, max_inflight=1, read_own_writes=True)
+    pipe.set_layout({"w": 0})
+    pipe.prefetch(None, {"t": torch.tensor([1, 3])})
+    pipe.prefetch(None, {"t": torch.tensor([3, 4])})
+    pipe.take_dense(["w"])
+    pipe.take_rows("t", torch.tensor([1, 3]))
+    pipe.submit(PushJob(mark=1, versions={"w": 0}, grads={"w": torch.ones(1)},
+                        rows=[("t", torch.tensor([1, 3]), torch.ones(2, 1))]))
+    pipe.prefetch(None, {"t": torch.tensor([5])})
+    assert pipe.take_dense(["w"]) is None  # its late part failed: the caller pulls
+    assert len(rec.calls) == 3  # row 1's gradient never left: no part of the push beyond
+    assert [e[0] for e in acks.events] == ["abandon"]  # its first Step, refused or failed
+    assert pipe.take_rows("t", torch.tensor([5])) is None  # the next batch's: pulled too
+    if stale:  # refused as stale: counted, no failure to raise, the records handed back
+        assert pipe.take_stale() == 1 and acks.released == [True]
+        pipe.raise_failure()
+    else:
+        with pytest.raises(PushFailed):
+            pipe.raise_failure()
 
 
 def test_steps_leave_at_once_and_are_collected_only_when_needed(acks):

@@ -241,11 +241,16 @@ class ElasticDataset(IterableDataset):
         batch read ahead is not delivered until it is yielded. With `PSClient(max_inflight=2)`,
         `prefetch_ahead=2` lets each step's data ride with the push of two steps before, so two
         steps' messages are on their way at once; the parameters a step computes on then miss
-        the last two pushes instead of one, which costs some AUC (docs/benchmarks.md)."""
+        the last two pushes, which costs some AUC (docs/benchmarks.md).
+        With `prefetch_ahead=1` a batch's rows that the batch before it holds, and the dense
+        tensors, are read with the next push, after it (worker_sdk/ps/fresh.py): one worker's
+        step computes on every push of its own. `prefetch_ahead=0` hands the hook the batch
+        about to be yielded, so all of its data rides with the loop's last push and is read
+        after it, and the loop waits for that whole message every step."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if prefetch_ahead < 1:
-            raise ValueError(f"prefetch_ahead must be >= 1, got {prefetch_ahead}")
+        if prefetch_ahead < 0:
+            raise ValueError(f"prefetch_ahead must be >= 0, got {prefetch_ahead}")
         self._refuse_worker_processes()
         reader = self.reader
         if collate_fn is not None:
@@ -287,6 +292,8 @@ class ElasticDataset(IterableDataset):
         # hooked]. The next batch is handed to the hook first thing in a step (right after the
         # loop gave its last push, so the two go to the PS as one message without waiting for
         # a read), and the one after it is read then, while that message is on its way.
+        # With depth 0 the hook gets the batch about to be yielded (read ahead by the step
+        # before), so its rows are read after the push that just left with them.
         ahead: deque[list] = deque()
         if prefetch is not None:
             stream.lease_ahead = True  # nor does the loop wait for the master's GetShard

@@ -132,7 +132,8 @@ class PSClient:
     def __init__(self, master: str, *, timeout_s: float = 10.0, max_attempts: int = 8,
                  discovery_timeout_s: float = 60.0, max_inflight: int = 1,
                  tls_ca: str | None = None, auth_token: str | None = None,
-                 retry_budget_s: float = RETRY_BUDGET_S, ledger: ack.AckLedger | None = None):
+                 retry_budget_s: float = RETRY_BUDGET_S, ledger: ack.AckLedger | None = None,
+                 read_own_writes: bool = False):
         """max_inflight: pushes `push(wait=False)` may leave unanswered (a further push first
         collects the oldest answer); each message in flight has its own connection.
         retry_budget_s: how long one call keeps retrying a PS that does not answer before it
@@ -141,7 +142,11 @@ class PSClient:
         ELASTIC_PS_AUTH_TOKEN / ELASTIC_PS_AUTH_TOKEN_FILE).
         ledger: where answered pushes acknowledge their records (and failed ones abandon
         them): the ack ledger the training loop's ElasticDatasets use; default the process's
-        (`worker_sdk.data.ack.LEDGER`)."""
+        (`worker_sdk.data.ack.LEDGER`).
+        read_own_writes: each step computes on every push of this worker (a prefetched batch's
+        rows that the batch before it holds, and the dense tensors, are read after the next
+        push: worker_sdk/ps/fresh.py), at the cost of a second message per PS a step and a
+        wait for the first; off, a step misses the push just before it."""
         if max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
         options = dict(master=master, timeout_s=timeout_s, max_attempts=max_attempts,
@@ -153,7 +158,8 @@ class PSClient:
         self.declaration = Declaration()
         self.data = self._client(options)
         # one client per message in flight: a client has one call outstanding at most
-        self.pipeline = Pipeline(lambda: self._client(options), self.ledger, max_inflight)
+        self.pipeline = Pipeline(lambda: self._client(options), self.ledger, max_inflight,
+                                 read_own_writes)
         self.pushes = 0
         self.stale_refusals = 0
         self.max_staleness_seen = 0

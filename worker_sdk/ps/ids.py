@@ -58,3 +58,20 @@ def prepared(ids) -> tuple[np.ndarray, SplitMemo | None]:
     ids = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).contiguous()
     check_row_ids(ids)
     return ids.numpy(), None
+
+
+def subset(ids, at: np.ndarray):
+    """The ids at positions `at` (ascending), as a tensor; `mark`ed (checked once) when `ids`
+    were, since a subset of sorted distinct ids is sorted and distinct."""
+    known = getattr(ids, _ATTR, None)
+    array = torch.as_tensor(ids, dtype=torch.int64).reshape(-1).numpy()[at]
+    out = torch.from_numpy(array)
+    if known is not None and known.version == ids._version:
+        setattr(out, _ATTR, _Known(out._version, array))
+    return out
+
+
+def is_marked(ids) -> bool:
+    """Whether `ids` are `mark`ed (sorted, distinct, checked) and unchanged since."""
+    known = getattr(ids, _ATTR, None)
+    return known is not None and known.version == ids._version

@@ -8,11 +8,13 @@ push, `flush`). ZeroMQ's own I/O thread moves the bytes meanwhile, so the PS wor
 loop computes, and no Python thread of ours competes with the loop for the GIL or a core: on
 two cores, handing each step to a background thread cost more than the overlap won.
 
-A push and the prefetch given right after it go out together, one Step per PS: once the loop
-has shown that prefetches follow its pushes (`ds.batches` calls the hook first thing in the
-next step), a push is held until the next call (a prefetch takes it along; any other call
-sends it alone first, and pushes then go at once until the loop prefetches again). A prefetch given after a push therefore reads the parameters with that
-push; one given before it, without.
+A push and the prefetch given right after it go out together: once the loop has shown that
+prefetches follow its pushes (`ds.batches` calls the hook first thing in the next step), a
+push is held until the next call (a prefetch takes it along; any other call sends it alone
+first, and pushes then go at once until the loop prefetches again).
+
+With `read_own_writes` a prefetch may be read in two parts, and a push then goes as two Steps
+per PS (worker_sdk/ps/fresh.py); otherwise a push and a prefetch go as one Step per PS.
 
 Every Step in flight has its own `DataClient` (made on first need; a client has one call
 outstanding at most, and each has its own client_id, so each one's requests stay in order and
@@ -43,10 +45,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 
 from rpckit.errors import ServiceError
 
+from . import fresh
 from .data_client import DataClient, PSUnavailable, StaleGradient
 from .ids import mark, unique_inverse
 
@@ -71,6 +75,7 @@ class PushJob:
     versions: dict[str, int]  # parameter versions the gradients were computed from
     grads: dict[str, torch.Tensor]
     rows: list[tuple[str, torch.Tensor, torch.Tensor]]  # (table, ids, row grads)
+    settled: bool = False  # acknowledged, abandoned or dropped: once, by its first outcome
 
 
 @dataclass
@@ -83,6 +88,12 @@ class _Prefetch:
     dense_used: bool = False
     # table -> (unique ids, inverse, rows of the unique ids)
     rows: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    unique: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    # read in two parts (worker_sdk/ps/fresh.py): table -> which distinct ids are read late,
+    # with the next push (the dense tensors too); None: all in one Step
+    late: dict[str, np.ndarray] | None = None
+    waiting: int = 1  # answers still to come
+    parts: dict[str, list] = field(default_factory=dict)  # table -> [(positions, rows)]
 
 
 @dataclass
@@ -92,15 +103,19 @@ class _Flight:
     client: DataClient
     pending: object  # steps.PendingStep
     push: PushJob | None
+    settles: bool  # its answer is the push's last: it acknowledges the push's records
     fetch: _Prefetch | None
-    inverse: dict[str, tuple[torch.Tensor, torch.Tensor]]  # table -> (unique, inverse)
+    part: str  # what it reads of `fetch`: "all", "early" or "late"
+    then: tuple | None  # the push's second Step, sent once this one is answered
 
 
 class Pipeline:
     def __init__(self, make_client: Callable[[], DataClient], ledger: AckLedger,
-                 max_inflight: int = 1):
+                 max_inflight: int = 1, read_own_writes: bool = False):
         """ledger: where a settled push acknowledges its records (`trained(mark)`) and a
-        failed one abandons those in flight (`abandon`): the training loop's ack ledger."""
+        failed one abandons those in flight (`abandon`): the training loop's ack ledger.
+        read_own_writes: read each prefetched batch in two parts (worker_sdk/ps/fresh.py)."""
+        self._read_own_writes = read_own_writes
         self._make_client = make_client
         self._ledger = ledger
         self._max_inflight = max_inflight
@@ -114,6 +129,7 @@ class Pipeline:
         self._failure: BaseException | None = None
         self._raised = False
         self._prefetched: deque[_Prefetch] = deque()  # in the order of their steps
+        self._awaiting: _Prefetch | None = None  # its late part goes with the next push
         self.max_staleness = 0
         self.wait_pull_s = 0.0
         self.wait_push_s = 0.0
@@ -227,7 +243,9 @@ class Pipeline:
     # ---- sending and collecting (under the lock) --------------------------------------------
 
     def _pushes_unanswered(self) -> int:
-        return sum(f.push is not None for f in self._flights)
+        # a push's second Step leaves only once its first is answered: never both in flight
+        return sum(f.push is not None and (f.settles or f.then is not None)
+                   for f in self._flights)
 
     def _send_held(self) -> None:
         if self._held is not None:
@@ -242,39 +260,95 @@ class Pipeline:
         return client
 
     def _send(self, push: PushJob | None, fetch: _Prefetch | None) -> None:
-        """Send a push and/or a prefetch as one Step per PS; failing to, settle both now."""
+        """Send a push and/or a prefetch; failing to, settle both now. The prefetch awaiting
+        its late part takes the push along: then two Steps per PS (fresh.py), else one."""
         if push is not None and self._failure is not None:
             self._settle(push, _DROPPED)  # after a failed push: dropped unsent, never acked
             push = None
-        if push is None and fetch is None:
+        if fetch is not None:
+            try:
+                # with the inverse the forward needs; checked and cut once for pull and push
+                fetch.unique = {t: (mark(u), inv) for t, (u, inv) in
+                                ((t, unique_inverse(ids)) for t, ids in fetch.ids.items())}
+            except BaseException as exc:  # noqa: BLE001 - ids out of bounds: as a failed send
+                self._not_sent(None, push, fetch, exc)
+                return
+        late, self._awaiting = self._awaiting, None
+        if late is not None and late.done:
+            late = None  # its early part failed: the caller pulls instead
+        if push is None and fetch is None and late is None:
             return
+        part, reads = "all", None
+        if fetch is not None:
+            reads = self._split_fetch(fetch, late)
+            part = "all" if reads is None else "early"
+            reads = reads or {t: u for t, (u, _) in fetch.unique.items()}
+        if late is None:
+            self._begin(push, True, fetch, part, push.rows if push else (), reads)
+            return
+        late_ids = fresh.late_ids(late.unique, late.late)
+        with_reads, rest = fresh.split_rows(push.rows, late_ids) if push else ([], [])
+        # the rest goes once this Step is answered: the PS works on this one alone while the
+        # loop waits for it, and a push refused as stale (or failed) sends nothing more
+        second = bool(rest) or fetch is not None
+        self._begin(push, not second, late, "late", with_reads, late_ids,
+                    then=(push, fetch, part, rest, reads) if second else None)
+
+    def _send_rest(self, push: PushJob | None, fetch: _Prefetch | None, part: str, rest,
+                   reads) -> None:
+        """A push's second Step, once its first was answered; after a failure, nothing."""
+        if push is not None and (push.settled or self._failure is not None):
+            self._settle(push, _DROPPED)
+            if fetch is not None:  # the caller pulls instead
+                fetch.done = True
+                self._awaiting = None if fetch is self._awaiting else self._awaiting
+            return
+        self._begin(push, True, fetch, part, rest, reads, first=False)
+
+    def _split_fetch(self, fetch: _Prefetch, late: _Prefetch | None):
+        """`fetch`'s early ids (table -> ids) when it is read in two parts (it then waits for
+        the next push), else None: when the prefetch before it, unused yet, is the next
+        step's (its ids are what the next push updates)."""
+        before = late or (self._prefetched[-2] if len(self._prefetched) == 2 else None)
+        if not self._read_own_writes or not before or len(self._prefetched) != 2 \
+                or not before.unique:
+            return None
+        fetch.late, early = fresh.split_reads(fetch.unique, before.unique)
+        fetch.waiting = 2
+        self._awaiting = fetch
+        return early
+
+    def _begin(self, push: PushJob | None, settles: bool, fetch: _Prefetch | None, part: str,
+               rows, pull_rows, first: bool = True, then: tuple | None = None) -> None:
+        """One Step per PS: `push`'s dense gradients (in its `first` Step) and `rows`, then
+        the dense tensors of `fetch` (if the part reads them) and `pull_rows`."""
         client = None
+        grads = push.grads if push is not None and first else None
+        names = None
+        if fetch is not None and part in ("all", "late") \
+                and (self._owner or fetch.names is not None):
+            names = fetch.names or list(self._owner)
         try:
             client = self._client()
-            names = unique = None
-            inverse = {}
-            if fetch is not None:
-                if self._owner or fetch.names is not None:
-                    names = fetch.names or list(self._owner)
-                # the forward of these ids needs the inverse too: computed once, here; the
-                # distinct ids are checked and cut once for this pull and the push after it
-                inverse = {table: unique_inverse(ids) for table, ids in fetch.ids.items()}
-                unique = {table: mark(u) for table, (u, _) in inverse.items()}
-            pending = client.begin_step(push.grads if push else None,
-                                        push.versions if push else None,
-                                        push.rows if push else (), pull=names, pull_rows=unique)
+            pending = client.begin_step(grads, push.versions if grads else None, rows,
+                                        pull=names, pull_rows=pull_rows)
         except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
-            if client is not None:
-                self._free.append(client)
-            while push is not None and self._flights and isinstance(exc, Exception):
-                self._collect()  # the pushes before this one settle first
-            self._failed(push, fetch, exc)
-            if not isinstance(exc, Exception):
-                raise  # KeyboardInterrupt, SystemExit: the push is failed, the caller stops
+            self._not_sent(client, push, fetch, exc)
             return
-        self._flights.append(_Flight(client, pending, push, fetch, inverse))
+        self._flights.append(_Flight(client, pending, push, settles, fetch, part, then))
         while len(self._flights) > self._max_inflight + MAX_PREFETCHED:
             self._collect()  # prefetches never pulled: bounded like the ones kept
+
+    def _not_sent(self, client: DataClient | None, push: PushJob | None,
+                  fetch: _Prefetch | None, exc: BaseException) -> None:
+        """A Step that could not be sent: settle its push and prefetch now."""
+        if client is not None:
+            self._free.append(client)
+        while push is not None and self._flights and isinstance(exc, Exception):
+            self._collect()  # the pushes before this one settle first
+        self._failed(push, fetch, exc)
+        if not isinstance(exc, Exception):
+            raise exc  # KeyboardInterrupt, SystemExit: the push is failed, the caller stops
 
     def _collect(self) -> None:
         """Wait for the oldest Step in flight and settle it."""
@@ -283,19 +357,36 @@ class Pipeline:
             outcome = flight.pending.result()
         except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
             self._failed(flight.push, flight.fetch, exc)
+            if flight.then is not None:
+                self._send_rest(*flight.then)  # the push is settled: nothing is sent
             if not isinstance(exc, Exception):
                 raise  # KeyboardInterrupt, SystemExit: the push is failed, the caller stops
             return
         finally:
             self._free.append(flight.client)  # its call is over, answered or not
-        fetch = flight.fetch
-        if fetch is not None:
-            if outcome.dense is not None:  # the outcome's own dicts: nothing else holds them
-                fetch.dense, fetch.versions = outcome.dense, outcome.versions
-            fetch.rows = {t: (*flight.inverse[t], rows) for t, rows in outcome.rows.items()}
-            fetch.done = True
+        if flight.fetch is not None:
+            self._fill(flight.fetch, flight.part, outcome)
         if flight.push is not None:
-            self._settle(flight.push, outcome)
+            if outcome.push is not None:
+                self.max_staleness = max(self.max_staleness, outcome.push.max_staleness)
+            if flight.settles:
+                self._settle(flight.push, outcome)
+        if flight.then is not None:
+            self._send_rest(*flight.then)
+
+    def _fill(self, fetch: _Prefetch, part: str, outcome) -> None:
+        if fetch.done:
+            return  # its other part failed: the caller pulls instead
+        if outcome.dense is not None:  # the outcome's own dicts: nothing else holds them
+            fetch.dense, fetch.versions = outcome.dense, outcome.versions
+        if part == "all":
+            fetch.rows = {t: (*fetch.unique[t], rows) for t, rows in outcome.rows.items()}
+            fetch.done = True
+            return
+        fresh.add_part(fetch.parts, fetch.late, part == "late", outcome.rows)
+        fetch.waiting -= 1
+        if fetch.waiting == 0:
+            fetch.rows, fetch.parts, fetch.done = fresh.merged(fetch.unique, fetch.parts), {}, True
 
     def _failed(self, push: PushJob | None, fetch: _Prefetch | None,
                 exc: BaseException) -> None:
@@ -305,9 +396,12 @@ class Pipeline:
             log.info("prefetch failed (%s); pulling synchronously", exc)
         if fetch is not None:
             fetch.done = True
+            fetch.parts = {}
 
     def _wait(self, job: _Prefetch) -> None:
         started = time.perf_counter()
+        if job is self._awaiting:  # its late part goes now, with no push
+            self._send(None, None)
         while not job.done and self._flights:
             self._collect()
         self.wait_pull_s += time.perf_counter() - started
@@ -319,7 +413,11 @@ class Pipeline:
 
     def _settle(self, job: PushJob, outcome) -> None:
         """A push was answered (a StepOutcome), refused or failed (the exception), or dropped
-        unsent; pushes settle in the order given (flights are collected oldest first)."""
+        unsent; pushes settle in the order given (flights are collected oldest first). A
+        push sent as two Steps settles once: by a failure of its first, else by its last."""
+        if job.settled:
+            return
+        job.settled = True
         if isinstance(outcome, StaleGradient):
             self._stale += 1  # dropped by the PS; the next step pulls anyway
             log.info("stale gradient refused in the background (%s)", outcome)
@@ -343,8 +441,6 @@ class Pipeline:
         elif outcome is _DROPPED or self._failure is not None:
             pass  # after a failure: applied or not, its records are never acknowledged
         else:
-            if outcome.push is not None:
-                self.max_staleness = max(self.max_staleness, outcome.push.max_staleness)
             self._ledger.trained(job.mark)
 
 

@@ -1,0 +1,97 @@
+"""What parameters a pipelined step computes on: every push of its own (read after write,
+worker_sdk/ps/fresh.py, or prefetch_ahead=0), or without them the last one missed. A real
+master, a real PS data plane, ElasticDataset's batches and PSClient, as a training loop uses
+them: each step records the rows and the dense value its forward saw."""
+from __future__ import annotations
+
+import grpc
+import pytest
+import torch
+from torch import nn
+
+from protos import master_pb2, master_pb2_grpc
+from ps.store.params import ParamStore
+from worker_sdk import ArrayReader, ElasticDataset, ElasticEmbedding, PSClient, ack
+
+STEPS, LR = 8, 0.5
+SHARED = 5  # in every batch: read with the push just before (the late part)
+# batch k is [SHARED, OWN + k % 2]: OWN's rows are in every other batch, read early (with the
+# push before the last, which is the one that updated them)
+OWN = 100
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = ElasticEmbedding(dim=2, table="e", initializer="zeros")
+        self.w = nn.Parameter(torch.zeros(1))
+
+    def forward(self, ids):
+        rows = self.emb(ids)
+        return rows, rows.sum() + self.w.sum()
+
+
+def _register(master, ps) -> None:
+    with grpc.insecure_channel(master.address) as ch:
+        master_pb2_grpc.MasterStub(ch).RegisterPS(master_pb2.RegisterPSRequest(
+            address="127.0.0.1:1000", data_address=ps.endpoint, index=0, num_ps=1), timeout=10)
+
+
+def _train(master, ahead: int, read_own_writes: bool) -> list[tuple[float, float, float]]:
+    """(the shared row, the batch's own row, the dense value) each step computed on."""
+    model = Model()
+    client = PSClient(master.address, timeout_s=10, max_inflight=1,
+                      read_own_writes=read_own_writes)
+    records = torch.tensor([[SHARED, OWN + k % 2] for k in range(STEPS)]).reshape(-1)
+    ds = ElasticDataset(ArrayReader(records), master=master.address, name="train",
+                        shard_size=len(records), num_epochs=1, worker_name="fresh")
+    seen = []
+    try:
+        client.init_parameters(model, optimizer="sgd", lr=LR)
+        for ids in ds.batches(2, prefetch=client.prefetch, prefetch_ahead=ahead):
+            client.pull(model)
+            rows, loss = model(ids)
+            seen.append((rows[0, 0].item(), rows[1, 0].item(), model.w.item()))
+            loss.backward()
+            client.push(model, wait=False)
+        client.flush()
+        assert client.pipeline.take_stale() == 0
+    finally:
+        ds.close()
+        client.close()
+        ack.use_push_acks(False)  # process-wide: later tests' datasets ack on "next"
+    return seen
+
+
+def _expected(applied: list[int]) -> list[tuple[float, float, float]]:
+    """What step k sees when `applied[k]` of the pushes before it were applied (the last
+    ones missing): each push moves the shared row and the dense value by -LR, and the own
+    row of its batch's parity."""
+    return [(-n * LR, -sum(1 for j in range(n) if j % 2 == k % 2) * LR, -n * LR)
+            for k, n in enumerate(applied)]
+
+
+@pytest.mark.parametrize("ahead, read_own_writes, max_staleness", [
+    (0, False, -1),  # the next batch's data rides with the last push, read after it
+    (1, True, -1),  # read in two parts: what the batch before holds, after the last push
+    (1, True, 10),  # a PS that may refuse stale pushes (none is): the same
+])
+def test_a_step_computes_on_its_own_pushes(launcher, inproc_ps, ahead, read_own_writes,
+                                           max_staleness):
+    master = launcher.master()
+    ps = inproc_ps(ParamStore(index=0, num_ps=1, max_staleness=max_staleness))
+    _register(master, ps)
+    assert _train(master, ahead, read_own_writes) == _expected(list(range(STEPS)))
+    assert len(ps.store.tables["e"]) == 3  # SHARED, OWN, OWN + 1
+
+
+def test_without_read_own_writes_a_step_may_miss_the_push_before_it(launcher, inproc_ps):
+    master = launcher.master()
+    ps = inproc_ps(ParamStore(index=0, num_ps=1))
+    _register(master, ps)
+    seen = _train(master, 1, False)
+    # its data was read while the step before computed: the PS applied that step's push
+    # before or after the read, as it does the steps of two workers
+    applied = [round(-w / LR) for _, _, w in seen]
+    assert all(k - 1 <= n <= k for k, n in enumerate(applied))
+    assert seen == _expected(applied)  # rows and dense tensors of the same pushes
