@@ -13,10 +13,9 @@ The leader runs one `SlotMover`. Each round it takes a batch of PLANNED moves (a
    frees them and refuses requests for them with WRONG_OWNER). A PS this misses takes the
    layout from its next ListPS (ps/registrar.py).
 
-Every new owner of the plan is told once, before its first batch (`MoveSlots(PREPARE)`, a hint
+Every new owner of the plan is told once, before the first batch (`MoveSlots(PREPARE)`, a hint
 answered at once): a PS with no checkpoint file yet writes its first, full one in the
-background then, while the batches of the other new owners move, instead of on its first
-batch's path.
+background then, while the first batches move, instead of on its own first batch's path.
 
 Any failure before step 3 rolls the batch back to PLANNED and tells both sides
 (`MoveSlots(ABORT)`: the old owner thaws, the new one drops what it wrote); the batch is tried
@@ -112,7 +111,7 @@ class SlotMover:
                 self._prepared.clear()  # the next resize tells its new owners again
             return False
         self._said = ()
-        self._prepare(batch)
+        self._prepare()
         self.committer.call(lambda: self.core.layout.set_phase(batch.slots, MovePhase.COPYING))
         started = time.perf_counter()
         # grows with every attempt, across leaders (wall clock: a new leader is later): the
@@ -155,12 +154,13 @@ class SlotMover:
                          layout.version + 1)
         return None
 
-    def _prepare(self, batch: Batch) -> None:
-        """PREPARE to the alive new owners of the planned moves not told yet (since they
-        registered): this batch's new owner alone when it was not told (its first file then
-        writes without the others' competing for the CPU and the disk), the others a batch
-        later, while this one's batches move. A hint: a PS that misses it does the same on
-        its first IMPORT."""
+    def _prepare(self) -> None:
+        """PREPARE to each alive new owner of the planned moves not told yet (since it
+        registered), all at once before the first batch: their first files are written while
+        the first batches move, and before a later receiver's batches begin (told a batch
+        later instead, a receiver wrote its file beside the first receiver's second batch,
+        which then took longer). A hint: a PS that misses it does the same on its first
+        IMPORT."""
         def targets():
             layout, out = self.core.layout, []
             for dst in sorted({m.dst for m in layout.moves.values()
@@ -170,8 +170,9 @@ class SlotMover:
                     out.append((dst, self.core.replicas.generation(dst), row["address"]))
             return out
 
-        untold = [t for t in self.committer.read(targets) if t not in self._prepared]
-        for told in [t for t in untold if t[0] == batch.dst] or untold:
+        for told in self.committer.read(targets):
+            if told in self._prepared:
+                continue
             self._prepared.add(told)
             try:
                 self._call(told[2], ps_pb2.MoveSlotsRequest(
