@@ -646,10 +646,12 @@ class MoveSlotsRequest(_message.Message):
         IMPORT: _ClassVar[MoveSlotsRequest.Action]
         ABORT: _ClassVar[MoveSlotsRequest.Action]
         LAYOUT: _ClassVar[MoveSlotsRequest.Action]
+        PREPARE: _ClassVar[MoveSlotsRequest.Action]
     ACTION_UNSPECIFIED: MoveSlotsRequest.Action
     IMPORT: MoveSlotsRequest.Action
     ABORT: MoveSlotsRequest.Action
     LAYOUT: MoveSlotsRequest.Action
+    PREPARE: MoveSlotsRequest.Action
     ACTION_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_VERSION_FIELD_NUMBER: _ClassVar[int]

@@ -13,6 +13,10 @@ The leader runs one `SlotMover`. Each round it takes a batch of PLANNED moves (a
    frees them and refuses requests for them with WRONG_OWNER). A PS this misses takes the
    layout from its next ListPS (ps/registrar.py).
 
+Every new owner of the plan is told once, before the first batch (`MoveSlots(PREPARE)`, a hint
+answered at once): a PS with no checkpoint file yet writes its first, full one in the
+background then, while the first batches move, instead of on its own first batch's path.
+
 Any failure before step 3 rolls the batch back to PLANNED and tells both sides
 (`MoveSlots(ABORT)`: the old owner thaws, the new one drops what it wrote); the batch is tried
 again after a pause. A new leader rolls back every COPYING move it finds the same way, so a
@@ -37,10 +41,11 @@ from .layout import resize_waits
 
 log = logging.getLogger(__name__)
 
-BATCH_SLOTS = 64        # a batch's hand-over pauses its slots' writes: keep it short
+BATCH_SLOTS = 128       # a batch's hand-over pauses its slots' writes: keep it short
 PACE_S = 0.15           # between batches: the copy competes with training for CPU too
 IMPORT_TIMEOUT_S = 120.0
 CALL_TIMEOUT_S = 10.0
+PREPARE_TIMEOUT_S = 2.0  # a hint answered at once: never hold the moves up for long
 RETRY_AFTER_S = 1.0     # after a failed batch
 MAX_CHANNELS = 64
 
@@ -74,6 +79,7 @@ class SlotMover:
         self.attempt = 0
         self._stubs: dict[str, tuple] = {}  # PS address -> (channel, stub)
         self._said: tuple = ()  # the waits last told (ps_resize_waiting)
+        self._prepared: set[tuple] = set()  # (index, generation, address) told PREPARE
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="slot-mover", daemon=True).start()
@@ -101,8 +107,11 @@ class SlotMover:
         batch = self.committer.read(self._next_batch)
         if batch is None:
             self._say_waits()
+            if not self.committer.read(lambda: self.core.layout.resizing):
+                self._prepared.clear()  # the next resize tells its new owners again
             return False
         self._said = ()
+        self._prepare()
         self.committer.call(lambda: self.core.layout.set_phase(batch.slots, MovePhase.COPYING))
         started = time.perf_counter()
         # grows with every attempt, across leaders (wall clock: a new leader is later): the
@@ -144,6 +153,32 @@ class SlotMover:
                          src["data_address"], src.get("data_public_key", ""), dst["address"],
                          layout.version + 1)
         return None
+
+    def _prepare(self) -> None:
+        """PREPARE to each alive new owner of the planned moves not told yet (since it
+        registered), all at once before the first batch: their first files are written while
+        the first batches move, and before a later receiver's batches begin (told a batch
+        later instead, a receiver wrote its file beside the first receiver's second batch,
+        which then took longer). A hint: a PS that misses it does the same on its first
+        IMPORT."""
+        def targets():
+            layout, out = self.core.layout, []
+            for dst in sorted({m.dst for m in layout.moves.values()
+                               if m.phase == MovePhase.PLANNED}):
+                row = self._alive(dst)
+                if row is not None:
+                    out.append((dst, self.core.replicas.generation(dst), row["address"]))
+            return out
+
+        for told in self.committer.read(targets):
+            if told in self._prepared:
+                continue
+            self._prepared.add(told)
+            try:
+                self._call(told[2], ps_pb2.MoveSlotsRequest(
+                    action=ps_pb2.MoveSlotsRequest.PREPARE), PREPARE_TIMEOUT_S)
+            except grpc.RpcError as exc:  # an older PS, or one going down: IMPORT decides
+                log.info("PS %d did not take PREPARE (%s)", told[0], exc.code().name)
 
     def _say_waits(self) -> None:
         """A `ps_resize_waiting` event when what holds the planned moves up changed (once per

@@ -14,7 +14,7 @@ from rpckit.auth import is_curve_key
 from rpckit.errors import invalid, quote
 
 Move = ps_pb2.MoveSlotsRequest
-ACTIONS = {Move.IMPORT, Move.ABORT, Move.LAYOUT}
+ACTIONS = {Move.IMPORT, Move.ABORT, Move.LAYOUT, Move.PREPARE}
 MAX_ADDRESS = 256
 MAX_VERSION = (1 << 63) - 1
 # tcp://host:port (host a name, an IPv4 address or a bracketed IPv6 one), as PS register it
@@ -24,7 +24,8 @@ _DATA_ADDRESS = re.compile(
 
 def check_move(req: ps_pb2.MoveSlotsRequest, num_slots: int) -> None:
     if req.action not in ACTIONS:
-        raise invalid(f"MoveSlots action {req.action} is not IMPORT, ABORT or LAYOUT")
+        raise invalid(f"MoveSlots action {req.action} is not IMPORT, ABORT, LAYOUT or "
+                      "PREPARE")
     if not 0 <= req.layout_version <= MAX_VERSION:
         raise invalid(f"layout_version must be >= 0 (got {req.layout_version})")
     if not 0 <= req.attempt <= MAX_VERSION:
@@ -34,6 +35,10 @@ def check_move(req: ps_pb2.MoveSlotsRequest, num_slots: int) -> None:
         if len(req.owned) > 16 * num_slots:
             raise invalid(f"owned is {len(req.owned)} characters: more ranges than the "
                           f"{num_slots} slots")
+        return
+    if req.action == Move.PREPARE:  # a hint: names nothing
+        if req.slots or req.owned or req.src_data_address:
+            raise invalid("a PREPARE names no slots, ranges or source")
         return
     if not 1 <= len(req.slots) <= num_slots:
         raise invalid(f"a slot move names 1..{num_slots} slots (got {len(req.slots)})")

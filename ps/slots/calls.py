@@ -7,6 +7,9 @@
 - ABORT: roll the move back here (the old owner thaws, the new one drops what it wrote).
 - LAYOUT: own exactly the given slots as of the given layout version (the new owner starts
   serving, the old one frees what left).
+- PREPARE: slots will move here soon (the master says so when a resize starts): a PS with no
+  checkpoint chain yet starts its first, full file in the background, so that the first
+  IMPORT finds it written (or under way) instead of writing it on the move's path.
 
 Plain Python over the store and the chain; ps/server.py's servicer only translates.
 """
@@ -94,12 +97,16 @@ class SlotCalls:
         # master died and a new one moved on), is refused rather than written over it
         self._newest: dict[int, int] = {}
         self._lock = threading.Lock()
+        self._first_file: threading.Thread | None = None  # PREPARE's write, while it runs
 
     def call(self, req: ps_pb2.MoveSlotsRequest) -> ps_pb2.MoveSlotsResponse:
         started = time.perf_counter()
         action = ps_pb2.MoveSlotsRequest.Action.Name(req.action)
         if req.action == ps_pb2.MoveSlotsRequest.IMPORT:
             out = self._import(req)
+        elif req.action == ps_pb2.MoveSlotsRequest.PREPARE:
+            self.prepare()
+            out = ps_pb2.MoveSlotsResponse()
         elif req.action == ps_pb2.MoveSlotsRequest.ABORT:
             done = moves.abort(self.store, list(req.slots), req.attempt)
             out = ps_pb2.MoveSlotsResponse(rows=done["rows_freed"], tensors=done["tensors_freed"],
@@ -116,7 +123,7 @@ class SlotCalls:
             out = ps_pb2.MoveSlotsResponse(rows=done["rows_freed"], tensors=done["tensors_freed"],
                                            slots=done["released"] + done["taken"])
         else:
-            raise invalid("MoveSlots needs an action: IMPORT, ABORT or LAYOUT")
+            raise invalid("MoveSlots needs an action: IMPORT, ABORT, LAYOUT or PREPARE")
         out.seconds = time.perf_counter() - started
         log.info("MoveSlots %s: %d slots, %d rows, %d tensors in %.3f s (layout version %d)",
                  action, out.slots, out.rows, out.tensors, out.seconds, req.layout_version)
@@ -161,16 +168,46 @@ class SlotCalls:
         return ps_pb2.MoveSlotsResponse(rows=copied.rows + done.rows, tensors=done.tensors,
                                         slots=int(slots.size))
 
+    def prepare(self) -> bool:
+        """PREPARE: when the durable point of a first IMPORT would write this PS's first
+        checkpoint file (a full one: no chain yet), start writing it now, in the background,
+        off the move's path (a resize's first batches go to one new owner while the others'
+        files are written). Nothing of a move depends on it: the IMPORT waits for it, or
+        writes the file itself. True when a write started."""
+        with self._lock:
+            if not self._needs_first_file() or (
+                    self._first_file is not None and self._first_file.is_alive()):
+                return False
+            self._first_file = threading.Thread(target=self._write_first_file,
+                                                name="first-checkpoint", daemon=True)
+            self._first_file.start()
+            return True
+
+    def _write_first_file(self) -> None:
+        try:
+            info = self.durable()
+            log.info("slot moves are coming: first checkpoint file %s written ahead",
+                     getattr(info, "path", None) and info.path.name)
+        except Exception:  # noqa: BLE001 - the IMPORT writes it then (and says why it fails)
+            log.exception("writing the first checkpoint file ahead of the slot moves failed")
+
+    def _needs_first_file(self) -> bool:
+        return (self.durable is not None and self.chained is not None and not self.chained()
+                and not self._backed())
+
     def _before_freeze(self) -> None:
         """What is slow once and must not fall inside the hand-over, while the old owner's
         slots are frozen: the warm-up (the copy overlapped it; it loads the compiled loops the
         hand-over's write runs), and a PS's first checkpoint file, a full one, when the
-        durable point would write one (after it, the one write a batch makes is a delta)."""
+        durable point would write one (after it, the one write a batch makes is a delta):
+        PREPARE's, when it began one, else written here."""
         if self.warm is not None and not self.warm.wait(WARM_WAIT_S):
             log.info("slot import: the warm-up is still running after %.0f s; going on",
                      WARM_WAIT_S)
-        if (self.durable is not None and self.chained is not None and not self.chained()
-                and not self._backed()):
+        ahead = self._first_file
+        if ahead is not None:
+            ahead.join()
+        if self._needs_first_file():
             self.durable()
 
     def _backed(self) -> bool:

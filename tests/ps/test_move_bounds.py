@@ -23,6 +23,7 @@ def _import(**kw) -> ps_pb2.MoveSlotsRequest:
     Move(action=Move.ABORT, slots=list(range(64)), attempt=(1 << 63) - 1),
     Move(action=Move.LAYOUT, owned="0:32,40:64", layout_version=9),
     Move(action=Move.LAYOUT, owned="", layout_version=9),
+    Move(action=Move.PREPARE),
 ])
 def test_what_the_master_sends_passes(request_):
     check_move(request_, 64)
@@ -45,6 +46,8 @@ def test_what_the_master_sends_passes(request_):
     (_import(src_data_address="tcp://" + "h" * 300 + ":1"), "src_data_address"),
     (_import(src_public_key="zz-unknown"), "src_public_key"),
     (Move(action=Move.LAYOUT, owned="0:1," * 1000), "owned"),
+    (Move(action=Move.PREPARE, slots=[0]), "PREPARE"),
+    (Move(action=Move.PREPARE, src_data_address="tcp://h:1"), "PREPARE"),
 ])
 def test_each_bound_refuses_invalid_argument(request_, word):
     with pytest.raises(ServiceError) as info:

@@ -16,8 +16,8 @@ import torch
 from protos import master_pb2 as pb
 from protos import ps_pb2, ps_pb2_grpc
 from ps.slots.calls import KILL_ENV, PAUSE_ENV
-from tests.ps.test_resize_exact import (NAMES, ROWS, Pusher, _events, _resize, _settled,
-                                        _start, _until)
+from tests.ps.test_resize_exact import (NAMES, ROWS, SLOTS, Pusher, _events, _resize,
+                                        _settled, _start, _until)
 from worker_sdk.ps.data_client import DataClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -99,3 +99,29 @@ def test_the_new_owner_killed_after_the_commit_with_a_backup_keeps_what_existed(
     procs = [p for p in [*ps, *backups, backup] if p.grpc_address in primaries.values()]
     assert len(procs) == 3, primaries
     _check(master, pusher, before, procs)
+
+
+def test_a_shrinks_receiver_with_no_checkpoint_yet_killed_after_the_commit_keeps_what_existed(
+        launcher):
+    """A shrink's new owner that had written no checkpoint file yet (younger than its first
+    periodic one): the master's PREPARE has it write its first, full file in the background,
+    its first batch's durable point is a delta on that file, and SIGKILLed once the master
+    committed that batch (the old owner frees it then), it restarts from the two with every
+    row and tensor that existed before the move."""
+    master = launcher.master("--ps-slots", str(SLOTS))
+    receiver = launcher.ps(master.address, index=0, num_ps=3, checkpoint_dir="ps0",
+                           env={KILL_ENV: "commit"})
+    ps = [launcher.ps(master.address, index=i, num_ps=3, checkpoint_dir=f"ps{i}")
+          for i in (1, 2)]
+    pusher = Pusher(master.address)
+    pusher.wait_for(10)
+    before = pusher.answered
+    _resize(master, 2)
+    assert receiver.wait(120) == -9, receiver.output(tail=3000)  # it SIGKILLed itself
+    assert "written ahead" in receiver.output(), receiver.output(tail=3000)
+    # --num-ps left out: the layout's count, whether the shrink finished meanwhile or not
+    again = launcher.ps(master.address, index=0, num_ps=0, checkpoint_dir="ps0")
+    assert ps[1].wait(120) == 0  # index 2's slots moved away: it exits 0
+    _until(lambda: _settled(master, 2), timeout=120, why="shrink to 2 after the restart")
+    pusher.wait_for(10)
+    _check(master, pusher, before, [again, ps[0]])

@@ -400,3 +400,57 @@ def test_an_import_of_a_good_export_through_the_real_path_installs():
         owner.close()
     assert len(dst.tables["e"]) == _moved_rows() > 0 and out.tensors > 0
     assert dst.ownership.incoming[MOVED].all()
+
+
+def _receiver() -> tuple[ParamStore, torch.Tensor]:
+    """A new owner holding rows of its own (more than a move brings, so that a delta of the
+    move is smaller than its tables): the store and those rows' ids."""
+    dst = _store(1, ~np.isin(np.arange(SLOTS), MOVED))
+    ids = np.arange(1000)
+    own = torch.from_numpy(ids[~np.isin(row_slot(ids, SLOTS), MOVED)][:600])
+    dst.push_rows("d", 1, "e", own, -torch.ones(len(own), 4))
+    return dst, own
+
+
+def test_prepare_writes_the_first_full_file_ahead_and_the_import_then_writes_a_delta(tmp_path):
+    """PREPARE on a PS with no checkpoint chain starts its first, full file in the background;
+    the IMPORT that follows waits for it and makes the batch durable with a delta on it, and
+    the restore of that directory holds the moved rows and tensors."""
+    src, _ = _pair()
+    dst, own = _receiver()
+    ckpt = checkpoint.Checkpointer(dst, checkpoint.CheckpointDir(tmp_path, 1, 2))
+    calls = SlotCalls(dst, Handlers(dst), zmq.Context.instance(),
+                      durable=lambda: ckpt.write(delta=True), chained=lambda: bool(ckpt.last))
+    calls.call(ps_pb2.MoveSlotsRequest(action=ps_pb2.MoveSlotsRequest.PREPARE))
+    calls._first_file.join(30)
+    assert ckpt.last is not None and not ckpt.last.delta
+    first = ckpt.last.path
+    assert not calls.prepare()  # a chain now: nothing more to write ahead
+    owner = OldOwner(src, lambda f: f)
+    try:
+        calls.call(ps_pb2.MoveSlotsRequest(
+            action=ps_pb2.MoveSlotsRequest.IMPORT, slots=MOVED, layout_version=2, attempt=1,
+            src_data_address=owner.address))
+    finally:
+        owner.close()
+    assert ckpt.last.delta and ckpt.written == 2 and first.exists()
+    back = ParamStore(index=1, num_ps=2)
+    checkpoint.Checkpointer(back, checkpoint.CheckpointDir(tmp_path, 1, 2)).restore()
+    assert len(back.tables["e"]) == len(own) + _moved_rows() and _moved_rows() > 0
+    assert sorted(back.dense) == sorted(dst.dense) and back.ownership.incoming[MOVED].all()
+
+
+def test_an_import_without_prepare_still_writes_the_first_file_before_the_freeze(tmp_path):
+    src, _ = _pair()
+    dst, _ = _receiver()
+    ckpt = checkpoint.Checkpointer(dst, checkpoint.CheckpointDir(tmp_path, 1, 2))
+    calls = SlotCalls(dst, Handlers(dst), zmq.Context.instance(),
+                      durable=lambda: ckpt.write(delta=True), chained=lambda: bool(ckpt.last))
+    owner = OldOwner(src, lambda f: f)
+    try:
+        calls.call(ps_pb2.MoveSlotsRequest(
+            action=ps_pb2.MoveSlotsRequest.IMPORT, slots=MOVED, layout_version=2, attempt=1,
+            src_data_address=owner.address))
+    finally:
+        owner.close()
+    assert calls._first_file is None and ckpt.written == 2 and ckpt.last.delta
