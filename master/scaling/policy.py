@@ -22,12 +22,11 @@ Decisions come decreases first, so applying them in order never runs more than m
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from engines.port import ProcessKind
 from master.job.spec import JobSpec
 
-from .decisions import Decision, Reason
+from .decisions import Reason
+from .draft import Draft
 from .pace import ahead, running_workers, speeds, wait_pays
 from .signals import Signals
 from .state import Block, PolicyState, Probe
@@ -41,7 +40,7 @@ def decide(spec: JobSpec, signals: Signals, state: PolicyState | None,
     first = state is None or state.started is None
     state = _started(spec, state or PolicyState(), now)
     paced = ahead(spec, signals, state, now)
-    plan = _Plan(spec, signals)
+    plan = Draft(spec, signals)
     state = _watch_markets(spec, signals, state, now, plan)
     settled = not (_disturbed(signals) or signals.total(signals.pending, W))
     v, k = speeds(spec, signals, state, settled)
@@ -59,61 +58,10 @@ def _started(spec: JobSpec, state: PolicyState, now: float) -> PolicyState:
     return state.with_(started=now, workers=spec.workers.min, ps=spec.ps.count)
 
 
-@dataclass
-class _Plan:
-    """The changes decided so far, per (role, market), in the order their reasons arose."""
-
-    spec: JobSpec
-    signals: Signals
-    steps: list[tuple[str, str, int, Reason]] = field(default_factory=list)
-    ps_from: int | None = None
-
-    def add(self, role: str, market: str, delta: int, reason: Reason) -> None:
-        if delta:
-            self.steps.append((role, market, delta, reason))
-
-    def keep(self, role: str, market: str, reason: Reason) -> None:
-        """A decision that changes no count (from == to): what was taken is not replaced."""
-        self.steps.append((role, market, 0, reason))
-
-    def count(self, role: str, market: str) -> int:
-        """The live count once the steps so far are applied."""
-        base = self.signals.live(role, market)
-        return base + sum(d for r, m, d, _ in self.steps if r == role and m == market)
-
-    def cancel_launch(self, role: str, market: str) -> bool:
-        """Take one back from the last launch planned on `market`; False when none is."""
-        for i in range(len(self.steps) - 1, -1, -1):
-            r, m, delta, reason = self.steps[i]
-            if r == role and m == market and delta > 0:
-                self.steps[i] = (r, m, delta - 1, reason)
-                if delta == 1:
-                    del self.steps[i]
-                return True
-        return False
-
-    def decisions(self) -> tuple[Decision, ...]:
-        if not self.steps:
-            return ()
-        seen = self.signals.summary()
-        counts: dict[tuple[str, str], int] = {}
-        out = []
-        # Decreases first: applied in order, no prefix ever runs more than max processes.
-        for role, market, delta, reason in sorted(self.steps, key=lambda s: s[2] > 0):
-            key = (role, market)
-            if key not in counts:
-                counts[key] = (self.ps_from if role == PS and self.ps_from is not None
-                               else self.signals.live(role, market))
-            out.append(Decision(ProcessKind(role), market, counts[key], counts[key] + delta, reason,
-                                seen))
-            counts[key] += delta
-        return tuple(out)
-
-
 # ---- markets: which ones the policy launches workers on
 
 def _watch_markets(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
-                   plan: _Plan) -> PolicyState:
+                   plan: Draft) -> PolicyState:
     """Block a market whose launch failed or stayed pending `spot_wait_s` (its stuck pending
     launches are cancelled, to be made on the next market); unblock it when the engine says it
     admits launches again after having said it did not, or, when the engine cannot tell, after
@@ -172,7 +120,7 @@ def _fill_market(spec: JobSpec, signals: Signals, state: PolicyState) -> str:
 # ---- the PS set
 
 def _plan_ps(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
-             plan: _Plan, first: bool) -> PolicyState:
+             plan: Draft, first: bool) -> PolicyState:
     s, market, target = spec.scaling, spec.ps.market, state.ps
     plan.ps_from = target
     if first:  # the PS set is launched like any shortfall; the cooldown starts now
@@ -236,14 +184,14 @@ def _within_budget(spec: JobSpec, signals: Signals, workers: dict[str, int], ps:
     return not budget or _cost(spec, signals, workers, ps) <= budget + 1e-9
 
 
-def _worker_counts(spec: JobSpec, plan: _Plan) -> dict[str, int]:
+def _worker_counts(spec: JobSpec, plan: Draft) -> dict[str, int]:
     return {m: plan.count(W, m) for m in spec.workers.market_names}
 
 
 # ---- workers
 
 def _plan_workers(spec: JobSpec, signals: Signals, state: PolicyState, now: float,
-                  plan: _Plan, waiting: bool) -> PolicyState:
+                  plan: Draft, waiting: bool) -> PolicyState:
     state = _backoff(spec, signals, state, now)
     waiting = waiting and _wait_pays(spec, signals, state, plan)
     returning = bool(_returns(spec, signals, state, plan))
@@ -271,7 +219,7 @@ def _plan_workers(spec: JobSpec, signals: Signals, state: PolicyState, now: floa
     return state.with_(workers=target, held=None if held is None else min(held, target))
 
 
-def _wait_pays(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan) -> bool:
+def _wait_pays(spec: JobSpec, signals: Signals, state: PolicyState, plan: Draft) -> bool:
     w = spec.workers
     target = min(max(state.workers, w.min), w.max)
     held = _hold(spec, plan, target)
@@ -281,7 +229,7 @@ def _wait_pays(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan)
                      {w.market_names[0]: first, fallback: held - first}, fallback)
 
 
-def _hold(spec: JobSpec, plan: _Plan, target: int) -> int:
+def _hold(spec: JobSpec, plan: Draft, target: int) -> int:
     """What a deadline's wait runs: the workers on the first market, and later ones only to
     keep workers.min."""
     first = plan.count(W, spec.workers.market_names[0])
@@ -318,7 +266,7 @@ def _backing_off(state: PolicyState, now: float) -> bool:
     return state.backoff_until is not None and now < state.backoff_until
 
 
-def _target(spec: JobSpec, signals: Signals, state: PolicyState, now: float, plan: _Plan,
+def _target(spec: JobSpec, signals: Signals, state: PolicyState, now: float, plan: Draft,
             returning: bool, waiting: bool):
     """The worker target after judging the probe in flight and maybe starting one: (state,
     target, the growth reason or None, the shrink reason or None). A deadline's wait grows
@@ -365,7 +313,7 @@ def _target(spec: JobSpec, signals: Signals, state: PolicyState, now: float, pla
     return state, target, None, None
 
 
-def _worth_one_more(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan,
+def _worth_one_more(spec: JobSpec, signals: Signals, state: PolicyState, plan: Draft,
                     market: str, live: int) -> bool:
     """Whether a worker added on `market` is predicted to pay for itself, before one is launched
     to find out: the records/s it can add (a worker's average, capped by what the PS set's CPU
@@ -387,7 +335,7 @@ def _worth_one_more(spec: JobSpec, signals: Signals, state: PolicyState, plan: _
 
 
 def _returns(spec: JobSpec, signals: Signals, state: PolicyState,
-             plan: _Plan) -> list[tuple[str, int, str]]:
+             plan: Draft) -> list[tuple[str, int, str]]:
     """Workers on a later market move to an earlier one that admits launches: drained (an
     exact hand-back) and launched there in the same interval, as (from market, how many, to).
     When the engine cannot say whether a market admits launches, one worker moves per
@@ -413,7 +361,7 @@ def _returns(spec: JobSpec, signals: Signals, state: PolicyState,
     return moves
 
 
-def _drain(spec: JobSpec, plan: _Plan, n: int, reason: Reason) -> None:
+def _drain(spec: JobSpec, plan: Draft, n: int, reason: Reason) -> None:
     """Drain from the least preferred market first."""
     for market in reversed(spec.workers.market_names):
         take = min(n, plan.count(W, market))
@@ -421,7 +369,7 @@ def _drain(spec: JobSpec, plan: _Plan, n: int, reason: Reason) -> None:
         n -= take
 
 
-def _fill(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan, n: int,
+def _fill(spec: JobSpec, signals: Signals, state: PolicyState, plan: Draft, n: int,
           growth: Reason | None) -> None:
     """Launch n workers on the fill market, each attributed to what made it needed. Those a
     deadline's wait held back come back on the first market when it returns, or on the next
@@ -448,7 +396,7 @@ def _fill(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan, n: i
     plan.add(W, market, n, rest)
 
 
-def _fit_budget(spec: JobSpec, signals: Signals, state: PolicyState, plan: _Plan,
+def _fit_budget(spec: JobSpec, signals: Signals, state: PolicyState, plan: Draft,
                 target: int) -> int:
     """Drop workers, dearest market first, until the plan costs no more than the budget (never
     below workers.min: the spec's budget covers that floor)."""
