@@ -1,19 +1,24 @@
 """Correcting a prefetched step for the worker's own last push, on the worker (`correct_own_writes`).
 
 The pipelined worker reads batch k+1's parameters in the Step that carries push k-1, so step
-k+1 computes on values that miss push k, which this worker made itself and knows. With
-`max_inflight` 1 the Step of push k leaves only once that read was answered, so the read
-never holds push k: the worker adds push k's update to the rows batches k and k+1 share and to
-the dense tensors before the forward pass, as the PS's optimizer will apply it (the same
-formula and eps as ps/store/optim.py and torch.optim). Nothing is sent for it, nothing waits,
-and what is pushed changes only in that its gradients are computed on the corrected values.
+k+1 computes on values that may miss push k, which this worker made itself and knows. The
+worker adds push k's update to the rows of batch k+1 that push k changed and to the dense
+tensors, before the forward pass, as the PS's optimizer applies it (the same formula and eps
+as ps/store/optim.py and torch.optim). Nothing is sent for it and nothing waits; what is
+pushed changes only in that its gradients are computed on the corrected values.
 
-The update of a push needs the optimizer's state after it: SGD has none; Adagrad's
-accumulator here is the worker's own sum of its squared gradients (`OwnWrites`), which is the
-PS's accumulator when this worker made every push of the rows and tensors since they were
-declared (one worker, as the bench trains); with other workers pushing it is smaller than the
-PS's, so the correction overshoots those rows. Any other optimizer, or lr_decay / weight_decay
-/ momentum set: no correction.
+Never twice: a push is added to a read only when the read's answer was taken before the push
+was sent (worker_sdk/ps/pipeline.py: a prefetch keeps how many pushes were given when it was
+sent and how many were sent when it was answered; before sending a push the pipeline takes
+in the answers already there). A push sent while the read was in flight (max_inflight 2) may
+or may not be in it, so it is not added: that step misses it, as without the option.
+
+The update needs the optimizer's state after the push: SGD has none; Adagrad's accumulator
+here is the worker's own sum of its squared gradients (`OwnWrites`), which is the PS's when
+this worker made every push of those rows and tensors since they were declared (one worker,
+as the bench trains). With other workers pushing it is smaller than the PS's, so the
+correction overshoots; the PS's own state is not read. Any other optimizer, or lr_decay /
+weight_decay / momentum set: no correction.
 """
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ class Pipeline:
         read_own_writes: read each prefetched batch in two parts (worker_sdk/ps/fresh.py)."""
         self._read_own_writes = read_own_writes
         # correct_own_writes (worker_sdk/ps/correct.py): set by the client once it knows the
-        # optimizer; only with max_inflight 1, where a read never holds a later push
+        # optimizer
         self.own_writes = None
         self._given = 0  # pushes given
         self._sent = 0  # pushes sent (given in order, so sent in order)
