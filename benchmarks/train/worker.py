@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         name=a.name, records=records, steps=steps, wall_s=wall, start=start_unix,
         end=end_unix, cpu_s=cpu, read_s=read_s, pull_s=waits["wait_pull_s"],
         push_s=push_s, embedding_s=spent["embedding"], compute_s=compute,
-        stale=client.stale_refusals)))
+        stale=client.stale_refusals,
+        own_writes=[client.pipeline.own_added, client.pipeline.own_missed])))
     return 0
 
 

@@ -80,6 +80,7 @@ class Pipeline:
         self.own_writes = None
         self._given = 0  # pushes given
         self._sent = 0  # pushes sent (given in order, so sent in order)
+        self.own_added = self.own_missed = 0  # pushes added to a read / maybe in it: not added
         self._deltas: deque[tuple] = deque(maxlen=MAX_PREFETCHED)  # (index, dense, rows)
         self._make_client = make_client
         self._ledger = ledger
@@ -158,6 +159,7 @@ class Pipeline:
             if dense is None or not all(n in dense for n in names):
                 return None
             dense = correct.missed_dense(self._deltas, max(job.after, job.sent), dense)
+            self._count_own(job)
             if len(dense) == len(names):  # exactly the names asked (the usual step)
                 return dense, versions
             return {n: dense[n] for n in names}, {n: versions[n] for n in names}
@@ -180,6 +182,12 @@ class Pipeline:
         if got is None or given.shape != ids.shape or not torch.equal(given, ids):
             return None  # checked by value: the caller may have changed its tensor since
         return got
+
+    def _count_own(self, job: Prefetch) -> None:
+        for index, _, _ in self._deltas:
+            if index > job.after:
+                self.own_added += index > job.sent
+                self.own_missed += index <= job.sent
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send a held push and collect every Step in flight; raise a failure. `timeout_s`
