@@ -150,12 +150,11 @@ class PSClient:
         wait for the first; off, a step misses the push just before it.
         correct_own_writes: instead, the worker adds its last push's update (SGD, Adagrad)
         to the prefetched rows and dense tensors it misses, before the forward pass
-        (worker_sdk/ps/correct.py): no message more, no wait."""
+        (worker_sdk/ps/correct.py): no message more, no wait; with max_inflight 1."""
         if max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
-        if correct_own_writes and read_own_writes:
-            raise ValueError("read_own_writes and correct_own_writes are two ways to the same "
-                             "end: choose one")
+        if correct_own_writes and (read_own_writes or max_inflight != 1):
+            raise ValueError("correct_own_writes takes max_inflight=1 and no read_own_writes")
         self._correct_own_writes = correct_own_writes
         options = dict(master=master, timeout_s=timeout_s, max_attempts=max_attempts,
                        discovery_timeout_s=discovery_timeout_s, tls_ca=tls_ca,

@@ -169,23 +169,33 @@ class OwnWrites:
         self._dense: dict[str, torch.Tensor] = {}
         self._rows: dict[str, _RowState] = {}
 
+    def _dense_deltas(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Each tensor's update, in a few torch._foreach calls (one op over every tensor:
+        a small model's step is many small tensors, where a call per tensor costs more than
+        its arithmetic)."""
+        cfg = self.dense_cfg
+        names = list(grads)
+        gs = [grads[n].detach().to(torch.float32) for n in names]
+        if cfg["name"] == "sgd":
+            return dict(zip(names, torch._foreach_mul(gs, -_lr(cfg))))
+        accs = []
+        for n, g in zip(names, gs):
+            acc = self._dense.get(n)
+            if acc is None or acc.shape != g.shape:
+                acc = self._dense[n] = torch.full_like(
+                    g, float(cfg.get("initial_accumulator_value", 0.0)))
+            accs.append(acc)
+        torch._foreach_addcmul_(accs, gs, gs)
+        std = torch._foreach_sqrt(accs)
+        torch._foreach_add_(std, float(cfg.get("eps", 1e-10)))
+        out = torch._foreach_div(gs, std)
+        torch._foreach_mul_(out, -_lr(cfg))
+        return dict(zip(names, out))
+
     def deltas(self, grads: dict[str, torch.Tensor], rows) -> tuple[dict, dict]:
         """(name -> dense delta, table -> (sorted distinct ids, row deltas)) of one push, the
         accumulators advanced by it. Called once per push, in push order."""
-        dense = {}
-        if correctable(self.dense_cfg):
-            lr, eps = _lr(self.dense_cfg), float(self.dense_cfg.get("eps", 1e-10))
-            for name, g in grads.items():
-                g = g.detach().to(torch.float32)
-                if self.dense_cfg["name"] == "sgd":
-                    dense[name] = sgd_delta(g, lr)
-                    continue
-                acc = self._dense.get(name)
-                if acc is None:
-                    acc = self._dense[name] = torch.full_like(
-                        g, float(self.dense_cfg.get("initial_accumulator_value", 0.0)))
-                acc.addcmul_(g, g)
-                dense[name] = adagrad_delta(g, acc, lr, eps)
+        dense = self._dense_deltas(grads) if correctable(self.dense_cfg) and grads else {}
         out = {}
         for table, ids, g in rows:
             cfg = self.table_cfgs.get(table, self.dense_cfg)
