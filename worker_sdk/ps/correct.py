@@ -10,8 +10,9 @@ pushed changes only in that its gradients are computed on the corrected values.
 Never twice: a push is added to a read only when the read's answer was taken before the push
 was sent (worker_sdk/ps/pipeline.py: a prefetch keeps how many pushes were given when it was
 sent and how many were sent when it was answered; before sending a push the pipeline takes
-in the answers already there). A push sent while the read was in flight (max_inflight 2) may
-or may not be in it, so it is not added: that step misses it, as without the option.
+in the answers already there). A push sent while the read was in flight may or may not be in
+it, so it is not added: that step misses it, as without the option. With max_inflight 1 (the
+option takes no other) that happens only to the first reads, which carry no push.
 
 The update needs the optimizer's state after the push: SGD has none; Adagrad's accumulator
 here is the worker's own sum of its squared gradients (`OwnWrites`), which is the PS's when
