@@ -48,7 +48,7 @@ from benchmarks.train import elastic, local, models
 
 RUNS = ("local-sparse", "local-dense", "local-record", "elastic-1w", "elastic-2w",
         "elastic-1w-plain", "elastic-1w-backup", "elastic-1w-secure", "elastic-1w-inflight1",
-        "elastic-1w-fresh")
+        "elastic-1w-fresh", "elastic-1w-correct")
 DEFAULT_RUNS = RUNS[:5]
 LOCAL_TENSOR = ("local-sparse", "local-dense")  # a round's base: the faster of them
 ALIASES = {"local-tensor": "local-dense"}  # the name before issue 42 (dense gradients)
@@ -74,12 +74,15 @@ def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float,
     workers = int(kind.split("-")[1][0])
     if kind.endswith("inflight1"):
         max_inflight = prefetch_ahead = 1
+    if kind.endswith("correct"):  # PSClient(correct_own_writes=True) takes max_inflight 1
+        max_inflight = 1
     secure = kind.endswith("secure")  # as a careful user runs it: TLS, a token, backups
     return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers,
                        plain=kind.endswith("plain"),
                        backups=int(kind.endswith("backup") or secure), secure=secure,
                        max_inflight=max_inflight, prefetch_ahead=prefetch_ahead,
                        read_own_writes=kind.endswith("fresh"),
+                       correct_own_writes=kind.endswith("correct"),
                        trainer_cpus=TRAINER_CPUS if pin else None,
                        server_cpus=SERVER_CPUS if pin else None)
 
@@ -125,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
                    "elastic-1w-inflight1: one worker, one push in flight, prefetching one "
                    "batch ahead; "
                    "elastic-1w-fresh: one worker with PSClient(read_own_writes=True), each "
-                   "step computing on every push of its own")
+                   "step computing on every push of its own; "
+                   "elastic-1w-correct: one worker with PSClient(correct_own_writes=True) "
+                   "(max_inflight 1), each step adding its last push's update to what it read")
     p.add_argument("--pin", action="store_true",
                    help="the trainer (local loop, elastic workers) alone on CPU 0, the master "
                    "and PS on CPU 1")

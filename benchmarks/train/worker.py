@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--read-own-writes", action="store_true",
                    help="PSClient(read_own_writes=True): each step computes on every push of "
                    "its own")
+    p.add_argument("--correct-own-writes", action="store_true",
+                   help="PSClient(correct_own_writes=True): each step adds its last push's "
+                   "update to what it read")
     p.add_argument("--name", default="bench-worker")
     p.add_argument("--start-when")
     p.add_argument("--out", required=True)
@@ -57,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     train = ClickLog(a.data, "train")
     model = elastic_model(train.meta)
     client = PSClient(master=a.master, max_inflight=a.max_inflight,
-                      read_own_writes=a.read_own_writes)
+                      read_own_writes=a.read_own_writes,
+                      correct_own_writes=a.correct_own_writes)
     client.init_parameters(model, optimizer="adagrad", lr=a.lr)
     ds = ElasticDataset(train, master=a.master, name=a.dataset, shard_size=a.shard_size,
                         num_epochs=a.epochs, shuffle=True, seed=a.seed, worker_name=a.name)
@@ -130,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         name=a.name, records=records, steps=steps, wall_s=wall, start=start_unix,
         end=end_unix, cpu_s=cpu, read_s=read_s, pull_s=waits["wait_pull_s"],
         push_s=push_s, embedding_s=spent["embedding"], compute_s=compute,
-        stale=client.stale_refusals)))
+        stale=client.stale_refusals,
+        own_writes=[client.pipeline.own_added, client.pipeline.own_missed])))
     return 0
 
 

@@ -4,6 +4,9 @@ master, a real PS data plane, ElasticDataset's batches and PSClient, as a traini
 them: each step records the rows and the dense value its forward saw."""
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
+
 import grpc
 import pytest
 import torch
@@ -95,3 +98,84 @@ def test_without_read_own_writes_a_step_may_miss_the_push_before_it(launcher, in
     applied = [round(-w / LR) for _, _, w in seen]
     assert all(k - 1 <= n <= k for k, n in enumerate(applied))
     assert seen == _expected(applied)  # rows and dense tensors of the same pushes
+
+
+def _train_corrected(master, max_inflight: int) -> list[tuple[float, float, float]]:
+    """`_train` with PSClient(correct_own_writes=True)."""
+    model = Model()
+    client = PSClient(master.address, timeout_s=10, max_inflight=max_inflight,
+                      correct_own_writes=True)
+    records = torch.tensor([[SHARED, OWN + k % 2] for k in range(STEPS)]).reshape(-1)
+    ds = ElasticDataset(ArrayReader(records), master=master.address, name="train",
+                        shard_size=len(records), num_epochs=1, worker_name="correct")
+    seen = []
+    try:
+        client.init_parameters(model, optimizer="sgd", lr=LR)
+        for ids in ds.batches(2, prefetch=client.prefetch, prefetch_ahead=1):
+            client.pull(model)
+            rows, loss = model(ids)
+            seen.append((rows[0, 0].item(), rows[1, 0].item(), model.w.item()))
+            loss.backward()
+            client.push(model, wait=False)
+        client.flush()
+    finally:
+        ds.close()
+        client.close()
+        ack.use_push_acks(False)
+    return seen
+
+
+def test_corrected_on_the_worker_a_step_computes_on_its_own_pushes(launcher, inproc_ps):
+    """One push in flight: a batch's read (sent with a push) is answered before the next
+    push leaves, so the worker adds that push itself, and every step sees every push before
+    it, once. The first batch's read carries no push, so nothing waits for it: the first push
+    is added to it only when it was answered before that push left."""
+    master = launcher.master()
+    ps = inproc_ps(ParamStore(index=0, num_ps=1))
+    _register(master, ps)
+    seen = _train_corrected(master, 1)
+    applied = [round(-w / LR) for _, _, w in seen]
+    assert applied[1] in (0, 1)
+    assert seen == _expected([0, applied[1], *range(2, STEPS)])
+
+
+class ReadsAfterTheNextPush:
+    """A PS whose Steps that only read (but the first, which the first step waits for) are
+    each held until the next Step's mutations are applied (bounded): the order two lanes may
+    take, made the rule. The second batch's read carries no push, so it is then served after
+    the first push."""
+
+    def __init__(self, store: ParamStore):
+        self.inner = store.steps.step
+        self.applied = 0  # Steps whose mutations are applied
+        self.held = 0  # reads served after a later push
+        self.reads = 0  # Steps that only read
+        self.cond = threading.Condition()
+        store.steps.step = self.step
+
+    def step(self, client_id, seq, parts, export):
+        if parts.mutates:
+            answer = self.inner(client_id, seq, parts, export)
+            with self.cond:
+                self.applied += 1
+                self.cond.notify_all()
+            return answer
+        self.reads += 1
+        if parts.pull_rows and self.reads > 1:
+            with self.cond:
+                mine = self.applied
+                self.held += self.cond.wait_for(lambda: self.applied > mine, timeout=2.0)
+        return self.inner(client_id, seq, parts, export)
+
+
+def test_corrected_on_the_worker_never_twice(launcher, inproc_ps):
+    """The second batch's read is served after the first push (which left before the read
+    was answered): the worker must not add that push again. Every step then sees every push
+    before it exactly once."""
+    master = launcher.master()
+    ps = inproc_ps(ParamStore(index=0, num_ps=1), threads=2)
+    late = ReadsAfterTheNextPush(ps.store)
+    _register(master, ps)
+    seen = _train_corrected(master, 1)
+    assert late.held == 1
+    assert seen == _expected(list(range(STEPS)))

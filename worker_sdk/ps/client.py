@@ -37,6 +37,7 @@ from pswire import jit
 from pswire.tables import SpecError, TableSpec
 
 from ..data import ack
+from . import correct
 from .gather import gather
 from .ids import mark, unique_inverse
 from .model_view import ModelView
@@ -133,7 +134,7 @@ class PSClient:
                  discovery_timeout_s: float = 60.0, max_inflight: int = 1,
                  tls_ca: str | None = None, auth_token: str | None = None,
                  retry_budget_s: float = RETRY_BUDGET_S, ledger: ack.AckLedger | None = None,
-                 read_own_writes: bool = False):
+                 read_own_writes: bool = False, correct_own_writes: bool = False):
         """max_inflight: pushes `push(wait=False)` may leave unanswered (a further push first
         collects the oldest answer); each message in flight has its own connection.
         retry_budget_s: how long one call keeps retrying a PS that does not answer before it
@@ -146,9 +147,15 @@ class PSClient:
         read_own_writes: each step computes on every push of this worker (a prefetched batch's
         rows that the batch before it holds, and the dense tensors, are read after the next
         push: worker_sdk/ps/fresh.py), at the cost of a second message per PS a step and a
-        wait for the first; off, a step misses the push just before it."""
+        wait for the first; off, a step misses the push just before it.
+        correct_own_writes: instead, the worker adds its last push's update (SGD, Adagrad)
+        to the prefetched rows and dense tensors it misses, before the forward pass
+        (worker_sdk/ps/correct.py): no message more, no wait; with max_inflight 1."""
         if max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
+        if correct_own_writes and (read_own_writes or max_inflight != 1):
+            raise ValueError("correct_own_writes takes max_inflight=1 and no read_own_writes")
+        self._correct_own_writes = correct_own_writes
         options = dict(master=master, timeout_s=timeout_s, max_attempts=max_attempts,
                        discovery_timeout_s=discovery_timeout_s, tls_ca=tls_ca,
                        auth_token=auth_token, retry_budget_s=retry_budget_s)
@@ -198,6 +205,11 @@ class PSClient:
         first = self.data.init_parameters(dense, optimizer=optimizer, tables=tables,
                                           **hyperparameters)
         self.pipeline.set_layout(self.data.owner)
+        if self._correct_own_writes:
+            correct.warm_up()
+            self.pipeline.own_writes = correct.OwnWrites(
+                {"name": optimizer, **hyperparameters},
+                {emb.table: emb.optimizer for emb in _embeddings(model) if emb.optimizer})
         self.pull(model)
         return first
 

@@ -239,21 +239,22 @@ class Exchange:
         return conn.send(kept[1])
 
     def collect(self, waiting: dict, seq: int, timeout_s: float, take: Callable,
-                broken: Callable, tick: Callable[[float], bool] | None = None) -> None:
+                broken: Callable, tick: Callable[[float], bool] | None = None,
+                once: bool = False) -> None:
         """Wait up to `timeout_s` for the answers to `seq` of `waiting` (pollable -> (index,
         transport), as sent), removing each as it comes: `take(index, resp, frames)` for an
         answer, `broken(index)` for a transport that broke (known at once: no waiting for
         it). `tick(waited_s)`, called about every REROUTE_AFTER_S while answers are missing,
         returns True to stop waiting. A late answer to another seq, or one that does not
-        parse, is dropped."""
+        parse, is dropped. `once`: take what is there now, waiting for nothing."""
         poller = zmq.Poller()
         for pollable in waiting:
             poller.register(pollable, zmq.POLLIN)
         started = time.monotonic()
         deadline = started + timeout_s
         while waiting:
-            left_ms = int((deadline - time.monotonic()) * 1000)
-            if left_ms <= 0:
+            left_ms = 0 if once else int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0 and not once:
                 return
             if tick is not None:
                 if tick(time.monotonic() - started):
@@ -274,6 +275,8 @@ class Exchange:
                 del waiting[pollable]
                 poller.unregister(pollable)
                 take(index, *got)
+            if once:
+                return
 
     def failed(self, indexes) -> None:
         """No usable answer from `indexes`: their connections start over (on TCP)."""

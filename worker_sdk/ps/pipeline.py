@@ -42,16 +42,15 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Callable
 
-import numpy as np
 import torch
 
 from rpckit.errors import ServiceError
 
-from . import fresh
+from . import correct, fresh
 from .data_client import DataClient, PSUnavailable, StaleGradient
+from .jobs import Flight, Prefetch, PushJob  # noqa: F401 - PushJob is given here too
 from .ids import mark, unique_inverse
 
 from ..data.ack import AckLedger
@@ -69,46 +68,6 @@ class PushFailed(RuntimeError):
     """A background push failed; its records (and those after it) were never acknowledged."""
 
 
-@dataclass
-class PushJob:
-    mark: int  # ledger.mark() when its gradients were captured
-    versions: dict[str, int]  # parameter versions the gradients were computed from
-    grads: dict[str, torch.Tensor]
-    rows: list[tuple[str, torch.Tensor, torch.Tensor]]  # (table, ids, row grads)
-    settled: bool = False  # acknowledged, abandoned or dropped: once, by its first outcome
-
-
-@dataclass
-class _Prefetch:
-    names: list[str] | None  # dense tensors to fetch (None: every one of the layout)
-    ids: dict[str, torch.Tensor]  # table -> ids of the next batch
-    done: bool = False  # answered, or failed (then `dense` and `rows` stay empty)
-    dense: dict[str, torch.Tensor] | None = None
-    versions: dict[str, int] | None = None
-    dense_used: bool = False
-    # table -> (unique ids, inverse, rows of the unique ids)
-    rows: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    unique: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    # read in two parts (worker_sdk/ps/fresh.py): table -> which distinct ids are read late,
-    # with the next push (the dense tensors too); None: all in one Step
-    late: dict[str, np.ndarray] | None = None
-    waiting: int = 1  # answers still to come
-    parts: dict[str, list] = field(default_factory=dict)  # table -> [(positions, rows)]
-
-
-@dataclass
-class _Flight:
-    """A Step sent and not collected yet."""
-
-    client: DataClient
-    pending: object  # steps.PendingStep
-    push: PushJob | None
-    settles: bool  # its answer is the push's last: it acknowledges the push's records
-    fetch: _Prefetch | None
-    part: str  # what it reads of `fetch`: "all", "early" or "late"
-    then: tuple | None  # the push's second Step, sent once this one is answered
-
-
 class Pipeline:
     def __init__(self, make_client: Callable[[], DataClient], ledger: AckLedger,
                  max_inflight: int = 1, read_own_writes: bool = False):
@@ -116,20 +75,27 @@ class Pipeline:
         failed one abandons those in flight (`abandon`): the training loop's ack ledger.
         read_own_writes: read each prefetched batch in two parts (worker_sdk/ps/fresh.py)."""
         self._read_own_writes = read_own_writes
+        # correct_own_writes (worker_sdk/ps/correct.py): set by the client once it knows the
+        # optimizer
+        self.own_writes = None
+        self._given = 0  # pushes given
+        self._sent = 0  # pushes sent (given in order, so sent in order)
+        self.own_added = self.own_missed = 0  # pushes added to a read / maybe in it: not added
+        self._deltas: deque[tuple] = deque(maxlen=MAX_PREFETCHED)  # (index, dense, rows)
         self._make_client = make_client
         self._ledger = ledger
         self._max_inflight = max_inflight
         self._owner: dict[str, int] = {}
         self._lock = threading.RLock()
         self._free: list[DataClient] = []  # clients with no call outstanding
-        self._flights: deque[_Flight] = deque()  # oldest first
+        self._flights: deque[Flight] = deque()  # oldest first
         self._held: PushJob | None = None  # a push waiting for the prefetch after it
         self._expect_prefetch = False  # prefetches follow pushes: hold a push for one
         self._stale = 0
         self._failure: BaseException | None = None
         self._raised = False
-        self._prefetched: deque[_Prefetch] = deque()  # in the order of their steps
-        self._awaiting: _Prefetch | None = None  # its late part goes with the next push
+        self._prefetched: deque[Prefetch] = deque()  # in the order of their steps
+        self._awaiting: Prefetch | None = None  # its late part goes with the next push
         self.max_staleness = 0
         self.wait_pull_s = 0.0
         self.wait_push_s = 0.0
@@ -154,6 +120,10 @@ class Pipeline:
             while self._pushes_unanswered() >= self._max_inflight:
                 self._collect()
             self.wait_push_s += time.perf_counter() - started
+            self._given += 1
+            job.index = self._given
+            if self.own_writes is not None:
+                self._deltas.append((self._given, *self.own_writes.deltas(job.grads, job.rows)))
             if self._expect_prefetch:
                 self._held = job  # the loop's next call is its prefetch: both go as one Step
             else:
@@ -163,8 +133,9 @@ class Pipeline:
         """Fetch for a coming step (sent now, with the push given just before, if any).
         Prefetches are used in the order they were given, one per step: the next pull takes
         the oldest one's dense tensors, the next forward of each table its rows."""
-        job = _Prefetch(names, {t: torch.as_tensor(v, dtype=torch.int64) for t, v in ids.items()})
+        job = Prefetch(names, {t: torch.as_tensor(v, dtype=torch.int64) for t, v in ids.items()})
         with self._lock:
+            job.after = self._given
             self._expect_prefetch = True
             self._prefetched.append(job)
             while len(self._prefetched) > MAX_PREFETCHED:
@@ -187,6 +158,8 @@ class Pipeline:
             dense, versions = job.dense, job.versions
             if dense is None or not all(n in dense for n in names):
                 return None
+            dense = correct.missed_dense(self._deltas, max(job.after, job.sent), dense)
+            self._count_own(job)
             if len(dense) == len(names):  # exactly the names asked (the usual step)
                 return dense, versions
             return {n: dense[n] for n in names}, {n: versions[n] for n in names}
@@ -204,9 +177,17 @@ class Pipeline:
             got = job.rows.pop(table, None)
             job.ids = {t: v for t, v in job.ids.items() if t != table}
             self._forget_used()
+            if got is not None:
+                correct.missed_rows(self._deltas, max(job.after, job.sent), table, got)
         if got is None or given.shape != ids.shape or not torch.equal(given, ids):
             return None  # checked by value: the caller may have changed its tensor since
         return got
+
+    def _count_own(self, job: Prefetch) -> None:
+        for index, _, _ in self._deltas:
+            if index > job.after:
+                self.own_added += index > job.sent
+                self.own_missed += index <= job.sent
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send a held push and collect every Step in flight; raise a failure. `timeout_s`
@@ -259,7 +240,7 @@ class Pipeline:
             client.owner = dict(self._owner)
         return client
 
-    def _send(self, push: PushJob | None, fetch: _Prefetch | None) -> None:
+    def _send(self, push: PushJob | None, fetch: Prefetch | None) -> None:
         """Send a push and/or a prefetch; failing to, settle both now. The prefetch awaiting
         its late part takes the push along: then two Steps per PS (fresh.py), else one."""
         if push is not None and self._failure is not None:
@@ -294,7 +275,7 @@ class Pipeline:
         self._begin(push, not second, late, "late", with_reads, late_ids,
                     then=(push, fetch, part, rest, reads) if second else None)
 
-    def _send_rest(self, push: PushJob | None, fetch: _Prefetch | None, part: str, rest,
+    def _send_rest(self, push: PushJob | None, fetch: Prefetch | None, part: str, rest,
                    reads) -> None:
         """A push's second Step, once its first was answered; after a failure, nothing."""
         if push is not None and (push.settled or self._failure is not None):
@@ -305,7 +286,7 @@ class Pipeline:
             return
         self._begin(push, True, fetch, part, rest, reads, first=False)
 
-    def _split_fetch(self, fetch: _Prefetch, late: _Prefetch | None):
+    def _split_fetch(self, fetch: Prefetch, late: Prefetch | None):
         """`fetch`'s early ids (table -> ids) when it is read in two parts (it then waits for
         the next push), else None: when the prefetch before it, unused yet, is the next
         step's (its ids are what the next push updates)."""
@@ -318,12 +299,16 @@ class Pipeline:
         self._awaiting = fetch
         return early
 
-    def _begin(self, push: PushJob | None, settles: bool, fetch: _Prefetch | None, part: str,
+    def _begin(self, push: PushJob | None, settles: bool, fetch: Prefetch | None, part: str,
                rows, pull_rows, first: bool = True, then: tuple | None = None) -> None:
         """One Step per PS: `push`'s dense gradients (in its `first` Step) and `rows`, then
         the dense tensors of `fetch` (if the part reads them) and `pull_rows`."""
         client = None
         grads = push.grads if push is not None and first else None
+        if push is not None and first and self.own_writes is not None:
+            # the reads answered before this push leaves certainly miss it: take those in
+            self._collect_arrived()
+            self._sent = push.index
         names = None
         if fetch is not None and part in ("all", "late") \
                 and (self._owner or fetch.names is not None):
@@ -335,12 +320,17 @@ class Pipeline:
         except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
             self._not_sent(client, push, fetch, exc)
             return
-        self._flights.append(_Flight(client, pending, push, settles, fetch, part, then))
+        self._flights.append(Flight(client, pending, push, settles, fetch, part, then))
         while len(self._flights) > self._max_inflight + MAX_PREFETCHED:
             self._collect()  # prefetches never pulled: bounded like the ones kept
 
+    def _collect_arrived(self) -> None:
+        """Collect the Steps whose answers are all in, oldest first, waiting for none."""
+        while self._flights and self._flights[0].pending.arrived():
+            self._collect()
+
     def _not_sent(self, client: DataClient | None, push: PushJob | None,
-                  fetch: _Prefetch | None, exc: BaseException) -> None:
+                  fetch: Prefetch | None, exc: BaseException) -> None:
         """A Step that could not be sent: settle its push and prefetch now."""
         if client is not None:
             self._free.append(client)
@@ -374,9 +364,10 @@ class Pipeline:
         if flight.then is not None:
             self._send_rest(*flight.then)
 
-    def _fill(self, fetch: _Prefetch, part: str, outcome) -> None:
+    def _fill(self, fetch: Prefetch, part: str, outcome) -> None:
         if fetch.done:
             return  # its other part failed: the caller pulls instead
+        fetch.sent = self._sent
         if outcome.dense is not None:  # the outcome's own dicts: nothing else holds them
             fetch.dense, fetch.versions = outcome.dense, outcome.versions
         if part == "all":
@@ -388,7 +379,7 @@ class Pipeline:
         if fetch.waiting == 0:
             fetch.rows, fetch.parts, fetch.done = fresh.merged(fetch.unique, fetch.parts), {}, True
 
-    def _failed(self, push: PushJob | None, fetch: _Prefetch | None,
+    def _failed(self, push: PushJob | None, fetch: Prefetch | None,
                 exc: BaseException) -> None:
         if push is not None:
             self._settle(push, exc)
@@ -398,7 +389,7 @@ class Pipeline:
             fetch.done = True
             fetch.parts = {}
 
-    def _wait(self, job: _Prefetch) -> None:
+    def _wait(self, job: Prefetch) -> None:
         started = time.perf_counter()
         if job is self._awaiting:  # its late part goes now, with no push
             self._send(None, None)

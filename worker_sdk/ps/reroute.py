@@ -125,6 +125,23 @@ class RoutedCall:
             raise self._error
         return self._result
 
+    def arrived(self) -> bool:
+        """Whether every answer of the call is in, without waiting for one: the answers
+        already there are taken (a try that is not over is not counted failed). True only
+        when the call is over; `wait` then returns at once."""
+        if self._done:
+            return True
+        if self._waiting:
+            self._exchange.collect(self._waiting, self._seq, 0.0, self._take, self._broken,
+                                   once=True)
+        if self._waiting:
+            return False
+        try:  # every answer in: the retry decides (a refusal may start another round)
+            self.wait()
+        except BaseException:  # noqa: BLE001 - `wait` raises it again for the caller
+            pass
+        return True
+
     def _run(self) -> None:
         while True:
             self._collect()

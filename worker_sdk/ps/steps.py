@@ -229,6 +229,10 @@ class PendingStep:
         self._call = call  # a reroute.RoutedCall; None: nothing was sent
         self._context = context
 
+    def arrived(self) -> bool:
+        """Whether `result` would return without waiting (reroute.RoutedCall.arrived)."""
+        return self._call is None or self._call.arrived()
+
     def result(self) -> StepOutcome:
         result = None if self._call is None else self._call.wait()
         return _step_outcome(self._client, result, *self._context)
