@@ -70,7 +70,9 @@ def fingerprint(s: ParamStore) -> tuple:
 
 
 SRC, _ = _pair()
-STATE = moves.export(SRC, MOVED, 2, 0, handover=True)
+# a header with marks (a checkpoint's: ps/checkpoint.py writes them with this codec; a move
+# sends none)
+STATE = dict(moves.export(SRC, MOVED, 2, 0, handover=True), applied=SRC.applied.export())
 GOOD = [bytes(f) for f in wire.encode(STATE)]
 HEADER = ps_pb2.SlotExport.FromString(GOOD[0])
 
