@@ -70,8 +70,8 @@ def fingerprint(s: ParamStore) -> tuple:
 
 
 SRC, _ = _pair()
-# a header with marks (a checkpoint's: ps/checkpoint.py writes them with this codec; a move
-# sends none)
+# a header with marks: the format carries and checks them, though a move sends none (they stay
+# with the old owner, ps/slots/moves.py)
 STATE = dict(moves.export(SRC, MOVED, 2, 0, handover=True), applied=SRC.applied.export())
 GOOD = [bytes(f) for f in wire.encode(STATE)]
 HEADER = ps_pb2.SlotExport.FromString(GOOD[0])
