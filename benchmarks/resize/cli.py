@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
           f"rows and {check.get('counters_wrong')} counters wrong); longest step wait "
           f"outside the stop-the-world pauses {results['max_wait_outside_pauses_s']:.3f} s; "
           f"{results['wall_s']} s in all")
+    if not check["exact"] and check.get("diagnosis"):
+        print(report.diagnosis(check["diagnosis"]))
     if args.json:
         write_json(args.json, results)
     rows_ok = all(r["rows_after"] == args.rows for r in results["resizes"])

@@ -79,3 +79,17 @@ def table(rows: list[dict], rows_expected: int) -> list[str]:
             steps = ", ".join(f"{k} {v:.2f}" for k, v in r["steps"].items())
             lines.append(f"  {r['way']} {r['resize']}, seconds after the pause: {steps}")
     return lines
+
+
+def diagnosis(d: dict) -> str:
+    """The worker's diagnosis of an inexact run in a few lines: the rows' errors in pushes
+    (negative: lost, positive: applied twice) by slot, the counters by steps short or over."""
+    rows = d.get("rows", [])
+    lost = sum(-r["error"] for r in rows if r["error"] < 0)
+    doubled = sum(r["error"] for r in rows if r["error"] > 0)
+    slots = sorted({r["slot"] for r in rows})
+    counters = {n: c["steps"] - d["answered"] if c["steps"] is not None else None
+                for n, c in sorted(d.get("counters", {}).items())}
+    wrong = {n: e for n, e in counters.items() if e != 0}
+    return (f"  verify rows: {len(rows)} wrong, {lost:g} pushes lost, {doubled:g} applied twice, "
+            f"slots {slots}\n  counters off by (steps): {wrong or 'none'}")

@@ -98,6 +98,7 @@ class Trainer:
         self.log_wait: list[float] = []  # seconds its `step` call took
         self.log_push: list[bool] = []   # whether it carried a push
         self.resumes: list[dict] = []
+        self.verify_log: list[tuple[float, np.ndarray]] = []  # (answered at, rows pushed)
 
     def _mutations(self):
         if self.pending is None:
@@ -132,6 +133,7 @@ class Trainer:
         if grads is not None:
             self.answered += 1
             self.verify_counts[vids] += 1
+            self.verify_log.append((self.log_end[-1] - waited, vids))
         if pull:
             self.pending = self._compute(out, uniq, inv)
 
@@ -147,6 +149,9 @@ class Trainer:
         grads = {f"mlp.{n}": p.grad.clone() for n, p in self.mlp.named_parameters()}
         grads.update({f"count.{k}": -torch.ones(1) for k in range(COUNTERS)})
         return grads, [("emb", uniq, table.grad)]
+
+    def diagnose(self, got, counters) -> dict:
+        return _diagnose(self, got, counters)
 
     def flush(self) -> None:
         if self.pending is not None:
@@ -193,11 +198,42 @@ class Trainer:
         counters = self.client.pull([f"count.{k}" for k in range(COUNTERS)])
         expected = replay_counter(self.answered)
         wrong_counters = sum(float(t[0]) != expected for t in counters.values())
-        return {"answered": self.answered, "verify_rows": self.a.verify,
+        diagnosis = self.diagnose(got.numpy(), counters)
+        return {"diagnosis": diagnosis, "answered": self.answered, "verify_rows": self.a.verify,
                 "verify_pushes": int(self.verify_counts.sum()), "verify_rows_wrong": wrong_rows,
                 "counters_wrong": wrong_counters, "counter_expected": expected,
                 "counter_sample": float(counters["count.0"][0]),
                 "exact": wrong_rows == 0 and wrong_counters == 0}
+
+
+def counter_steps(value: float, near: int, span: int = 50) -> int | None:
+    """How many Adagrad steps of gradient -1 give `value` (searched around `near`)."""
+    p = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.Adagrad([p], lr=LR, foreach=False)
+    for n in range(near + span + 1):
+        if n >= near - span and float(p.detach()[0]) == value:
+            return n
+        p.grad = -torch.ones(1)
+        opt.step()
+    return None
+
+
+def _diagnose(trainer: "Trainer", got: np.ndarray, counters: dict) -> dict:
+    """The wrong rows and counters, each with its error in pushes (negative: pushes lost,
+    positive: applied twice), its slot, and when the steps that pushed to it were sent."""
+    from pswire.jit import row_slots
+    num_slots = trainer.a.slots
+    want = trainer.verify_counts
+    bad = np.flatnonzero(got != want.astype(np.float32))
+    slots = row_slots(bad.astype(np.int64), num_slots) if bad.size else np.zeros(0, np.int64)
+    rows = []
+    for rid, slot in zip(bad.tolist(), slots.tolist()):
+        sent = [round(t, 3) for t, v in trainer.verify_log if rid in v]
+        rows.append({"row": rid, "slot": slot, "got": float(got[rid]), "want": int(want[rid]),
+                     "error": float(got[rid]) - int(want[rid]), "sent": sent[-40:]})
+    ctr = {name: {"got": float(t[0]), "steps": counter_steps(float(t[0]), trainer.answered)}
+           for name, t in counters.items()}
+    return {"answered": trainer.answered, "rows": rows, "counters": ctr}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verify", type=int, default=4096, help='rows of the "verify" table')
     p.add_argument("--verify-per-step", type=int, default=64)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--slots", type=int, default=1024, help="the master's --ps-slots (diagnosis)")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     control = Path(a.control)

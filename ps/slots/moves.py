@@ -5,7 +5,8 @@ The master drives a move (master/ps/mover.py) one batch of slots from one PS ind
 1. the new owner asks the old one for the slots (`export`, a data-plane `slot_export`): under
    the store's exclusive gate the old owner freezes them (writes to them are refused
    SLOT_MOVING from now; reads go on, since nothing changes there) and answers their rows,
-   dense tensors, optimizer state and the at-most-once marks, with the model's declaration;
+   dense tensors and optimizer state, with the model's declaration (not its at-most-once
+   marks: they stay with it, see `export`);
 2. the new owner installs them (`install`, a `slot_import` that goes through its replication
    order, so its backups hold them too) without owning the slots yet;
 3. the master commits the layout with the new owners (the version goes up) and tells both
@@ -53,8 +54,8 @@ def export(store, slots, version: int, attempt: int = 0, handover: bool = True) 
     """Everything in `slots` (copies). The copy (`handover` False): the rows, taken while the
     slots keep serving, each table watching from then on what changes in them. The hand-over
     (step 1's end): under the exclusive gate the slots freeze, and the rows changed since that
-    attempt's copy (all of them when it made none), the ids evicted since, the dense tensors
-    and the at-most-once marks are answered. Slots this PS does not own are refused
+    attempt's copy (all of them when it made none), the ids evicted since and the dense tensors
+    are answered. Slots this PS does not own are refused
     WRONG_OWNER, an attempt already rolled back MOVE_ABORTED; frozen slots are exported
     again (a retried move: nothing changed in them since)."""
     slots = _check_slots(store, slots)
@@ -91,7 +92,11 @@ def export(store, slots, version: int, attempt: int = 0, handover: bool = True) 
             {"spec": asdict(t.spec), "optimizer": dict(store.table_cfgs[name]),
              **files.watched_rows(t, within, attempt or -1)}
             for name, t in sorted(store.tables.items())]
-        state["applied"] = store.applied.export()
+        # no at-most-once marks: a mark (client, seq) says this PS applied *its part* of
+        # that seq, and a client sends one seq to every PS of a call, each its own part; the
+        # new owner taking it would answer its own part of that seq, still in flight to it,
+        # as a duplicate and apply nothing. A retry of a part applied here comes back here
+        # (the same seq only ever goes to the same index), refused as applied before the move
         return state
 
 
@@ -142,7 +147,7 @@ def install(store, state: dict) -> dict:
             store.install_dense(Dense(
                 row["name"], value, restore_dense(store.optimizer_cfg, value, row["optim"]),
                 version=int(row["version"]), pushes=int(row["pushes"])))
-        store.applied.merge(state["applied"])
+        # marks an export carries (an older old owner's) are not taken: see `export`
         own.incoming[slots] = True
         return {"rows": rows, "tensors": len(state["dense"])}
 

@@ -3,7 +3,8 @@
 The old owner's `moves.export` state travels as a `SlotExport` protobuf header (protos/ps.proto)
 naming every table (its spec, row optimizer, and the frames of its ids, weights, accumulators
 and row metadata), every dense tensor (name, version, its value's and its optimizer state's
-frames), the at-most-once marks and the layout fields, then the tensors' raw bytes in frames
+frames), the at-most-once marks (checked, though `moves.export` sends none since they stay
+with the old owner) and the layout fields, then the tensors' raw bytes in frames
 after it, as the data plane sends tensors (pswire/frames.py): a tensor of `PACK_BELOW_BYTES` or
 more in a frame of its own, sent from its own memory; the smaller ones one after the other (each
 at a multiple of 8 bytes) in the first frame; the header holds each frame's CRC-32, so a frame

@@ -135,16 +135,5 @@ class AppliedTable:
             entry = self._entries.get(client_id)
             return entry is not None and seq <= entry.seq
 
-    def merge(self, rows: list[list]) -> None:
-        """Take another PS's marks (`export` rows) for slots moved here: per client the later
-        seq wins, so a retry of a mutation applied there is a duplicate here too."""
-        with self._lock:
-            for cid, seq, answer in rows:
-                mine = self._entries.get(str(cid))
-                if mine is not None and (mine.seq >= int(seq) or mine.answer is None):
-                    continue
-                self._entries[str(cid)] = _Entry(int(seq), dict(answer))
-            self._evict()
-
     def __len__(self) -> int:
         return len(self._entries)

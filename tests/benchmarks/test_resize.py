@@ -6,7 +6,7 @@ import math
 
 from benchmarks.resize import report
 from benchmarks.resize.run import Phase
-from benchmarks.resize.worker import LR, replay_counter
+from benchmarks.resize.worker import LR, counter_steps, replay_counter
 
 
 def log(ends, waits, batch=10):
@@ -50,3 +50,15 @@ def test_the_counter_replay_is_adagrad_on_gradients_of_minus_one():
     # Adagrad: sum = k after k steps, each step adds lr / sqrt(k) (eps 1e-10)
     expected = sum(LR / (math.sqrt(k) + 1e-10) for k in range(1, 51))
     assert abs(replay_counter(50) - expected) < 1e-5 and replay_counter(0) == 0.0
+
+
+def test_an_inexact_run_says_which_pushes_were_lost_or_doubled_and_where():
+    # a counter's value read back as the steps that made it, one short of those answered
+    assert counter_steps(replay_counter(40), 41) == 40
+    assert counter_steps(replay_counter(40) + 1.0, 41) is None
+    d = {"answered": 41, "rows": [{"row": 3, "slot": 9, "error": -1.0},
+                                  {"row": 8, "slot": 2, "error": 1.0}],
+         "counters": {"count.0": {"got": 0.0, "steps": 40}, "count.1": {"got": 0.0, "steps": 41}}}
+    text = report.diagnosis(d)
+    assert "1 pushes lost, 1 applied twice, slots [2, 9]" in text
+    assert "'count.0': -1" in text and "count.1" not in text

@@ -70,7 +70,9 @@ def fingerprint(s: ParamStore) -> tuple:
 
 
 SRC, _ = _pair()
-STATE = moves.export(SRC, MOVED, 2, 0, handover=True)
+# a header with marks: the format carries and checks them, though a move sends none (they stay
+# with the old owner, ps/slots/moves.py)
+STATE = dict(moves.export(SRC, MOVED, 2, 0, handover=True), applied=SRC.applied.export())
 GOOD = [bytes(f) for f in wire.encode(STATE)]
 HEADER = ps_pb2.SlotExport.FromString(GOOD[0])
 

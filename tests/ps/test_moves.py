@@ -71,7 +71,7 @@ def _move(src: ParamStore, dst: ParamStore, slots: np.ndarray, version: int,
     return done
 
 
-def test_a_moved_slot_carries_rows_tensors_optimizer_state_and_marks():
+def test_a_moved_slot_carries_rows_tensors_and_optimizer_state():
     """The copy, writes while it runs (taken by the hand-over's delta), the hand-over: the two
     PS together hold exactly what one PS that never moved anything holds."""
     src = _store(0, np.ones(SLOTS, bool))
@@ -99,8 +99,9 @@ def test_a_moved_slot_carries_rows_tensors_optimizer_state_and_marks():
     assert all(np.isin(row_slot(np.array(list(dst.tables["e"].rows())), SLOTS), slots))
     assert not any(np.isin(row_slot(np.array(list(src.tables["e"].rows())), SLOTS), slots))
     assert all(tensor_slot(n, SLOTS) >= SLOTS // 2 for n in dst.dense)
-    # the marks came along: the first try's retry is a duplicate on the new owner
-    assert dst.applied.seen("c", 6) and not dst.applied.seen("c", 7)
+    # the marks stay with the old owner: they say what it applied of each seq, not what
+    # the new owner did (its own part of a seq is not a duplicate there)
+    assert not dst.applied.seen("c", 1) and src.applied.seen("c", 6)
     # and the new owner goes on from the moved state (Adagrad's sums included)
     mine = ids[np.isin(row_slot(ids.numpy(), SLOTS), slots)]
     for s in (dst, ref):
@@ -168,6 +169,34 @@ def test_frozen_slots_refuse_writes_moved_ones_refuse_everything_and_retries_say
     assert retry.reason == Reason.WRONG_OWNER and retry.push_rows.duplicate
     assert retry.layout_version == 2
     assert src.tables["e"].rows().keys() == set(staying.tolist())  # the moved rows left
+
+
+def test_the_new_owner_applies_its_own_part_of_a_seq_the_old_owner_applied_before_the_move():
+    """A call sends one (client, seq) to every PS, each its own part. The old owner applies its
+    part, then hands slots over; the new owner's part of that seq, reaching it only after the
+    hand-over was written (it waited for the import's exclusive gate), is applied there, not
+    answered as a duplicate of the old owner's part (lost: when the marks moved with the
+    slots, bench_resize saw rows and dense counters short by a push)."""
+    half = np.arange(SLOTS) < SLOTS // 2
+    src, dst = _store(0, half), _store(1, ~half)
+    h_src, h_dst = Handlers(src), Handlers(dst)
+    ids = torch.arange(400)
+    theirs = torch.from_numpy(row_slot(ids.numpy(), SLOTS) >= SLOTS // 2)
+    assert _push_rows(h_src, 5, ids[~theirs]).code == 0  # the old owner's part of seq 5
+    names = [n for n in NAMES if tensor_slot(n, SLOTS) >= SLOTS // 2]
+    assert names and src.push("c", 6, [(n, -torch.ones(3)) for n in NAMES
+                                       if n not in names], [0] * (len(NAMES) - len(names)))
+    _move(src, dst, np.arange(SLOTS // 4), 2)
+    late = _push_rows(h_dst, 5, ids[theirs])  # the new owner's part of seq 5
+    assert late.code == 0 and not late.push_rows.duplicate
+    assert late.push_rows.rows == int(theirs.sum())
+    rows = dst.tables["e"].rows()
+    assert all(rows[i][2] == 1 for i in ids[theirs].tolist())  # each pushed once
+    pushed = dst.push("c", 6, [(n, -torch.ones(3)) for n in names], [0] * len(names))
+    assert not pushed["duplicate"] and all(dst.dense[n].version == 1 for n in names)
+    # a retry of the old owner's part still comes back to it and is refused as applied there
+    retry = _push_rows(h_src, 5, ids[~theirs])
+    assert retry.reason == Reason.WRONG_OWNER and retry.push_rows.duplicate
 
 
 def test_abort_thaws_the_old_owner_and_empties_the_new_one():
