@@ -170,9 +170,9 @@ class DataClient:
         return steps.step(self, grads, versions, rows, pull, pull_rows)
 
     def begin_step(self, grads=None, versions=None, rows=(), pull=None,
-                   pull_rows=None) -> steps.PendingStep:
+                   pull_rows=None, marks=None) -> steps.PendingStep:
         """`step` in two halves: see `worker_sdk.ps.steps.begin_step`."""
-        return steps.begin_step(self, grads, versions, rows, pull, pull_rows)
+        return steps.begin_step(self, grads, versions, rows, pull, pull_rows, marks)
 
     # -- the API ------------------------------------------------------------------------------
 
