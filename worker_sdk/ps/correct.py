@@ -103,8 +103,10 @@ def warm_up() -> None:
     unique, rows = np.array([1, 2], np.int64), np.zeros((2, 2), np.float32)
     ids, grads = np.array([1, 3], np.int64), np.ones((2, 2), np.float32)
     _add_where_met(unique, rows, ids, grads)
-    _adagrad_where_met(unique, rows, np.array([True, False]), np.ones((1, 2), np.float32),
-                       ids, grads, np.float32(0.1), np.float32(1e-10))
+    mask = _met(unique, ids)
+    _adagrad_where_met(unique, rows, mask, np.ones((1, 2), np.float32), ids, grads,
+                       np.float32(0.1), np.float32(1e-10))
+    place_marked(mask, np.arange(2), grads, np.empty((1, 2), np.float32))
 
 
 class OwnWrites:
@@ -114,6 +116,8 @@ class OwnWrites:
         self.dense_cfg = dense_cfg
         self.table_cfgs = table_cfgs
         self._dense: dict[str, torch.Tensor] = {}
+        self._dense_ok = correctable(dense_cfg)
+        self._correctable: dict[str, bool] = {}  # table -> correctable(its optimizer)
 
     def _dense_deltas(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Each tensor's update, in a few torch._foreach calls (one op over every tensor:
@@ -142,11 +146,11 @@ class OwnWrites:
         """(name -> dense delta, table -> `Pushed`) of one push, the dense accumulators
         advanced by it. Called once per push, in push order. A row's Adagrad update needs
         the PS's accumulator, which comes with the read it corrects (`adagrad_tables`)."""
-        dense = self._dense_deltas(grads) if correctable(self.dense_cfg) and grads else {}
+        dense = self._dense_deltas(grads) if self._dense_ok and grads else {}
         out = {}
         for table, ids, g in rows:
             cfg = self.table_cfgs.get(table, self.dense_cfg)
-            if not correctable(cfg):
+            if not self._correctable.setdefault(table, correctable(cfg)):
                 continue
             ids = np.ascontiguousarray(torch.as_tensor(ids, dtype=torch.int64).reshape(-1))
             g = g.detach().to(torch.float32).contiguous()
@@ -179,7 +183,40 @@ class Pushed(NamedTuple):
 def marks(unique: np.ndarray, pushed_next: np.ndarray) -> np.ndarray:
     """The bool mask over a read's sorted distinct ids `unique` of those the next push will
     carry too (`pushed_next`, sorted distinct): the rows whose state the read asks for."""
-    return np.isin(unique, pushed_next, assume_unique=True)
+    return _met(unique, pushed_next)
+
+
+@jit.njit
+def _met(unique, ids):
+    """unique[i] in ids, for both sorted and distinct: one merge (np.isin sorts both)."""
+    out = np.zeros(unique.size, np.bool_)
+    j = 0
+    for i in range(unique.size):
+        while j < ids.size and ids[j] < unique[i]:
+            j += 1
+        if j == ids.size:
+            break
+        out[i] = ids[j] == unique[i]
+    return out
+
+
+@jit.njit
+def place_marked(mask, positions, got, out):
+    """out[rank] = got[k] for the k-th of `positions` (places among a call's ids) that
+    `mask` marks, rank being its place among every marked id: one PS's state rows put where
+    they sit among the call's marked ids."""
+    rank = np.empty(mask.size, np.int64)
+    count = 0
+    for i in range(mask.size):
+        rank[i] = count
+        count += mask[i]
+    k = 0
+    for i in range(positions.size):
+        p = positions[i]
+        if mask[p]:
+            for c in range(got.shape[1]):
+                out[rank[p], c] = got[k, c]
+            k += 1
 
 
 def correct_rows(unique: torch.Tensor, rows: torch.Tensor, pushed: Pushed,

@@ -24,6 +24,7 @@ from pswire.frames import as_buffer, dtype_name, frames_of, from_frame, pack, pa
 from rpckit.errors import Reason
 
 from . import reroute
+from .correct import place_marked
 from .ids import prepared
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
 from .parts import Part, Rows
@@ -248,19 +249,18 @@ def _states(states: dict, marks: dict, asked, answers, frames) -> None:
         mask = marks.get(rows.key)
         if mask is None:
             continue
-        count = int(mask.sum())
+        count = int(np.count_nonzero(mask))
         if rows.positions is None:  # the whole list from one PS
             states[rows.key] = from_frame(next(frames), torch.float32, (count, answer.dim),
                                           f"state of {rows.key!r}").clone()
             continue
-        mine = rows.positions[mask[rows.positions]]
-        got = from_frame(next(frames), torch.float32, (mine.size, answer.dim),
+        got = from_frame(next(frames), torch.float32,
+                         (np.count_nonzero(mask[rows.positions]), answer.dim),
                          f"state of {rows.key!r}")
         whole = states.get(rows.key)
         if whole is None:
             whole = states[rows.key] = torch.empty(count, answer.dim)
-        rank = np.cumsum(mask) - 1  # each id's place among the marked
-        whole.numpy()[rank[mine]] = got.numpy()
+        place_marked(mask, rows.positions, got.numpy(), whole.numpy())
 
 
 class PendingStep:
