@@ -91,9 +91,9 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
 class _Step(reroute.Op):
     allow = (Reason.STALE_GRADIENT,)
 
-    def __init__(self, client, grads, versions, rows, marks):
+    def __init__(self, client, grads, versions, rows, marks=None):
         self.client, self.grads, self.versions, self.rows = client, grads, versions, rows
-        self.marks = marks  # table -> bool mask over its pulled ids
+        self.marks = marks or {}  # table -> bool mask over its pulled ids
         self.checked = False
 
     def build(self, index, part):
