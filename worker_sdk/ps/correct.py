@@ -156,7 +156,8 @@ class OwnWrites:
             g = g.detach().to(torch.float32).contiguous()
             if cfg["name"] == "sgd":
                 out[table] = Pushed(ids, sgd_delta(g, _lr(cfg)).numpy())
-            else:
+            else:  # kept, not copied: a row gradient is the embedding's own per-step
+                # tensor (ElasticEmbedding._take_grads), never written after the backward
                 out[table] = Pushed(ids, g.numpy(), _lr(cfg), float(cfg.get("eps", 1e-10)))
         return dense, out
 
