@@ -108,10 +108,12 @@ class Push(_message.Message):
     def __init__(self, tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., versions: _Optional[_Iterable[int]] = ..., packed_count: _Optional[int] = ..., check_only: _Optional[bool] = ..., checked: _Optional[bool] = ...) -> None: ...
 
 class PullRows(_message.Message):
-    __slots__ = ("table",)
+    __slots__ = ("table", "marked")
     TABLE_FIELD_NUMBER: _ClassVar[int]
+    MARKED_FIELD_NUMBER: _ClassVar[int]
     table: str
-    def __init__(self, table: _Optional[str] = ...) -> None: ...
+    marked: bool
+    def __init__(self, table: _Optional[str] = ..., marked: _Optional[bool] = ...) -> None: ...
 
 class PushRows(_message.Message):
     __slots__ = ("table",)
@@ -417,12 +419,14 @@ class PushResult(_message.Message):
     def __init__(self, versions: _Optional[_Mapping[str, int]] = ..., max_staleness: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
 
 class PullRowsResult(_message.Message):
-    __slots__ = ("dim", "created")
+    __slots__ = ("dim", "created", "state")
     DIM_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     dim: int
     created: int
-    def __init__(self, dim: _Optional[int] = ..., created: _Optional[int] = ...) -> None: ...
+    state: bool
+    def __init__(self, dim: _Optional[int] = ..., created: _Optional[int] = ..., state: _Optional[bool] = ...) -> None: ...
 
 class PushRowsResult(_message.Message):
     __slots__ = ("rows", "duplicate")

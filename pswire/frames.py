@@ -148,6 +148,18 @@ def rows_of(frame, count: int, dim: int, what: str) -> np.ndarray:
     return _array_of(buf, np.float32).reshape(count, dim)
 
 
+def marks_of(frame, count: int, what: str) -> np.ndarray:
+    """A received mask of `count` ids (uint8, 1 marked, 0 not) as a bool numpy array; a frame
+    of another length, or a byte other than 0 or 1, is refused (INVALID_ARGUMENT)."""
+    mask = _array_of(buffer_of(frame), np.uint8)
+    if mask.size != count:
+        raise invalid(f"{what}: the mask has {mask.size} bytes for {count} ids; one byte (0 or "
+                      "1) per id read")
+    if mask.size and mask.max() > 1:
+        raise invalid(f"{what}: a mask byte is neither 0 nor 1")
+    return mask.view(np.bool_)
+
+
 def require_row_grads(grads, count: int, dim: int, table: str) -> None:
     """Refuse row gradients of table `table` that are not float32 [count, dim] (a tensor, or
     numpy as `rows_of` gives them) or not finite."""

@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         end=end_unix, cpu_s=cpu, read_s=read_s, pull_s=waits["wait_pull_s"],
         push_s=push_s, embedding_s=spent["embedding"], compute_s=compute,
         stale=client.stale_refusals,
-        own_writes=[client.pipeline.own_added, client.pipeline.own_missed])))
+        own_writes=[client.pipeline.own_added, client.pipeline.own_missed,
+                    client.pipeline.own_unmarked])))
     return 0
 
 

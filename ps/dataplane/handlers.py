@@ -14,7 +14,8 @@ import zmq
 
 from protos import ps_pb2
 from pswire.frames import (DTYPES, FLOAT_DTYPES, Decoder, as_buffer, check_meta,
-                           code_number, decode, dtype_name, frames_of, ids_of, rows_of)
+                           code_number, decode, dtype_name, frames_of, ids_of, marks_of,
+                           rows_of)
 from pswire.optimizers import config_from_pb
 from pswire.tables import spec_from_pb
 from rpckit.errors import invalid
@@ -266,9 +267,12 @@ class Handlers:
         if "pulled" in answer:
             self._pulled(result.pull, answer["pulled"], out)
             result.pull.staleness_checked = self.store.max_staleness >= 0
-        for rows, created in answer.get("pulled_rows", ()):
-            result.pull_rows.add(dim=rows.shape[1], created=created)
+        states = []
+        for rows, created, *state in answer.get("pulled_rows", ()):
+            result.pull_rows.add(dim=rows.shape[1], created=created, state=bool(state))
             out.append(as_buffer(rows))
+            states += state
+        out += [as_buffer(s) for s in states]  # after every row frame (protos/ps.proto)
         out[0] = resp.SerializeToString()
         return out
 
@@ -276,11 +280,13 @@ class Handlers:
         """The Step's parts over its frames (see protos/ps.proto), checked for shape only."""
         push = step.push if step.HasField("push") else None
         pushed = frames_of(len(push.tensors), push.packed_count) if push is not None else 0
-        expected = pushed + 2 * len(step.push_rows) + len(step.pull_rows)
+        pull_rows = step.pull_rows[:]
+        marked = [entry.marked for entry in pull_rows]
+        expected = pushed + 2 * len(step.push_rows) + len(pull_rows) + sum(marked)
         if len(frames) != expected:
             raise invalid(f"the Step describes {expected} buffer frames ({pushed} for the "
-                          "gradients, 2 per row push, 1 per row pull) but "
-                          f"{len(frames)} followed")
+                          "gradients, 2 per row push, 1 per row pull, 1 per marked row pull) "
+                          f"but {len(frames)} followed")
         parts = StepParts()
         if push is not None:
             if push.check_only:
@@ -302,7 +308,13 @@ class Handlers:
         if step.HasField("pull"):
             parts.pull = step.pull.names[:]
             parts.pull_packed = step.pull.packed
-        for entry in step.pull_rows[:]:
+        for entry in pull_rows:
             parts.pull_rows.append((entry.table, ids_of(frames[at])))
             at += 1
+        if any(marked):  # the masks follow every ids frame
+            for (table, ids), is_marked in zip(parts.pull_rows, marked):
+                parts.pull_marks.append(
+                    marks_of(frames[at], len(ids), f"the state mask of table {table!r}")
+                    if is_marked else None)
+                at += is_marked
         return parts

@@ -213,7 +213,9 @@ class ReplicaNode:
             step = inner.step
             step.ClearField("pull")
             if not any(self._stateful_reads(r.table) for r in step.pull_rows):
-                frames = frames[:len(frames) - len(step.pull_rows)]
+                # the ids frames, then the state masks (protos/ps.proto)
+                reads = len(step.pull_rows) + sum(r.marked for r in step.pull_rows)
+                frames = frames[:len(frames) - reads]
                 del step.pull_rows[:]
             # else the row pulls change the tables (sightings, evictions, touch order):
             # the backup makes them too, in the same order, and drops the rows read

@@ -405,14 +405,17 @@ class ParamStore:
         self.stats.row_pulls += 1
         return rows, created
 
-    def read_rows(self, t: Table, ids: torch.Tensor, max_new: int | None):
-        """A table's pull. A table whose reads change it (admission, a cap, a TTL) is read
-        under the gate, shared, like a mutation: a checkpoint then sees each such read whole,
-        and its delta and the table's "clean" mark agree (ps/checkpoint.py)."""
+    def read_rows(self, t: Table, ids: torch.Tensor, max_new: int | None,
+                  marked: np.ndarray | None = None):
+        """A table's pull: (rows, created), and the state of the `marked` ids (a bool mask
+        over `ids`) third when given. A table whose reads change it (admission, a cap, a TTL)
+        is read under the gate, shared, like a mutation: a checkpoint then sees each such
+        read whole, and its delta and the table's "clean" mark agree (ps/checkpoint.py)."""
+        read = t.pull if marked is None else lambda i, m: t.pull_with_state(i, marked, m)
         if not t.spec.stateful_reads:
-            return t.pull(ids, max_new)
+            return read(ids, max_new)
         with self.gate.shared():
-            return t.pull(ids, max_new)
+            return read(ids, max_new)
 
     def push_rows(self, client_id: str, seq: int, table: str, ids: torch.Tensor,
                   grads: torch.Tensor) -> dict:

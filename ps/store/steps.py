@@ -24,6 +24,7 @@ import torch
 
 from .dense import require_finite_grads
 from .limits import check_names, too_large
+from rpckit.errors import invalid
 from pswire.frames import require_row_grads
 
 
@@ -41,6 +42,8 @@ class StepParts:
     pull: list[str] | None = None  # [] pulls every tensor
     pull_packed: bool = False  # the reads may pack small tensors into one frame
     pull_rows: list[tuple[str, torch.Tensor]] = field(default_factory=list)
+    # per pull_rows entry: None, or a bool mask over its ids whose optimizer state is read too
+    pull_marks: list[np.ndarray | None] = field(default_factory=list)
 
     @property
     def mutates(self) -> bool:
@@ -74,8 +77,9 @@ class Steps:
         # not forward them): the new rows were counted before the push, and what the push's
         # evictions add is bounded by the request's own ids
         limit = None if parts.mutates else self.store.limits.max_new_rows
-        answer["pulled_rows"] = [self.store.read_rows(self.store.tables[table], ids, limit)
-                                 for table, ids in parts.pull_rows]
+        marks = parts.pull_marks or [None] * len(parts.pull_rows)
+        answer["pulled_rows"] = [self.store.read_rows(self.store.tables[table], ids, limit, m)
+                                 for (table, ids), m in zip(parts.pull_rows, marks)]
         if parts.pull_rows:
             self.store.stats.row_pulls += len(parts.pull_rows)
         return answer
@@ -97,10 +101,22 @@ class Steps:
             check_names(parts.pull, self.store.limits, "a Step's pull")
             self.store._require_tensors(parts.pull)
         check_names([t for t, _ in parts.pull_rows], self.store.limits, "a Step's row pulls")
-        for table, ids in parts.pull_rows:
+        for nth, (table, ids) in enumerate(parts.pull_rows):
             self.store.table(table)
             self.store._check_ids(ids, table)
             self._check_new_rows(table, ids)
+            if parts.pull_marks and parts.pull_marks[nth] is not None:
+                self._check_marks(table, ids, parts.pull_marks[nth])
+
+    def _check_marks(self, table: str, ids, mask: np.ndarray) -> None:
+        """A row pull's mask (its state asked): one flag per id read (so the marked ids are
+        some of the read's, at most as many), on a table that keeps a state."""
+        if len(mask) != len(ids):
+            raise invalid(f"table {table!r}: the state mask has {len(mask)} flags for "
+                          f"{len(ids)} ids read")
+        if self.store.tables[table].accum is None:
+            raise invalid(f"table {table!r}: its optimizer keeps no state to read; mark no "
+                          "rows of it")
 
     def _check_new_rows(self, table: str, ids: torch.Tensor) -> None:
         """Refuse now what would be refused half-way (--max-new-rows): after the push."""

@@ -4,6 +4,7 @@ master, a real PS data plane, ElasticDataset's batches and PSClient, as a traini
 them: each step records the rows and the dense value its forward saw."""
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import replace
 
@@ -15,6 +16,7 @@ from torch import nn
 from protos import master_pb2, master_pb2_grpc
 from ps.store.params import ParamStore
 from worker_sdk import ArrayReader, ElasticDataset, ElasticEmbedding, PSClient, ack
+from worker_sdk.ps.data_client import DataClient
 
 STEPS, LR = 8, 0.5
 SHARED = 5  # in every batch: read with the push just before (the late part)
@@ -100,8 +102,10 @@ def test_without_read_own_writes_a_step_may_miss_the_push_before_it(launcher, in
     assert seen == _expected(applied)  # rows and dense tensors of the same pushes
 
 
-def _train_corrected(master, max_inflight: int) -> list[tuple[float, float, float]]:
-    """`_train` with PSClient(correct_own_writes=True)."""
+def _train_corrected(master, max_inflight: int, optimizer: str = "sgd",
+                     before=None) -> list[tuple[float, float, float]]:
+    """`_train` with PSClient(correct_own_writes=True); `before()` runs once the model is
+    declared."""
     model = Model()
     client = PSClient(master.address, timeout_s=10, max_inflight=max_inflight,
                       correct_own_writes=True)
@@ -110,7 +114,9 @@ def _train_corrected(master, max_inflight: int) -> list[tuple[float, float, floa
                         shard_size=len(records), num_epochs=1, worker_name="correct")
     seen = []
     try:
-        client.init_parameters(model, optimizer="sgd", lr=LR)
+        client.init_parameters(model, optimizer=optimizer, lr=LR)
+        if before is not None:
+            before()
         for ids in ds.batches(2, prefetch=client.prefetch, prefetch_ahead=1):
             client.pull(model)
             rows, loss = model(ids)
@@ -189,3 +195,39 @@ def test_corrected_on_the_worker_never_twice(launcher, inproc_ps):
             assert seen == _expected(list(range(STEPS)))
             return
     pytest.fail("in 3 tries the second batch's read was never served after the first push")
+
+
+def test_corrected_adagrad_rows_use_the_ps_accumulator(launcher, inproc_ps):
+    """Another worker pushed the shared row first (gradient G), so the PS's Adagrad sum of it
+    is G**2 more than this worker's own squared gradients. Each step's read asks the PS for
+    the state of the rows the last push changes too (PullRows.marked), so the correction
+    takes that push with the PS's sum: every step sees the shared row exactly as the PS
+    holds it after every push before the step. (Summing its own squares only, the worker
+    would step the shared row by lr / sqrt(i) instead of lr / sqrt(G**2 + i).)"""
+    master = launcher.master()
+    ps = inproc_ps(ParamStore(index=0, num_ps=1))
+    _register(master, ps)
+    big = 3.0
+
+    def other_worker():
+        other = DataClient([ps.endpoint], timeout_s=10)
+        try:
+            other.push_rows("e", torch.tensor([SHARED]), torch.full((1, 2), big))
+        finally:
+            other.close()
+
+    seen = _train_corrected(master, 1, optimizer="adagrad", before=other_worker)
+
+    def adagrad(start: float, count: int, first: float = 0.0) -> float:
+        """A value after `count` gradients of 1, the sum starting at `first`."""
+        return start - sum(LR / (math.sqrt(first + i) + 1e-10) for i in range(1, count + 1))
+
+    dense = [adagrad(0.0, n) for n in range(STEPS + 1)]  # w: this worker's pushes only
+    applied = [min(range(STEPS + 1), key=lambda n: abs(dense[n] - w)) for _, _, w in seen]
+    assert applied[0] == 0 and applied[2:] == list(range(2, STEPS))
+    for k, ((shared, own, w), n) in enumerate(zip(seen, applied)):
+        assert w == pytest.approx(dense[n], rel=1e-5, abs=1e-6)
+        assert shared == pytest.approx(adagrad(-LR, n, big ** 2), rel=1e-5, abs=1e-6)
+        mine = sum(1 for j in range(n) if j % 2 == k % 2)  # the pushes of this row's parity
+        assert own == pytest.approx(adagrad(0.0, mine), rel=1e-5, abs=1e-6)
+    assert ps.store.stats.row_pulls >= STEPS

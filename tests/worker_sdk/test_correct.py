@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ps.store.optim import RowOptimizer
-from worker_sdk.ps.correct import OwnWrites, correct_rows, correctable
+from worker_sdk.ps.correct import OwnWrites, correct_rows, correctable, marks
 
 
 def _pushes(shape, count, seed=0):
@@ -42,10 +42,10 @@ def nn_param(t):
 @pytest.mark.parametrize("cfg", [{"name": "adagrad", "lr": 0.3}, {"name": "sgd", "lr": 0.2},
                                  {"name": "adagrad", "lr": 0.1, "eps": 1e-2,
                                   "initial_accumulator_value": 0.25}])
-def test_row_deltas_are_the_ps_row_optimizer(cfg):
-    """Rows pushed in overlapping batches: each push's deltas, added to the rows as they were
-    before it, give the PS's rows after it (ps/store/optim.py, torch's arithmetic); rows of
-    ids never pushed before start from the accumulator's initial value."""
+def test_row_corrections_are_the_ps_row_optimizer(cfg):
+    """Rows pushed in overlapping batches: each push's update, added to the rows as they
+    were before it with the PS's state of them (as a marked read sends it), gives the PS's
+    rows after it (ps/store/optim.py, torch's arithmetic); the worker keeps no state."""
     rng = np.random.default_rng(1)
     opt = RowOptimizer.from_config(cfg)
     weights = torch.from_numpy(rng.standard_normal((50, 3)).astype(np.float32))
@@ -53,12 +53,28 @@ def test_row_deltas_are_the_ps_row_optimizer(cfg):
     own = OwnWrites({"name": "adam"}, {"e": cfg})  # the table's own optimizer is the one used
     for step in range(1, 8):
         ids = np.unique(rng.integers(0, 50, size=12))
+        read = np.unique(rng.integers(0, 50, size=12))  # the next batch: meets some of ids
         grads = torch.from_numpy(rng.standard_normal((ids.size, 3)).astype(np.float32))
-        before = weights[torch.from_numpy(ids)].clone()
+        before = weights[torch.from_numpy(read)].clone()
+        marked = marks(read, ids)
+        state = accum[torch.from_numpy(read[marked])].clone()
         _, rows = own.deltas({}, [("e", torch.from_numpy(ids), grads)])
         opt.apply_reference(weights, accum, ids, grads.clone(), step)
-        got = correct_rows(torch.from_numpy(ids), before, rows["e"])
-        assert torch.allclose(got, weights[torch.from_numpy(ids)], rtol=1e-5, atol=1e-6)
+        assert correct_rows(torch.from_numpy(read), before, rows["e"],
+                            (marked, state)) == 0
+        assert torch.allclose(before, weights[torch.from_numpy(read)], rtol=1e-5, atol=1e-6)
+
+
+def test_adagrad_rows_without_their_state_are_left_as_read():
+    own = OwnWrites({"name": "adagrad", "lr": 1.0}, {})
+    _, rows = own.deltas({}, [("e", torch.tensor([2, 5, 9]), torch.ones(3, 2))])
+    read = torch.zeros(4, 2)
+    marked = np.array([False, True, False, False])  # 9 met the push but has no state
+    state = torch.full((1, 2), 3.0)  # the PS's sum before the push: 3, after it 4
+    assert correct_rows(torch.tensor([1, 5, 9, 11]), read, rows["e"], (marked, state)) == 1
+    assert read.tolist() == [[0, 0], [-0.5, -0.5], [0, 0], [0, 0]]
+    assert state.tolist() == [[4, 4]]  # advanced: a later push corrects on from there
+    assert correct_rows(torch.tensor([5]), torch.zeros(1, 2), rows["e"]) == 1  # no state
 
 
 def test_rows_are_corrected_where_the_ids_meet_only():
@@ -77,13 +93,3 @@ def test_other_optimizers_and_decays_are_not_corrected():
     own = OwnWrites({"name": "adam"}, {})
     assert own.deltas({"w": torch.ones(2)}, [("e", torch.tensor([1]), torch.ones(1, 2))]) \
         == ({}, {})
-
-
-def test_the_accumulator_grows_past_its_first_size():
-    own = OwnWrites({"name": "adagrad", "lr": 1.0}, {})
-    for start in range(0, 20_000, 5_000):  # ids far apart: the map and the rows both grow
-        ids = torch.arange(start, start + 5_000) * 1_000_003
-        own.deltas({}, [("e", ids, torch.ones(5_000, 1))])
-    _, rows = own.deltas({}, [("e", torch.tensor([0, 1_000_003 * 19_999]), torch.ones(2, 1))])
-    # the second push of each: accumulator 2, delta -1/sqrt(2)
-    assert torch.allclose(rows["e"][1], torch.tensor([-1 / 2 ** 0.5]))

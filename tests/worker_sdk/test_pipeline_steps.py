@@ -37,7 +37,8 @@ class Recorder:
         self.collected: list[int] = []  # call numbers, in the order their answers were taken
         self.fail = fail
 
-    def begin_step(self, grads=None, versions=None, rows=(), pull=None, pull_rows=None):
+    def begin_step(self, grads=None, versions=None, rows=(), pull=None, pull_rows=None,
+                   marks=None):
         self.calls.append(dict(grads=grads, rows=list(rows), pull=pull,
                                pull_rows=dict(pull_rows or {})))
         out = StepOutcome(dense={n: torch.zeros(1) for n in pull} if pull is not None else None,

@@ -66,3 +66,15 @@ def test_each_step_header_says_what_its_fields_say(rounds):
             assert req.HasField("step")
             packed, alone = packing(list(grads.values())) if grads else ([], [])
             assert len(frames) == bool(packed) + len(alone) + 2 * len(rows) + len(pull_tables)
+
+
+def test_a_marked_row_pull_has_its_own_header_and_its_mask_after_every_ids_frame():
+    ids = np.arange(4, dtype=np.int64)
+    mask = np.array([True, False, True, False])
+    part = Part(pull_rows=[Rows("t", ids), Rows("u", ids[1:], positions=np.arange(1, 4))])
+    for marks in ({"u": mask}, {}, {"u": mask}):  # a kept template never stands for another
+        req, frames = steps._Step(None, {}, {}, [], marks).build(0, part)
+        assert [r.marked for r in req.step.pull_rows] == [False, bool(marks)]
+        assert len(frames) == 2 + bool(marks)
+        if marks:  # u's ids sit at 1..3 of the call's: their flags, as bytes
+            assert bytes(frames[2]) == bytes([0, 1, 0])

@@ -150,7 +150,8 @@ class PSClient:
         wait for the first; off, a step misses the push just before it.
         correct_own_writes: instead, the worker adds its last push's update (SGD, Adagrad)
         to the prefetched rows and dense tensors it misses, before the forward pass
-        (worker_sdk/ps/correct.py): no message more, no wait; with max_inflight 1."""
+        (worker_sdk/ps/correct.py; an Adagrad row with the PS's state of it, asked in the
+        same Step): no message more, no wait; with max_inflight 1."""
         if max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
         if correct_own_writes and (read_own_writes or max_inflight != 1):

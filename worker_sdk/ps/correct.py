@@ -14,14 +14,20 @@ in the answers already there). A push sent while the read was in flight may or m
 it, so it is not added: that step misses it, as without the option. With max_inflight 1 (the
 option takes no other) that happens only to the first reads, which carry no push.
 
-The update needs the optimizer's state after the push: SGD has none; Adagrad's accumulator
-here is the worker's own sum of its squared gradients (`OwnWrites`), which is the PS's when
-this worker made every push of those rows and tensors since they were declared (one worker,
-as the bench trains). With other workers pushing it is smaller than the PS's, so the
-correction overshoots; the PS's own state is not read. Any other optimizer, or lr_decay /
-weight_decay / momentum set: no correction.
+The update needs the optimizer's state after the push. SGD has none. Adagrad's accumulator of
+a row is the PS's: a read marks the ids of its batch that the batch before it, whose push is
+the one to add, holds too (`marks`), and the PS sends their state with their rows
+(protos/ps.proto, PullRows.marked); the update then uses that state plus the push's squared
+gradient, exact with any number of workers to the staleness of the read, and the worker keeps
+no accumulator per row. The dense tensors' accumulator is the worker's own sum of its squared
+gradients (`OwnWrites`): a few tensors, kept in a few torch._foreach calls, the PS's when this
+worker made every push of them (with other workers pushing it is smaller than the PS's, so the
+dense correction overshoots). Any other optimizer, or lr_decay / weight_decay / momentum set:
+no correction.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -53,39 +59,6 @@ def adagrad_delta(grad: torch.Tensor, state_after: torch.Tensor, lr: float,
 
 
 @jit.njit
-def _places(keys, used, slots, places, count):
-    """The place of each of `keys` in an open-addressing map (`used`, `slots`, `places`, its
-    size a power of two, at most half full), new keys given places count, count+1, ...;
-    returns (places, the count after)."""
-    mask = used.size - 1
-    out = np.empty(keys.size, np.int64)
-    for i in range(keys.size):
-        k = keys[i]
-        h = np.int64(jit.splitmix(k) & np.uint64(mask))
-        while used[h] and slots[h] != k:
-            h = (h + 1) & mask
-        if not used[h]:
-            used[h], slots[h], places[h] = True, k, count
-            count += 1
-        out[i] = places[h]
-    return out, count
-
-
-@jit.njit
-def _adagrad_rows(places, grads, values, lr, eps, out):
-    """values[places] += grads**2; out = -lr * grads / (sqrt(values[places]) + eps): torch's
-    Adagrad step of each row, in one pass (float32, as the PS's compiled loop)."""
-    dim = grads.shape[1]
-    for i in range(places.size):
-        at = places[i]
-        for j in range(dim):
-            g = grads[i, j]
-            acc = values[at, j] + g * g
-            values[at, j] = acc
-            out[i, j] = -lr * g / (np.sqrt(acc) + eps)
-
-
-@jit.njit
 def _add_where_met(unique, rows, ids, delta):
     """rows[i] += delta[j] where unique[i] == ids[j] (both sorted, distinct)."""
     j = 0
@@ -100,65 +73,40 @@ def _add_where_met(unique, rows, ids, delta):
 
 
 @jit.njit
-def _positions(keys, used, slots):
-    mask = used.size - 1
-    out = np.empty(keys.size, np.int64)
-    for i in range(keys.size):
-        h = np.int64(jit.splitmix(keys[i]) & np.uint64(mask))
-        while slots[h] != keys[i]:
-            h = (h + 1) & mask
-        out[i] = h
-    return out
-
-
-class _RowState:
-    """A table's accumulator of this worker's squared row gradients, by id."""
-
-    def __init__(self, dim: int, initial: float) -> None:
-        self.initial = initial
-        self.values = np.full((1024, dim), initial, dtype=np.float32)
-        self.size = 0
-        self._map(2048)
-
-    def _map(self, capacity: int) -> None:
-        self.used = np.zeros(capacity, dtype=np.bool_)
-        self.slots = np.zeros(capacity, dtype=np.int64)
-        self.places = np.zeros(capacity, dtype=np.int64)
-
-    def step(self, ids: np.ndarray, grads: np.ndarray, lr: float, eps: float) -> np.ndarray:
-        """Adagrad's update of the rows of distinct `ids` for `grads` (float32), their
-        accumulators advanced."""
-        if 2 * (self.size + ids.size) > self.used.size:  # keep the map at most half full
-            keys, old = self.slots[self.used], self.places[self.used]
-            capacity = self.used.size
-            while 2 * (self.size + ids.size) > capacity:
-                capacity *= 2
-            self._map(capacity)
-            _places(keys, self.used, self.slots, self.places, 0)
-            self.places[self._where(keys)] = old
-        places, self.size = _places(np.ascontiguousarray(ids, np.int64), self.used,
-                                    self.slots, self.places, self.size)
-        if self.size > len(self.values):
-            grown = np.full((max(self.size, 2 * len(self.values)), self.values.shape[1]),
-                            self.initial, dtype=np.float32)
-            grown[:len(self.values)] = self.values
-            self.values = grown
-        out = np.empty_like(grads)
-        _adagrad_rows(places, grads, self.values, np.float32(lr), np.float32(eps), out)
-        return out
-
-    def _where(self, keys: np.ndarray) -> np.ndarray:
-        """The map's positions of `keys` (all present)."""
-        return _positions(keys, self.used, self.slots)
+def _adagrad_where_met(unique, rows, marked, state, ids, grads, lr, eps):
+    """Adagrad's step of rows[i] for grads[j] where unique[i] == ids[j] (both sorted,
+    distinct) and marked[i], its accumulator being the PS's (`state`, one row per marked id,
+    in order) plus grads[j]**2, which `state` then holds (float32, as the PS's compiled
+    loop). Returns how many ids met unmarked (no state: not corrected)."""
+    j = 0
+    s = 0
+    unmarked = 0
+    for i in range(unique.size):
+        while j < ids.size and ids[j] < unique[i]:
+            j += 1
+        if j < ids.size and ids[j] == unique[i]:
+            if marked[i]:
+                for c in range(rows.shape[1]):
+                    g = grads[j, c]
+                    acc = state[s, c] + g * g
+                    state[s, c] = acc
+                    rows[i, c] += -lr * g / (np.sqrt(acc) + eps)
+            else:
+                unmarked += 1
+        if marked[i]:
+            s += 1
+    return unmarked
 
 
 def warm_up() -> None:
     """Compile the loops now (numba caches them on disk), not in the first step."""
-    state = _RowState(2, 0.0)
-    rows = state.step(np.array([3, 1], np.int64), np.ones((2, 2), np.float32), 0.1, 1e-10)
-    correct_rows(torch.tensor([1, 2]), torch.zeros(2, 2), (np.array([1, 3]),
-                                                           torch.from_numpy(rows)))
-    state._where(np.array([3], np.int64))
+    unique, rows = np.array([1, 2], np.int64), np.zeros((2, 2), np.float32)
+    ids, grads = np.array([1, 3], np.int64), np.ones((2, 2), np.float32)
+    _add_where_met(unique, rows, ids, grads)
+    mask = _met(unique, ids)
+    _adagrad_where_met(unique, rows, mask, np.ones((1, 2), np.float32), ids, grads,
+                       np.float32(0.1), np.float32(1e-10))
+    place_marked(mask, np.arange(2), grads, np.empty((1, 2), np.float32))
 
 
 class OwnWrites:
@@ -168,7 +116,8 @@ class OwnWrites:
         self.dense_cfg = dense_cfg
         self.table_cfgs = table_cfgs
         self._dense: dict[str, torch.Tensor] = {}
-        self._rows: dict[str, _RowState] = {}
+        self._dense_ok = correctable(dense_cfg)
+        self._correctable: dict[str, bool] = {}  # table -> correctable(its optimizer)
 
     def _dense_deltas(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Each tensor's update, in a few torch._foreach calls (one op over every tensor:
@@ -194,35 +143,98 @@ class OwnWrites:
         return dict(zip(names, out))
 
     def deltas(self, grads: dict[str, torch.Tensor], rows) -> tuple[dict, dict]:
-        """(name -> dense delta, table -> (sorted distinct ids, row deltas)) of one push, the
-        accumulators advanced by it. Called once per push, in push order."""
-        dense = self._dense_deltas(grads) if correctable(self.dense_cfg) and grads else {}
+        """(name -> dense delta, table -> `Pushed`) of one push, the dense accumulators
+        advanced by it. Called once per push, in push order. A row's Adagrad update needs
+        the PS's accumulator, which comes with the read it corrects (`adagrad_tables`)."""
+        dense = self._dense_deltas(grads) if self._dense_ok and grads else {}
         out = {}
         for table, ids, g in rows:
             cfg = self.table_cfgs.get(table, self.dense_cfg)
-            if not correctable(cfg):
+            if not self._correctable.setdefault(table, correctable(cfg)):
                 continue
             ids = np.ascontiguousarray(torch.as_tensor(ids, dtype=torch.int64).reshape(-1))
             g = g.detach().to(torch.float32).contiguous()
-            lr = _lr(cfg)
             if cfg["name"] == "sgd":
-                out[table] = (ids, sgd_delta(g, lr))
-                continue
-            state = self._rows.get(table)
-            if state is None:
-                state = self._rows[table] = _RowState(
-                    g.shape[1], float(cfg.get("initial_accumulator_value", 0.0)))
-            out[table] = (ids, torch.from_numpy(state.step(
-                ids, np.ascontiguousarray(g.numpy()), lr, float(cfg.get("eps", 1e-10)))))
+                out[table] = Pushed(ids, sgd_delta(g, _lr(cfg)).numpy())
+            else:  # kept, not copied: a row gradient is the embedding's own per-step
+                # tensor (ElasticEmbedding._take_grads), never written after the backward
+                out[table] = Pushed(ids, g.numpy(), _lr(cfg), float(cfg.get("eps", 1e-10)))
         return dense, out
 
+    def adagrad_tables(self, tables) -> list[str]:
+        """Those of `tables` whose row correction needs the PS's state (Adagrad's sum)."""
+        out = []
+        for table in tables:
+            cfg = self.table_cfgs.get(table, self.dense_cfg)
+            if correctable(cfg) and cfg["name"] == "adagrad":
+                out.append(table)
+        return out
 
-def correct_rows(unique: torch.Tensor, rows: torch.Tensor, pushed) -> torch.Tensor:
-    """`rows` (of the sorted distinct ids `unique`) with a push's row deltas `pushed` (sorted
-    distinct ids, deltas) added where the ids meet; in place, and returned."""
-    ids, delta = pushed
-    _add_where_met(np.ascontiguousarray(unique.numpy()), rows.numpy(), ids, delta.numpy())
-    return rows
+
+class Pushed(NamedTuple):
+    """A push's rows of one table: sorted distinct ids and their SGD deltas (`lr` None), or
+    their Adagrad gradients, the update made with the PS's state when a read is corrected."""
+
+    ids: np.ndarray
+    values: np.ndarray  # float32 [len(ids), dim]
+    lr: float | None = None
+    eps: float = 1e-10
+
+
+def marks(unique: np.ndarray, pushed_next: np.ndarray) -> np.ndarray:
+    """The bool mask over a read's sorted distinct ids `unique` of those the next push will
+    carry too (`pushed_next`, sorted distinct): the rows whose state the read asks for."""
+    return _met(unique, pushed_next)
+
+
+@jit.njit
+def _met(unique, ids):
+    """unique[i] in ids, for both sorted and distinct: one merge (np.isin sorts both)."""
+    out = np.zeros(unique.size, np.bool_)
+    j = 0
+    for i in range(unique.size):
+        while j < ids.size and ids[j] < unique[i]:
+            j += 1
+        if j == ids.size:
+            break
+        out[i] = ids[j] == unique[i]
+    return out
+
+
+@jit.njit
+def place_marked(mask, positions, got, out):
+    """out[rank] = got[k] for the k-th of `positions` (places among a call's ids) that
+    `mask` marks, rank being its place among every marked id: one PS's state rows put where
+    they sit among the call's marked ids."""
+    rank = np.empty(mask.size, np.int64)
+    count = 0
+    for i in range(mask.size):
+        rank[i] = count
+        count += mask[i]
+    k = 0
+    for i in range(positions.size):
+        p = positions[i]
+        if mask[p]:
+            for c in range(got.shape[1]):
+                out[rank[p], c] = got[k, c]
+            k += 1
+
+
+def correct_rows(unique: torch.Tensor, rows: torch.Tensor, pushed: Pushed,
+                 state: tuple[np.ndarray, torch.Tensor] | None = None) -> int:
+    """Add a push's update (`pushed`) to `rows` (of the sorted distinct ids `unique`) where
+    the ids meet, in place. Adagrad's takes `state`: (the bool mask of the ids whose state
+    the PS sent, that state [marked, dim]), which it advances by the push (a later push
+    corrects on from there); ids met unmarked are left as read. Returns how many were."""
+    unique = np.ascontiguousarray(unique.numpy())
+    if pushed.lr is None:
+        _add_where_met(unique, rows.numpy(), pushed.ids, pushed.values)
+        return 0
+    if state is None:
+        return int(np.isin(unique, pushed.ids, assume_unique=True).sum())
+    return int(_adagrad_where_met(unique, rows.numpy(), state[0], state[1].numpy(), pushed.ids,
+                                  pushed.values, np.float32(pushed.lr),
+                                  np.float32(pushed.eps)))
 
 
 def missed_dense(deltas, after: int, dense: dict) -> dict:
@@ -234,9 +246,12 @@ def missed_dense(deltas, after: int, dense: dict) -> dict:
     return dense
 
 
-def missed_rows(deltas, after: int, table: str, got) -> None:
+def missed_rows(deltas, after: int, table: str, got, state=None) -> int:
     """A prefetch's (distinct ids, inverse, rows) of `table` with the row updates of the
-    pushes numbered past `after`, in place."""
+    pushes numbered past `after`, in place; `state` as `correct_rows` takes it. Returns how
+    many rows met a push but could not be corrected (no state for them)."""
+    unmarked = 0
     for index, _, rows in deltas:
         if index > after and table in rows:
-            correct_rows(got[0], got[2], rows[table])
+            unmarked += correct_rows(got[0], got[2], rows[table], state)
+    return unmarked

@@ -165,14 +165,14 @@ class DataClient:
         return self.begin(parts, op).wait()
 
     def step(self, grads=None, versions=None, rows=(), pull=None,
-             pull_rows=None) -> StepOutcome:
+             pull_rows=None, marks=None) -> StepOutcome:
         """One training step's traffic, one message per PS: see `worker_sdk.ps.steps.step`."""
-        return steps.step(self, grads, versions, rows, pull, pull_rows)
+        return steps.step(self, grads, versions, rows, pull, pull_rows, marks)
 
     def begin_step(self, grads=None, versions=None, rows=(), pull=None,
-                   pull_rows=None) -> steps.PendingStep:
+                   pull_rows=None, marks=None) -> steps.PendingStep:
         """`step` in two halves: see `worker_sdk.ps.steps.begin_step`."""
-        return steps.begin_step(self, grads, versions, rows, pull, pull_rows)
+        return steps.begin_step(self, grads, versions, rows, pull, pull_rows, marks)
 
     # -- the API ------------------------------------------------------------------------------
 

@@ -38,6 +38,10 @@ class Prefetch:
     # `sent` (the pushes sent before its answer was taken); those after both it misses
     after: int = 0
     sent: int = 0
+    # correct_own_writes, Adagrad rows: table -> bool mask over `unique` of the ids whose
+    # optimizer state the read asks for (worker_sdk/ps/correct.py `marks`), and that state
+    marks: dict[str, np.ndarray] = field(default_factory=dict)
+    states: dict[str, torch.Tensor] = field(default_factory=dict)
     waiting: int = 1  # answers still to come
     parts: dict[str, list] = field(default_factory=dict)  # table -> [(positions, rows)]
 

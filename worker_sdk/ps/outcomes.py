@@ -31,6 +31,8 @@ class StepOutcome:
     dense: dict[str, torch.Tensor] | None = None  # pulled tensors (None: no pull asked)
     versions: dict[str, int] = field(default_factory=dict)  # of the pulled tensors
     rows: dict[str, torch.Tensor] = field(default_factory=dict)  # table -> rows of the ids
+    # table -> the optimizer state of the marked ids ([m, dim], in their order), when asked
+    states: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def dense_grad(g: torch.Tensor) -> torch.Tensor:

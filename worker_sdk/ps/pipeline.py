@@ -81,6 +81,7 @@ class Pipeline:
         self._given = 0  # pushes given
         self._sent = 0  # pushes sent (given in order, so sent in order)
         self.own_added = self.own_missed = 0  # pushes added to a read / maybe in it: not added
+        self.own_unmarked = 0  # rows a push met in a read without their state: not corrected
         self._deltas: deque[tuple] = deque(maxlen=MAX_PREFETCHED)  # (index, dense, rows)
         self._make_client = make_client
         self._ledger = ledger
@@ -178,7 +179,9 @@ class Pipeline:
             job.ids = {t: v for t, v in job.ids.items() if t != table}
             self._forget_used()
             if got is not None:
-                correct.missed_rows(self._deltas, max(job.after, job.sent), table, got)
+                state = (job.marks[table], job.states[table]) if table in job.states else None
+                self.own_unmarked += correct.missed_rows(
+                    self._deltas, max(job.after, job.sent), table, got, state)
         if got is None or given.shape != ids.shape or not torch.equal(given, ids):
             return None  # checked by value: the caller may have changed its tensor since
         return got
@@ -254,6 +257,8 @@ class Pipeline:
             except BaseException as exc:  # noqa: BLE001 - ids out of bounds: as a failed send
                 self._not_sent(None, push, fetch, exc)
                 return
+            if self.own_writes is not None and not self._read_own_writes:
+                self._mark(fetch)
         late, self._awaiting = self._awaiting, None
         if late is not None and late.done:
             late = None  # its early part failed: the caller pulls instead
@@ -274,6 +279,18 @@ class Pipeline:
         second = bool(rest) or fetch is not None
         self._begin(push, not second, late, "late", with_reads, late_ids,
                     then=(push, fetch, part, rest, reads) if second else None)
+
+    def _mark(self, fetch: Prefetch) -> None:
+        """Ask the PS for the optimizer state of the rows of `fetch` that the push of the
+        batch before it (the prefetch before it, unused yet) will change: the push its step
+        misses and adds (worker_sdk/ps/correct.py)."""
+        before = self._prefetched[-2] if len(self._prefetched) >= 2 else None
+        if before is None or before is fetch or not before.unique:
+            return
+        for table in self.own_writes.adagrad_tables(fetch.unique):
+            if table in before.unique:
+                fetch.marks[table] = correct.marks(fetch.unique[table][0].numpy(),
+                                                   before.unique[table][0].numpy())
 
     def _send_rest(self, push: PushJob | None, fetch: Prefetch | None, part: str, rest,
                    reads) -> None:
@@ -316,7 +333,8 @@ class Pipeline:
         try:
             client = self._client()
             pending = client.begin_step(grads, push.versions if grads else None, rows,
-                                        pull=names, pull_rows=pull_rows)
+                                        pull=names, pull_rows=pull_rows,
+                                        marks=fetch.marks if fetch is not None else None)
         except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
             self._not_sent(client, push, fetch, exc)
             return
@@ -372,6 +390,7 @@ class Pipeline:
             fetch.dense, fetch.versions = outcome.dense, outcome.versions
         if part == "all":
             fetch.rows = {t: (*fetch.unique[t], rows) for t, rows in outcome.rows.items()}
+            fetch.states = outcome.states
             fetch.done = True
             return
         fresh.add_part(fetch.parts, fetch.late, part == "late", outcome.rows)

@@ -24,6 +24,7 @@ from pswire.frames import as_buffer, dtype_name, frames_of, from_frame, pack, pa
 from rpckit.errors import Reason
 
 from . import reroute
+from .correct import place_marked
 from .ids import prepared
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
 from .parts import Part, Rows
@@ -34,19 +35,23 @@ def step(client, grads: Mapping[str, torch.Tensor] | None = None,
          versions: Mapping[str, int] | None = None,
          rows: Sequence[tuple[str, torch.Tensor, torch.Tensor]] = (),
          pull: Sequence[str] | None = None,
-         pull_rows: Mapping[str, torch.Tensor] | None = None) -> StepOutcome:
+         pull_rows: Mapping[str, torch.Tensor] | None = None,
+         marks: Mapping[str, np.ndarray] | None = None) -> StepOutcome:
     """Push `grads` (name -> gradient, computed from `versions`, default those of the last
     pull) and `rows` ((table, ids, row gradients)), then pull the tensors `pull` and the
-    rows of `pull_rows` (table -> 1-D ids), every PS in one message. Raises
+    rows of `pull_rows` (table -> 1-D ids), every PS in one message; `marks` (table -> a
+    bool mask over that table's flattened ids): the optimizer state of the marked rows is
+    read with them (`StepOutcome.states`, in the order of the marked ids). Raises
     StaleGradient when a PS refused the push as too stale: then no PS applied any of the
     step's mutations, and nothing was read."""
-    return begin_step(client, grads, versions, rows, pull, pull_rows).result()
+    return begin_step(client, grads, versions, rows, pull, pull_rows, marks).result()
 
 def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
                versions: Mapping[str, int] | None = None,
                rows: Sequence[tuple[str, torch.Tensor, torch.Tensor]] = (),
                pull: Sequence[str] | None = None,
-               pull_rows: Mapping[str, torch.Tensor] | None = None) -> "PendingStep":
+               pull_rows: Mapping[str, torch.Tensor] | None = None,
+               marks: Mapping[str, np.ndarray] | None = None) -> "PendingStep":
     """`step` in two halves: this sends the Step and returns; `result()` of what it returns
     waits for the answers (and raises what `step` raises). No other call of this client
     may come before that `result()`. Do not change the gradients before it either: they
@@ -63,12 +68,15 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
     whole = Part(push=router.known(grads, "push") if grads else [], rows=cut,
                  pull=router.known(pull, "pull") if pull is not None else [])
     sizes = {}
+    marks = {t: m for t, m in (marks or {}).items() if m.any()}
     for table, ids in (pull_rows or {}).items():
         ids, memo = prepared(ids)
         sizes[table] = ids.size
         if ids.size:
             whole.pull_rows.append(Rows(table, ids, memo=memo))
-    op = _Step(client, grads, versions, row_pushes)
+        if table in marks and marks[table].shape != (ids.size,):
+            raise ValueError(f"table {table!r}: {marks[table].shape} marks for {ids.size} ids")
+    op = _Step(client, grads, versions, row_pushes, marks)
     # Over several PS (the dense push split, or rows going elsewhere) a PS that checks
     # staleness checks first, applying nothing anywhere yet (as DataClient.push does); alone,
     # a PS refuses the whole step itself.
@@ -77,14 +85,15 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
         op.checked = True
     parts = router.split(whole)
     call = client.begin(parts, op) if parts else None
-    return PendingStep(client, call, bool(grads), pull is not None, sizes)
+    return PendingStep(client, call, bool(grads), pull is not None, sizes, marks)
 
 
 class _Step(reroute.Op):
     allow = (Reason.STALE_GRADIENT,)
 
-    def __init__(self, client, grads, versions, rows):
+    def __init__(self, client, grads, versions, rows, marks=None):
         self.client, self.grads, self.versions, self.rows = client, grads, versions, rows
+        self.marks = marks or {}  # table -> bool mask over its pulled ids
         self.checked = False
 
     def build(self, index, part):
@@ -94,7 +103,7 @@ class _Step(reroute.Op):
         # step: its bytes are made once (`_header`) and merged into a new request
         key = (self.checked, tuple(names), tuple([(g.dtype, g.shape) for g in grads]),
                tuple([self.rows[r.key][0] for r in part.rows]), tuple(part.pull),
-               tuple([r.key for r in part.pull_rows]))
+               tuple([(r.key, r.key in self.marks) for r in part.pull_rows]))
         header = _HEADERS.get(key)
         if header is None:
             header = _header(key, grads)
@@ -118,6 +127,11 @@ class _Step(reroute.Op):
             frames.append(as_buffer(g))
         for r in part.pull_rows:
             frames.append(r.ids.view(np.uint8))
+        for r in part.pull_rows:  # the state masks follow every ids frame
+            mask = self.marks.get(r.key)
+            if mask is not None:
+                mask = mask if r.positions is None else mask[r.positions]
+                frames.append(np.ascontiguousarray(mask).view(np.uint8))
         return req, frames
 
     def prepare(self, parts):
@@ -152,15 +166,15 @@ def _header(key, grads):
     if pull:
         step.pull.names.extend(pull)
         step.pull.packed = True
-    for table in pull_tables:
-        step.pull_rows.add(table=table)
+    for table, marked in pull_tables:
+        step.pull_rows.add(table=table, marked=marked)
     if len(_HEADERS) >= MAX_HEADERS:
         _HEADERS.clear()
     header = _HEADERS[key] = (step.SerializeToString(), packed, alone, order)
     return header
 
 
-def _step_outcome(client, result, pushed, pulled, sizes) -> StepOutcome:
+def _step_outcome(client, result, pushed, pulled, sizes, marks) -> StepOutcome:
     if result is None:
         return StepOutcome(dense={} if pulled else None)
     push = PushOutcome() if pushed else None
@@ -195,11 +209,15 @@ def _step_outcome(client, result, pushed, pulled, sizes) -> StepOutcome:
             client.staleness_checked[a.index] = pull.staleness_checked
         metas, packed = pull.tensors, pull.packed_count
         dense_frames = frames_of(len(metas), packed)
-        if len(frames) != dense_frames + len(pull_rows) or len(pull_rows) != len(asked):
+        stated = [r.key in marks for r in asked]
+        if len(frames) != dense_frames + len(pull_rows) + sum(stated) \
+                or len(pull_rows) != len(asked) \
+                or [bool(r.state) for r in pull_rows] != stated:
             raise PSError("INTERNAL", Reason.INTERNAL, f"PS {a.index} answered a Step with "
                           f"{len(frames)} frames for {len(metas)} tensors "
                           f"({packed} packed) and "
-                          f"{len(pull_rows)} row pulls ({len(asked)} asked)")
+                          f"{len(pull_rows)} row pulls ({len(asked)} asked, "
+                          f"{sum(stated)} with state)")
         if metas:
             pulled_now, _ = client.decoder.decode(a.index, metas, frames[:dense_frames], packed)
             out.dense.update(pulled_now)
@@ -210,6 +228,8 @@ def _step_outcome(client, result, pushed, pulled, sizes) -> StepOutcome:
             values = from_frame(frames[dense_frames + nth], torch.float32,
                                 (rows.ids.size, pull_rows[nth].dim), f"rows of {rows.key!r}")
             got.setdefault(rows.key, []).append((rows, values))
+        if marks:
+            _states(out.states, marks, asked, pull_rows, frames[dense_frames + len(asked):])
     for table, parts in got.items():
         if len(parts) == 1 and parts[0][0].positions is None:
             out.rows[table] = parts[0][1].clone()
@@ -219,6 +239,28 @@ def _step_outcome(client, result, pushed, pulled, sizes) -> StepOutcome:
             jit.place_rows(merged.numpy(), rows.at(), values.numpy())
         out.rows[table] = merged
     return out
+
+
+def _states(states: dict, marks: dict, asked, answers, frames) -> None:
+    """Place one PS's state frames (one per marked row pull) into `states` (table -> [m, dim]
+    over every marked id of the call, in their order)."""
+    frames = iter(frames)
+    for rows, answer in zip(asked, answers):
+        mask = marks.get(rows.key)
+        if mask is None:
+            continue
+        count = int(np.count_nonzero(mask))
+        if rows.positions is None:  # the whole list from one PS
+            states[rows.key] = from_frame(next(frames), torch.float32, (count, answer.dim),
+                                          f"state of {rows.key!r}").clone()
+            continue
+        got = from_frame(next(frames), torch.float32,
+                         (np.count_nonzero(mask[rows.positions]), answer.dim),
+                         f"state of {rows.key!r}")
+        whole = states.get(rows.key)
+        if whole is None:
+            whole = states[rows.key] = torch.empty(count, answer.dim)
+        place_marked(mask, rows.positions, got.numpy(), whole.numpy())
 
 
 class PendingStep:
