@@ -407,10 +407,9 @@ class ParamStore:
 
     def read_rows(self, t: Table, ids: torch.Tensor, max_new: int | None,
                   marked: np.ndarray | None = None):
-        """A table's pull: (rows, created), and the state of the `marked` ids (a bool mask
-        over `ids`) third when given. A table whose reads change it (admission, a cap, a TTL)
-        is read under the gate, shared, like a mutation: a checkpoint then sees each such
-        read whole, and its delta and the table's "clean" mark agree (ps/checkpoint.py)."""
+        """A table's pull: (rows, created), and the `marked` ids' state (a bool mask over
+        `ids`) third when given. A table whose reads change it (admission, a cap, a TTL) is
+        read under the gate, shared, like a mutation (a checkpoint sees each read whole)."""
         read = t.pull if marked is None else lambda i, m: t.pull_with_state(i, marked, m)
         if not t.spec.stateful_reads:
             return read(ids, max_new)

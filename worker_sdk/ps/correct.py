@@ -255,3 +255,15 @@ def missed_rows(deltas, after: int, table: str, got, state=None) -> int:
         if index > after and table in rows:
             unmarked += correct_rows(got[0], got[2], rows[table], state)
     return unmarked
+
+
+def mark_state(fetch, before, own_writes) -> None:
+    """Ask the PS for the optimizer state of the rows of `fetch` (a Prefetch) that the push
+    of the batch before it (`before`, the prefetch before it, unused yet) will change: the
+    push its step misses and adds."""
+    if before is None or before is fetch or not before.unique:
+        return
+    for table in own_writes.adagrad_tables(fetch.unique):
+        if table in before.unique:
+            fetch.marks[table] = marks(fetch.unique[table][0].numpy(),
+                                       before.unique[table][0].numpy())

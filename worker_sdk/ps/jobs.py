@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .data_client import DataClient
+from rpckit.errors import ServiceError
+
+from .data_client import DataClient, PSUnavailable
 
 
 @dataclass
@@ -57,3 +59,9 @@ class Flight:
     fetch: Prefetch | None
     part: str  # what it reads of `fetch`: "all", "early" or "late"
     then: tuple | None  # the push's second Step, sent once this one is answered
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a push failed because no PS took it (not because of what it carried)."""
+    return isinstance(exc, PSUnavailable) or (
+        isinstance(exc, ServiceError) and exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"))

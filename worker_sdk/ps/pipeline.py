@@ -46,11 +46,9 @@ from typing import Callable
 
 import torch
 
-from rpckit.errors import ServiceError
-
 from . import correct, fresh
 from .data_client import DataClient, PSUnavailable, StaleGradient
-from .jobs import Flight, Prefetch, PushJob  # noqa: F401 - PushJob is given here too
+from .jobs import Flight, Prefetch, PushJob, unreachable  # noqa: F401 - PushJob too
 from .ids import mark, unique_inverse
 
 from ..data.ack import AckLedger
@@ -281,16 +279,8 @@ class Pipeline:
                     then=(push, fetch, part, rest, reads) if second else None)
 
     def _mark(self, fetch: Prefetch) -> None:
-        """Ask the PS for the optimizer state of the rows of `fetch` that the push of the
-        batch before it (the prefetch before it, unused yet) will change: the push its step
-        misses and adds (worker_sdk/ps/correct.py)."""
         before = self._prefetched[-2] if len(self._prefetched) >= 2 else None
-        if before is None or before is fetch or not before.unique:
-            return
-        for table in self.own_writes.adagrad_tables(fetch.unique):
-            if table in before.unique:
-                fetch.marks[table] = correct.marks(fetch.unique[table][0].numpy(),
-                                                   before.unique[table][0].numpy())
+        correct.mark_state(fetch, before, self.own_writes)
 
     def _send_rest(self, push: PushJob | None, fetch: Prefetch | None, part: str, rest,
                    reads) -> None:
@@ -443,7 +433,7 @@ class Pipeline:
                     # RELEASED; a refusal of what was sent (a NaN gradient, another model,
                     # too large) is the step's failure: FAILED, which spends the budget
                     self._ledger.abandon(f"push failed: {outcome}",
-                                         released=_unreachable(outcome))
+                                         released=unreachable(outcome))
                 # else interrupted (KeyboardInterrupt, SystemExit): not a failure of the step,
                 # so no lease is reported FAILED (that would spend the shard's failure budget);
                 # its records are simply never acknowledged, and the leave hands them back
@@ -453,8 +443,3 @@ class Pipeline:
         else:
             self._ledger.trained(job.mark)
 
-
-def _unreachable(exc: BaseException) -> bool:
-    """Whether a push failed because no PS took it (not because of what it carried)."""
-    return isinstance(exc, PSUnavailable) or (
-        isinstance(exc, ServiceError) and exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"))

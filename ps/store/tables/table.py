@@ -47,8 +47,8 @@ from pswire.tables import TableSpec
 
 from ..embedding import initial_rows
 from ..limits import too_large
-from ..optim import RowOptimizer, gather_rows
-from . import bounds, files, kernels, one_pass
+from ..optim import RowOptimizer
+from . import bounds, files, kernels, one_pass, pulls
 from .admission import AdmissionSketch
 from .eviction import Cause, expired, next_expiry, victims
 from .index import RowIndex, distinct_in_order, keys_of
@@ -130,7 +130,7 @@ class Table:
         (yet) answer their initial value. `ids`: int64, numpy or torch (`keys_of`)."""
         keys = keys_of(ids)
         with self.lock:
-            return self._pull(keys, max_new)
+            return pulls.pull(self, keys, max_new)
 
     def pull_with_state(self, ids, marked: np.ndarray, max_new: int | None = None
                         ) -> tuple[torch.Tensor, int, torch.Tensor]:
@@ -139,41 +139,13 @@ class Table:
         held (not admitted) answers the initial state."""
         keys = keys_of(ids)
         with self.lock:
-            rows, created = self._pull(keys, max_new)
+            rows, created = pulls.pull(self, keys, max_new)
             places = self.index.lookup(keys[marked])
             held = places >= 0
             state = self.accum.numpy().take(np.where(held, places, 0), axis=0)
             if not held.all():
                 state[~held] = self.optimizer.initial_accumulator_value
             return rows, created, torch.from_numpy(state)
-
-    def _pull(self, keys: np.ndarray, max_new: int | None) -> tuple[torch.Tensor, int]:
-        """`pull` under the lock (held by the caller)."""
-        now = self.clock()
-        self._expire(now)
-        rows = one_pass.pull(self, keys)  # the usual pull (ps/store/tables/one_pass.py)
-        if rows is not None:
-            return rows, 0
-        places = self.index.lookup(keys)
-        created = 0
-        missing_at = (places < 0).nonzero()[0]
-        if missing_at.size:
-            missing = _distinct(keys[missing_at])
-            admit = self._admitted(missing, max_new)
-            created = self._create(admit, places, now)
-            places[missing_at] = self.index.lookup(keys[missing_at])
-            missing_at = (places < 0).nonzero()[0]
-        self.tick += 1
-        if not missing_at.size:
-            self._touch(places, keys, now)
-            return gather_rows(self.weights, places), created
-        held = places >= 0
-        self._touch(places[held], keys[held], now)
-        rows = torch.empty(keys.size, self.spec.dim)
-        at = torch.from_numpy(held.nonzero()[0])
-        rows[at] = gather_rows(self.weights, places[held])
-        rows[torch.from_numpy(missing_at)] = initial_rows(self.spec, keys[missing_at])
-        return rows, created
 
     def push(self, ids, grads, max_new: int | None = None) -> int:
         """Apply summed gradients of `ids` (int64, numpy or torch: `keys_of`; the gradients
@@ -442,14 +414,6 @@ class Table:
     def rows(self) -> dict[int, tuple]:
         """{id: (weights, accum or None, count, step)} (files.contents; for tests)."""
         return files.contents(self)
-
-
-def _distinct(keys: np.ndarray) -> np.ndarray:
-    """`distinct_in_order(keys)`; ids in increasing order (what the SDK sends) are that
-    already, which two numpy calls tell."""
-    if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):
-        return keys
-    return distinct_in_order(keys)
 
 
 def _grown(t: torch.Tensor, capacity: int) -> torch.Tensor:
