@@ -42,17 +42,20 @@ def _register(master, ps) -> None:
             address="127.0.0.1:1000", data_address=ps.endpoint, index=0, num_ps=1), timeout=10)
 
 
-def _train(master, ahead: int, read_own_writes: bool) -> list[tuple[float, float, float]]:
-    """(the shared row, the batch's own row, the dense value) each step computed on."""
+def _train(master, ahead: int = 1, optimizer: str = "sgd", before=None,
+           **options) -> list[tuple[float, float, float]]:
+    """(the shared row, the batch's own row, the dense value) each step computed on, one push
+    in flight; `options` go to PSClient; `before()` runs once the model is declared."""
     model = Model()
-    client = PSClient(master.address, timeout_s=10, max_inflight=1,
-                      read_own_writes=read_own_writes)
+    client = PSClient(master.address, timeout_s=10, max_inflight=1, **options)
     records = torch.tensor([[SHARED, OWN + k % 2] for k in range(STEPS)]).reshape(-1)
     ds = ElasticDataset(ArrayReader(records), master=master.address, name="train",
                         shard_size=len(records), num_epochs=1, worker_name="fresh")
     seen = []
     try:
-        client.init_parameters(model, optimizer="sgd", lr=LR)
+        client.init_parameters(model, optimizer=optimizer, lr=LR)
+        if before is not None:
+            before()
         for ids in ds.batches(2, prefetch=client.prefetch, prefetch_ahead=ahead):
             client.pull(model)
             rows, loss = model(ids)
@@ -86,7 +89,7 @@ def test_a_step_computes_on_its_own_pushes(launcher, inproc_ps, ahead, read_own_
     master = launcher.master()
     ps = inproc_ps(ParamStore(index=0, num_ps=1, max_staleness=max_staleness))
     _register(master, ps)
-    assert _train(master, ahead, read_own_writes) == _expected(list(range(STEPS)))
+    assert _train(master, ahead, read_own_writes=read_own_writes) == _expected(list(range(STEPS)))
     assert len(ps.store.tables["e"]) == 3  # SHARED, OWN, OWN + 1
 
 
@@ -94,41 +97,12 @@ def test_without_read_own_writes_a_step_may_miss_the_push_before_it(launcher, in
     master = launcher.master()
     ps = inproc_ps(ParamStore(index=0, num_ps=1))
     _register(master, ps)
-    seen = _train(master, 1, False)
+    seen = _train(master, 1, read_own_writes=False)
     # its data was read while the step before computed: the PS applied that step's push
     # before or after the read, as it does the steps of two workers
     applied = [round(-w / LR) for _, _, w in seen]
     assert all(k - 1 <= n <= k for k, n in enumerate(applied))
     assert seen == _expected(applied)  # rows and dense tensors of the same pushes
-
-
-def _train_corrected(master, max_inflight: int, optimizer: str = "sgd",
-                     before=None) -> list[tuple[float, float, float]]:
-    """`_train` with PSClient(correct_own_writes=True); `before()` runs once the model is
-    declared."""
-    model = Model()
-    client = PSClient(master.address, timeout_s=10, max_inflight=max_inflight,
-                      correct_own_writes=True)
-    records = torch.tensor([[SHARED, OWN + k % 2] for k in range(STEPS)]).reshape(-1)
-    ds = ElasticDataset(ArrayReader(records), master=master.address, name="train",
-                        shard_size=len(records), num_epochs=1, worker_name="correct")
-    seen = []
-    try:
-        client.init_parameters(model, optimizer=optimizer, lr=LR)
-        if before is not None:
-            before()
-        for ids in ds.batches(2, prefetch=client.prefetch, prefetch_ahead=1):
-            client.pull(model)
-            rows, loss = model(ids)
-            seen.append((rows[0, 0].item(), rows[1, 0].item(), model.w.item()))
-            loss.backward()
-            client.push(model, wait=False)
-        client.flush()
-    finally:
-        ds.close()
-        client.close()
-        ack.use_push_acks(False)
-    return seen
 
 
 def test_corrected_on_the_worker_a_step_computes_on_its_own_pushes(launcher, inproc_ps):
@@ -139,7 +113,7 @@ def test_corrected_on_the_worker_a_step_computes_on_its_own_pushes(launcher, inp
     master = launcher.master()
     ps = inproc_ps(ParamStore(index=0, num_ps=1))
     _register(master, ps)
-    seen = _train_corrected(master, 1)
+    seen = _train(master, correct_own_writes=True)
     applied = [round(-w / LR) for _, _, w in seen]
     assert applied[1] in (0, 1)
     assert seen == _expected([0, applied[1], *range(2, STEPS)])
@@ -190,7 +164,7 @@ def test_corrected_on_the_worker_never_twice(launcher, inproc_ps):
         ps = inproc_ps(ParamStore(index=0, num_ps=1), threads=2)
         late = ReadsAfterTheNextPush(ps.store)
         _register(master, ps)
-        seen = _train_corrected(master, 1)
+        seen = _train(master, correct_own_writes=True)
         if late.held == 1:
             assert seen == _expected(list(range(STEPS)))
             return
@@ -216,7 +190,7 @@ def test_corrected_adagrad_rows_use_the_ps_accumulator(launcher, inproc_ps):
         finally:
             other.close()
 
-    seen = _train_corrected(master, 1, optimizer="adagrad", before=other_worker)
+    seen = _train(master, optimizer="adagrad", before=other_worker, correct_own_writes=True)
 
     def adagrad(start: float, count: int, first: float = 0.0) -> float:
         """A value after `count` gradients of 1, the sum starting at `first`."""
