@@ -120,10 +120,10 @@ def test_corrected_on_the_worker_a_step_computes_on_its_own_pushes(launcher, inp
 
 
 class ReadsAfterTheNextPush:
-    """A PS whose Steps that only read (but the first, which the first step waits for) are
-    each held until as many pushes as reads before them are applied (bounded): the order two lanes may
-    take, made the rule. The second batch's read carries no push, so it is then served after
-    the first push."""
+    """A PS whose Steps that only read rows (but the first, which the first step waits for)
+    are each held until as many pushes as reads before them are applied (bounded): the order
+    two lanes may take, made the rule. The second batch's read carries no push, so it is then
+    served after the first push."""
 
     def __init__(self, store: ParamStore):
         self.inner = store.steps.step
