@@ -364,6 +364,18 @@ class OldOwner:
         self.sock.close(0)
 
 
+def _import(calls: SlotCalls, src: ParamStore, damage=lambda f: f):
+    """One IMPORT of the moved slots by `calls`, from an old owner serving `src`'s export
+    passed through `damage`: the call's answer."""
+    owner = OldOwner(src, damage)
+    try:
+        return calls.call(ps_pb2.MoveSlotsRequest(
+            action=ps_pb2.MoveSlotsRequest.IMPORT, slots=MOVED, layout_version=2, attempt=1,
+            src_data_address=owner.address))
+    finally:
+        owner.close()
+
+
 @pytest.mark.parametrize("damage", [
     lambda f: [f[0][: len(f[0]) // 2], *f[1:]],
     lambda f: [*f[:-1], f[-1][:-1]],
@@ -376,30 +388,18 @@ class OldOwner:
         "slot-out-of-range"])
 def test_an_import_of_a_bad_export_fails_cleanly_and_changes_nothing(damage):
     src, dst = _pair()
-    owner = OldOwner(src, damage)
     calls = SlotCalls(dst, Handlers(dst), zmq.Context.instance())
     before = fingerprint(dst)
-    try:
-        with pytest.raises(ServiceError) as err:
-            calls.call(ps_pb2.MoveSlotsRequest(
-                action=ps_pb2.MoveSlotsRequest.IMPORT, slots=MOVED, layout_version=2,
-                attempt=1, src_data_address=owner.address))
-    finally:
-        owner.close()
+    with pytest.raises(ServiceError) as err:
+        _import(calls, src, damage)
     assert err.value.code == "INVALID_ARGUMENT"
     assert fingerprint(dst) == before
 
 
 def test_an_import_of_a_good_export_through_the_real_path_installs():
     src, dst = _pair()
-    owner = OldOwner(src, lambda f: f)
     calls = SlotCalls(dst, Handlers(dst), zmq.Context.instance())
-    try:
-        out = calls.call(ps_pb2.MoveSlotsRequest(
-            action=ps_pb2.MoveSlotsRequest.IMPORT, slots=MOVED, layout_version=2, attempt=1,
-            src_data_address=owner.address))
-    finally:
-        owner.close()
+    out = _import(calls, src)
     assert len(dst.tables["e"]) == _moved_rows() > 0 and out.tensors > 0
     assert dst.ownership.incoming[MOVED].all()
 
@@ -428,13 +428,7 @@ def test_prepare_writes_the_first_full_file_ahead_and_the_import_then_writes_a_d
     assert ckpt.last is not None and not ckpt.last.delta
     first = ckpt.last.path
     assert not calls.prepare()  # a chain now: nothing more to write ahead
-    owner = OldOwner(src, lambda f: f)
-    try:
-        calls.call(ps_pb2.MoveSlotsRequest(
-            action=ps_pb2.MoveSlotsRequest.IMPORT, slots=MOVED, layout_version=2, attempt=1,
-            src_data_address=owner.address))
-    finally:
-        owner.close()
+    _import(calls, src)
     assert ckpt.last.delta and ckpt.written == 2 and first.exists()
     back = ParamStore(index=1, num_ps=2)
     checkpoint.Checkpointer(back, checkpoint.CheckpointDir(tmp_path, 1, 2)).restore()
@@ -448,11 +442,5 @@ def test_an_import_without_prepare_still_writes_the_first_file_before_the_freeze
     ckpt = checkpoint.Checkpointer(dst, checkpoint.CheckpointDir(tmp_path, 1, 2))
     calls = SlotCalls(dst, Handlers(dst), zmq.Context.instance(),
                       durable=lambda: ckpt.write(delta=True), chained=lambda: bool(ckpt.last))
-    owner = OldOwner(src, lambda f: f)
-    try:
-        calls.call(ps_pb2.MoveSlotsRequest(
-            action=ps_pb2.MoveSlotsRequest.IMPORT, slots=MOVED, layout_version=2, attempt=1,
-            src_data_address=owner.address))
-    finally:
-        owner.close()
+    _import(calls, src)
     assert calls._first_file is None and ckpt.written == 2 and ckpt.last.delta
