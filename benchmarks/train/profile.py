@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--wall", dest="cpu", action="store_false",
                    help="time by the wall clock (default: the thread's CPU time)")
+    p.add_argument("--max-inflight", type=int, default=2)
+    p.add_argument("--correct-own-writes", action="store_true",
+                   help="the worker's PSClient(correct_own_writes=True) (max_inflight 1)")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     from benchmarks.train import worker
@@ -46,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
             worker.ON_START, worker.ON_END = prof.enable, prof.disable
             worker.main([
                 "--master", master.address, "--data", str(tmp / "data"), "--batch",
-                str(a.batch), "--epochs", str(a.epochs), "--max-inflight", "2",
+                str(a.batch), "--epochs", str(a.epochs), "--max-inflight",
+                str(1 if a.correct_own_writes else a.max_inflight),
+                *(["--correct-own-writes"] if a.correct_own_writes else []),
                 "--out", str(tmp / "w.json")])
             print((tmp / "w.json").read_text())
     prof.dump_stats(a.out)
