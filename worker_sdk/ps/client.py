@@ -208,9 +208,10 @@ class PSClient:
         self.pipeline.set_layout(self.data.owner)
         if self._correct_own_writes:
             correct.warm_up()
-            self.pipeline.own_writes = correct.OwnWrites(
+            own = self.pipeline.own_writes = correct.OwnWrites(
                 {"name": optimizer, **hyperparameters},
                 {emb.table: emb.optimizer for emb in _embeddings(model) if emb.optimizer})
+            own.warm_up({n: p for n, p in model.named_parameters() if p.requires_grad})
         self.pull(model)
         return first
 
@@ -253,15 +254,19 @@ class PSClient:
         self._names = view.names
         got = self.pipeline.take_dense(self._names)
         if got is not None:
-            tensors, versions = got
+            tensors, versions, updates = got
             self.data.versions.update(versions)  # the next push names what it was computed from
         else:
             started = time.perf_counter()
-            tensors = self.data.pull(self._names)
+            tensors, updates = self.data.pull(self._names), {}
             self.pipeline.wait_pull_s += time.perf_counter() - started
         with torch.no_grad():
             for name, p in view.params:
-                p.copy_(tensors[name])
+                update = updates.get(name) if updates else None
+                if update is None:
+                    p.copy_(tensors[name])
+                else:  # the read and what it misses of this worker's own push, in one pass
+                    torch.add(tensors[name], update, out=p)
 
     def _model(self, model: nn.Module) -> ModelView:
         view = self._view

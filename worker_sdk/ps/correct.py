@@ -98,6 +98,63 @@ def _adagrad_where_met(unique, rows, marked, state, ids, grads, lr, eps):
     return unmarked
 
 
+@jit.njit
+def _adagrad_dense(acc, grad, out, lr, eps):
+    """torch.optim.Adagrad's step of one dense tensor as an update (flat float32 arrays):
+    acc += grad**2, out = grad / (sqrt(acc) + eps) * -lr, torch's order of operations. Three
+    loops, not one: each vectorizes alone (the fused loop ran 1.6x slower), same floats."""
+    n = grad.size
+    for i in range(n):
+        acc[i] += grad[i] * grad[i]
+    for i in range(n):
+        out[i] = np.sqrt(acc[i])
+    for i in range(n):
+        out[i] = grad[i] / (out[i] + eps) * -lr
+
+
+@jit.njit
+def _adagrad_dense_all(accs, grads, outs, lr, eps):
+    """`_adagrad_dense` of every tensor (tuples of flat float32 arrays, in one order)."""
+    for t in range(len(grads)):
+        _adagrad_dense(accs[t], grads[t], outs[t], lr, eps)
+
+
+class _Flat:
+    """The dense tensors' Adagrad accumulators, and a ring of buffers for their updates,
+    laid out once for a model's tensors (names, shapes, order). An update stays valid until
+    RING more pushes: longer than a push's update is kept (worker_sdk/ps/pipeline.py keeps
+    MAX_PREFETCHED) and used (added to a read when the next step pulls)."""
+
+    RING = 8
+
+    def __init__(self, grads: dict[str, torch.Tensor], initial: float) -> None:
+        self.key = [(n, g.shape) for n, g in grads.items()]
+        sizes = [g.numel() for g in grads.values()]
+        self._acc = np.full(sum(sizes), initial, np.float32)
+        self.accs = self._cut(self._acc, sizes)
+        self._ring = []
+        for _ in range(self.RING):
+            buf = np.empty(sum(sizes), np.float32)
+            outs = self._cut(buf, sizes)
+            self._ring.append((outs, {n: torch.from_numpy(o).view(shape)
+                                      for (n, shape), o in zip(self.key, outs)}))
+        self._next = 0
+
+    @staticmethod
+    def _cut(buf: np.ndarray, sizes: list[int]) -> tuple:
+        return tuple(np.split(buf, np.cumsum(sizes)[:-1]))
+
+    def fits(self, grads: dict[str, torch.Tensor]) -> bool:
+        return len(grads) == len(self.key) and all(
+            n == name and g.shape == shape for (name, shape), (n, g) in zip(self.key,
+                                                                             grads.items()))
+
+    def next_out(self) -> tuple:
+        out = self._ring[self._next]
+        self._next = (self._next + 1) % self.RING
+        return out
+
+
 def warm_up() -> None:
     """Compile the loops now (numba caches them on disk), not in the first step."""
     unique, rows = np.array([1, 2], np.int64), np.zeros((2, 2), np.float32)
@@ -107,6 +164,10 @@ def warm_up() -> None:
     _adagrad_where_met(unique, rows, mask, np.ones((1, 2), np.float32), ids, grads,
                        np.float32(0.1), np.float32(1e-10))
     place_marked(mask, np.arange(2), grads, np.empty((1, 2), np.float32))
+    marked_at(mask, np.arange(2))
+    flat = _Flat({"w": torch.ones(2)}, 0.0)
+    _adagrad_dense_all(flat.accs, (np.ones(2, np.float32),), flat.next_out()[0],
+                       np.float32(0.1), np.float32(1e-10))
 
 
 class OwnWrites:
@@ -115,32 +176,39 @@ class OwnWrites:
     def __init__(self, dense_cfg: dict, table_cfgs: dict[str, dict]) -> None:
         self.dense_cfg = dense_cfg
         self.table_cfgs = table_cfgs
-        self._dense: dict[str, torch.Tensor] = {}
+        self._flat: _Flat | None = None  # the dense tensors' accumulators and updates
         self._dense_ok = correctable(dense_cfg)
         self._correctable: dict[str, bool] = {}  # table -> correctable(its optimizer)
+        self._adagrad: dict[str, bool] = {}  # table -> its rows need the PS's Adagrad state
 
     def _dense_deltas(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Each tensor's update, in a few torch._foreach calls (one op over every tensor:
-        a small model's step is many small tensors, where a call per tensor costs more than
-        its arithmetic)."""
+        """Each tensor's update: SGD's in one torch._foreach call; Adagrad's in one compiled
+        call over every tensor (`_adagrad_dense_all`), which advances the accumulators and
+        writes the updates into one of a few flat buffers laid out once (`_Flat`): a small
+        model's step is many small tensors, where a call per tensor costs more than its
+        arithmetic."""
         cfg = self.dense_cfg
-        names = list(grads)
-        gs = [grads[n].detach().to(torch.float32) for n in names]
         if cfg["name"] == "sgd":
+            names = list(grads)
+            gs = [grads[n].detach().to(torch.float32) for n in names]
             return dict(zip(names, torch._foreach_mul(gs, -_lr(cfg))))
-        accs = []
-        for n, g in zip(names, gs):
-            acc = self._dense.get(n)
-            if acc is None or acc.shape != g.shape:
-                acc = self._dense[n] = torch.full_like(
-                    g, float(cfg.get("initial_accumulator_value", 0.0)))
-            accs.append(acc)
-        torch._foreach_addcmul_(accs, gs, gs)
-        std = torch._foreach_sqrt(accs)
-        torch._foreach_add_(std, float(cfg.get("eps", 1e-10)))
-        out = torch._foreach_div(gs, std)
-        torch._foreach_mul_(out, -_lr(cfg))
-        return dict(zip(names, out))
+        flat = self._flat
+        if flat is None or not flat.fits(grads):
+            flat = self._flat = _Flat(grads, float(cfg.get("initial_accumulator_value", 0.0)))
+        gs = tuple([g.detach().numpy().reshape(-1) if g.dtype == torch.float32
+                    and g.is_contiguous() else g.detach().to(torch.float32).contiguous()
+                    .numpy().reshape(-1) for g in grads.values()])
+        out, views = flat.next_out()
+        _adagrad_dense_all(flat.accs, gs, out, np.float32(_lr(cfg)),
+                           np.float32(cfg.get("eps", 1e-10)))
+        return views
+
+    def warm_up(self, params: dict[str, torch.Tensor]) -> None:
+        """Compile the dense update for these tensors now, not in the first step (numba
+        specializes it by their count): an update of zero gradients, which changes nothing."""
+        if self._dense_ok and params:
+            self._dense_deltas({n: torch.zeros_like(p, dtype=torch.float32)
+                                for n, p in params.items()})
 
     def deltas(self, grads: dict[str, torch.Tensor], rows) -> tuple[dict, dict]:
         """(name -> dense delta, table -> `Pushed`) of one push, the dense accumulators
@@ -149,9 +217,9 @@ class OwnWrites:
         dense = self._dense_deltas(grads) if self._dense_ok and grads else {}
         out = {}
         for table, ids, g in rows:
-            cfg = self.table_cfgs.get(table, self.dense_cfg)
-            if not self._correctable.setdefault(table, correctable(cfg)):
+            if not self._table_ok(table):
                 continue
+            cfg = self.table_cfgs.get(table, self.dense_cfg)
             ids = np.ascontiguousarray(torch.as_tensor(ids, dtype=torch.int64).reshape(-1))
             g = g.detach().to(torch.float32).contiguous()
             if cfg["name"] == "sgd":
@@ -163,12 +231,15 @@ class OwnWrites:
 
     def adagrad_tables(self, tables) -> list[str]:
         """Those of `tables` whose row correction needs the PS's state (Adagrad's sum)."""
-        out = []
-        for table in tables:
-            cfg = self.table_cfgs.get(table, self.dense_cfg)
-            if correctable(cfg) and cfg["name"] == "adagrad":
-                out.append(table)
-        return out
+        return [t for t in tables if self._adagrad.get(t) or self._adagrad.setdefault(
+            t, self._table_ok(t) and self.table_cfgs.get(t, self.dense_cfg)["name"] == "adagrad")]
+
+    def _table_ok(self, table: str) -> bool:
+        ok = self._correctable.get(table)
+        if ok is None:
+            ok = self._correctable[table] = correctable(self.table_cfgs.get(table,
+                                                                            self.dense_cfg))
+        return ok
 
 
 class Pushed(NamedTuple):
@@ -202,22 +273,32 @@ def _met(unique, ids):
 
 
 @jit.njit
-def place_marked(mask, positions, got, out):
-    """out[rank] = got[k] for the k-th of `positions` (places among a call's ids) that
-    `mask` marks, rank being its place among every marked id: one PS's state rows put where
-    they sit among the call's marked ids."""
-    rank = np.empty(mask.size, np.int64)
+def marked_at(mask, positions):
+    """How many of `positions` (places among a call's ids) `mask` marks."""
     count = 0
-    for i in range(mask.size):
-        rank[i] = count
-        count += mask[i]
-    k = 0
     for i in range(positions.size):
-        p = positions[i]
-        if mask[p]:
-            for c in range(got.shape[1]):
-                out[rank[p], c] = got[k, c]
-            k += 1
+        count += mask[positions[i]]
+    return count
+
+
+@jit.njit
+def place_marked(mask, positions, got, out):
+    """out[rank] = got[k] for the k-th of `positions` (places among a call's ids, ascending)
+    that `mask` marks, rank being its place among every marked id: one PS's state rows put
+    where they sit among the call's marked ids. One walk of the mask up to the last place."""
+    rank = 0
+    k = 0
+    j = 0
+    for i in range(mask.size):
+        if j == positions.size:
+            return
+        if positions[j] == i:
+            if mask[i]:
+                for c in range(got.shape[1]):
+                    out[rank, c] = got[k, c]
+                k += 1
+            j += 1
+        rank += mask[i]
 
 
 def correct_rows(unique: torch.Tensor, rows: torch.Tensor, pushed: Pushed,
@@ -237,13 +318,16 @@ def correct_rows(unique: torch.Tensor, rows: torch.Tensor, pushed: Pushed,
                                   np.float32(pushed.eps)))
 
 
-def missed_dense(deltas, after: int, dense: dict) -> dict:
-    """Prefetched dense tensors with the updates of the pushes numbered past `after` in
-    `deltas` ([(push number, dense deltas, row deltas)]): new tensors, the answer's left."""
+def missed_dense(deltas, after: int) -> dict[str, torch.Tensor]:
+    """The sum of the dense updates of the pushes numbered past `after` in `deltas`
+    ([(push number, dense deltas, row deltas)]), by name: what a read's tensors miss. The
+    caller adds it as it copies them into the model (`torch.add(..., out=param)`: one pass)."""
+    out: dict[str, torch.Tensor] = {}
     for index, changes, _ in deltas:
         if index > after:
-            dense = {n: t + changes[n] if n in changes else t for n, t in dense.items()}
-    return dense
+            for name, d in changes.items():
+                out[name] = d if name not in out else out[name] + d
+    return out
 
 
 def missed_rows(deltas, after: int, table: str, got, state=None) -> int:

@@ -143,8 +143,9 @@ class Pipeline:
             self._send(push, job)
 
     def take_dense(self, names: list[str]):
-        """(tensors, versions) of the oldest prefetch whose dense tensors are unused, waiting
-        for it; None when there is none (or it failed)."""
+        """(tensors, versions, updates) of the oldest prefetch whose dense tensors are unused,
+        waiting for it; None when there is none (or it failed). `updates`: name -> what the
+        tensor misses of this worker's own pushes, to add (correct_own_writes; else empty)."""
         with self._lock:
             self._send_held()  # a pull before the prefetch: the push goes first
             job = next((j for j in self._prefetched if not j.dense_used), None)
@@ -157,11 +158,12 @@ class Pipeline:
             dense, versions = job.dense, job.versions
             if dense is None or not all(n in dense for n in names):
                 return None
-            dense = correct.missed_dense(self._deltas, max(job.after, job.sent), dense)
+            updates = correct.missed_dense(self._deltas, max(job.after, job.sent)) \
+                if self._deltas else {}
             self._count_own(job)
             if len(dense) == len(names):  # exactly the names asked (the usual step)
-                return dense, versions
-            return {n: dense[n] for n in names}, {n: versions[n] for n in names}
+                return dense, versions, updates
+            return {n: dense[n] for n in names}, {n: versions[n] for n in names}, updates
 
     def take_rows(self, table: str, ids: torch.Tensor):
         """(unique ids, inverse, rows) of `table` from the oldest prefetch that has rows for

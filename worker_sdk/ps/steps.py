@@ -24,7 +24,7 @@ from pswire.frames import as_buffer, dtype_name, frames_of, from_frame, pack, pa
 from rpckit.errors import Reason
 
 from . import reroute
-from .correct import place_marked
+from .correct import marked_at, place_marked
 from .ids import prepared
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
 from .parts import Part, Rows
@@ -255,8 +255,7 @@ def _states(states: dict, marks: dict, asked, answers, frames) -> None:
                                           f"state of {rows.key!r}").clone()
             continue
         got = from_frame(next(frames), torch.float32,
-                         (np.count_nonzero(mask[rows.positions]), answer.dim),
-                         f"state of {rows.key!r}")
+                         (marked_at(mask, rows.positions), answer.dim), f"state of {rows.key!r}")
         whole = states.get(rows.key)
         if whole is None:
             whole = states[rows.key] = torch.empty(count, answer.dim)
