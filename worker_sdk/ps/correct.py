@@ -72,7 +72,7 @@ def _add_where_met(unique, rows, ids, delta):
                 rows[i, c] += delta[j, c]
 
 
-@jit.njit
+@jit.njit(error_model="numpy")  # a division vectorizes only without Python's zero check
 def _adagrad_where_met(unique, rows, marked, state, ids, grads, lr, eps):
     """Adagrad's step of rows[i] for grads[j] where unique[i] == ids[j] (both sorted,
     distinct) and marked[i], its accumulator being the PS's (`state`, one row per marked id,
@@ -98,7 +98,7 @@ def _adagrad_where_met(unique, rows, marked, state, ids, grads, lr, eps):
     return unmarked
 
 
-@jit.njit
+@jit.njit(error_model="numpy")  # a division vectorizes only without Python's zero check
 def _adagrad_dense(acc, grad, out, lr, eps):
     """torch.optim.Adagrad's step of one dense tensor as an update (flat float32 arrays):
     acc += grad**2, out = grad / (sqrt(acc) + eps) * -lr, torch's order of operations. Three
