@@ -48,7 +48,7 @@ from benchmarks.train import elastic, local, models
 
 RUNS = ("local-sparse", "local-dense", "local-record", "elastic-1w", "elastic-2w",
         "elastic-1w-plain", "elastic-1w-backup", "elastic-1w-secure", "elastic-1w-inflight1",
-        "elastic-1w-fresh", "elastic-1w-correct")
+        "elastic-1w-fresh", "elastic-1w-correct", "elastic-2w-correct")
 DEFAULT_RUNS = RUNS[:5]
 LOCAL_TENSOR = ("local-sparse", "local-dense")  # a round's base: the faster of them
 ALIASES = {"local-tensor": "local-dense"}  # the name before issue 42 (dense gradients)

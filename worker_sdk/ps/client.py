@@ -134,7 +134,7 @@ class PSClient:
                  discovery_timeout_s: float = 60.0, max_inflight: int = 1,
                  tls_ca: str | None = None, auth_token: str | None = None,
                  retry_budget_s: float = RETRY_BUDGET_S, ledger: ack.AckLedger | None = None,
-                 read_own_writes: bool = False, correct_own_writes: bool = False):
+                 read_own_writes: bool = False, correct_own_writes: bool | None = None):
         """max_inflight: pushes `push(wait=False)` may leave unanswered (a further push first
         collects the oldest answer); each message in flight has its own connection.
         retry_budget_s: how long one call keeps retrying a PS that does not answer before it
@@ -151,9 +151,12 @@ class PSClient:
         correct_own_writes: instead, the worker adds its last push's update (SGD, Adagrad)
         to the prefetched rows and dense tensors it misses, before the forward pass
         (worker_sdk/ps/correct.py; an Adagrad row with the PS's state of it, asked in the
-        same Step): no message more, no wait; with max_inflight 1."""
+        same Step): no message more, no wait; with max_inflight 1. None (the default): on
+        with max_inflight 1 and no read_own_writes, else off."""
         if max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
+        if correct_own_writes is None:
+            correct_own_writes = max_inflight == 1 and not read_own_writes
         if correct_own_writes and (read_own_writes or max_inflight != 1):
             raise ValueError("correct_own_writes takes max_inflight=1 and no read_own_writes")
         self._correct_own_writes = correct_own_writes
