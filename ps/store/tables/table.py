@@ -140,11 +140,10 @@ class Table:
         keys = keys_of(ids)
         with self.lock:
             rows, created = pulls.pull(self, keys, max_new)
-            places = self.index.lookup(keys[marked])
-            held = places >= 0
-            state = self.accum.numpy().take(np.where(held, places, 0), axis=0)
-            if not held.all():
-                state[~held] = self.optimizer.initial_accumulator_value
+            index = self.index
+            state = kernels.marked_state(
+                index.entries, keys, marked, index._shift, index._mask,
+                one_pass.arrays(self)[1], np.float32(self.optimizer.initial_accumulator_value))
             return rows, created, torch.from_numpy(state)
 
     def push(self, ids, grads, max_new: int | None = None) -> int:
