@@ -25,6 +25,10 @@ def pull(table, keys: np.ndarray, max_new: int | None) -> tuple[torch.Tensor, in
         missing = distinct(keys[missing_at])
         admit = table._admitted(missing, max_new)
         created = table._create(admit, places, now)
+        if created == missing.size:  # every id holds a row now: the usual pass reads them
+            rows = one_pass.pull(table, keys)
+            if rows is not None:
+                return rows, created
         places[missing_at] = table.index.lookup(keys[missing_at])
         missing_at = (places < 0).nonzero()[0]
     table.tick += 1
