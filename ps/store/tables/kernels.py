@@ -142,6 +142,15 @@ def touch(places, keys, counts, steps, step, dirty):
 
 
 @njit
+def increasing(keys):
+    """Whether `keys` are strictly increasing (sorted and distinct: what the SDK sends)."""
+    for i in range(1, keys.size):
+        if keys[i] <= keys[i - 1]:
+            return False
+    return True
+
+
+@njit
 def _find_all(entries, keys, shift, mask):
     """`lookup` of every key, or None as soon as one is absent."""
     places = np.empty(keys.size, np.int64)
@@ -238,3 +247,4 @@ def warm_up() -> None:
                   w, w.copy(), w.copy(), 0.1, 1e-10, is_sgd)
     pull_held(entries, ids, shift, mask, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool), w)
     marked_state(entries, ids, np.ones(2, dtype=bool), shift, mask, w, np.float32(0))
+    increasing(ids)

@@ -153,7 +153,7 @@ class Table:
         1) or created (admit_after 1; more than `max_new` to create are refused, TOO_LARGE,
         changing nothing)."""
         keys = keys_of(ids)
-        sorted_distinct = keys.size < 2 or bool((keys[1:] > keys[:-1]).all())
+        sorted_distinct = bool(kernels.increasing(keys))
         if sorted_distinct:
             summed = grads  # sorted and distinct already (what the SDK sends)
         else:
