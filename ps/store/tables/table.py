@@ -45,7 +45,7 @@ import torch
 
 from pswire.tables import TableSpec
 
-from ..embedding import initial_rows
+from ..embedding import initial_args
 from ..limits import too_large
 from ..optim import RowOptimizer
 from . import bounds, files, kernels, one_pass, pulls
@@ -258,19 +258,14 @@ class Table:
         self._reserve(self.high + fresh)
         if reused.size:
             self._unshare()  # a view may read those places: they held evicted rows
-        # fresh places only (no eviction yet): one range, written as a slice
-        at = torch.from_numpy(places) if reused.size else slice(self.high, self.high + fresh)
-        where = places if reused.size else at
         self.high += fresh
-        self.weights[at] = initial_rows(self.spec, new)
-        if self.accum is not None:
-            self.accum[at] = self.optimizer.initial_accumulator_value
-        self.ids[where] = new
-        self.counts[where] = 0
-        self.steps[where] = self.pushes
-        self.ticks[where] = self.tick
-        self.touched[where] = now
-        self.dirty[where] = True
+        weights, accum = one_pass.arrays(self)
+        init, base, a, b = initial_args(self.spec)
+        kernels.create_rows(places, np.ascontiguousarray(new, np.int64), weights,
+                            weights if accum is None else accum, accum is not None,
+                            np.float32(self.optimizer.initial_accumulator_value), init, base,
+                            a, b, self.ids, self.counts, self.steps, self.pushes, self.ticks,
+                            self.tick, self.touched, float(now), self.dirty)
         if self.watch is not None:
             self._watched(places)
         self.index.insert(new, places)
