@@ -160,11 +160,15 @@ def marks_of(frame, count: int, what: str) -> np.ndarray:
     return mask.view(np.bool_)
 
 
+_jit_flags_only = None  # pswire.jit.flags_only, imported on first use (as `_all_finite`)
+
+
 def _flags_only(mask: np.ndarray) -> bool:
     """pswire.jit.flags_only (one compiled pass; numpy's max took 20 us a Step's mask)."""
-    from .jit import flags_only  # numba is heavy to import: on first use, as `_finite_array`
-
-    return bool(flags_only(mask))
+    global _jit_flags_only
+    if _jit_flags_only is None:
+        from .jit import flags_only as _jit_flags_only
+    return bool(_jit_flags_only(mask))
 
 
 def require_row_grads(grads, count: int, dim: int, table: str) -> None:
@@ -179,7 +183,11 @@ def require_row_grads(grads, count: int, dim: int, table: str) -> None:
 
 def _view(t: torch.Tensor, shape) -> torch.Tensor:
     """`t.view(shape)`; a tuple given whole goes through torch's parser by a TypeError first
-    (it tries the one-int overload), so its dimensions are passed one by one."""
+    (it tries the one-int overload), so its dimensions are passed one by one. A 1-D shape of a
+    1-D tensor (a frame's tensor is 1-D, of the shape's size) is the tensor itself: the first
+    view of a fresh frame's tensor took about 20 us in a PS's Step."""
+    if len(shape) == 1 and t.dim() == 1 and t.shape[0] == shape[0]:
+        return t
     return t.view(*shape) if shape else t.view(())
 
 
