@@ -105,7 +105,7 @@ def require_finite(t, what) -> None:
     elif t.numel() == 0:
         return
     elif t.dtype in (torch.float32, torch.float64):  # a torch call costs more than the pass
-        if _finite_array(t.detach().numpy()):
+        if _finite_array((t.detach() if t.requires_grad else t).numpy()):
             return
     elif torch.isfinite(t.sum()):
         return
@@ -155,9 +155,20 @@ def marks_of(frame, count: int, what: str) -> np.ndarray:
     if mask.size != count:
         raise invalid(f"{what}: the mask has {mask.size} bytes for {count} ids; one byte (0 or "
                       "1) per id read")
-    if mask.size and mask.max() > 1:
+    if mask.size and not _flags_only(mask):
         raise invalid(f"{what}: a mask byte is neither 0 nor 1")
     return mask.view(np.bool_)
+
+
+_jit_flags_only = None  # pswire.jit.flags_only, imported on first use (as `_all_finite`)
+
+
+def _flags_only(mask: np.ndarray) -> bool:
+    """pswire.jit.flags_only (one compiled pass; numpy's max took 20 us a Step's mask)."""
+    global _jit_flags_only
+    if _jit_flags_only is None:
+        from .jit import flags_only as _jit_flags_only
+    return bool(_jit_flags_only(mask))
 
 
 def require_row_grads(grads, count: int, dim: int, table: str) -> None:
@@ -172,7 +183,11 @@ def require_row_grads(grads, count: int, dim: int, table: str) -> None:
 
 def _view(t: torch.Tensor, shape) -> torch.Tensor:
     """`t.view(shape)`; a tuple given whole goes through torch's parser by a TypeError first
-    (it tries the one-int overload), so its dimensions are passed one by one."""
+    (it tries the one-int overload), so its dimensions are passed one by one. A 1-D shape of a
+    1-D tensor (a frame's tensor is 1-D, of the shape's size) is the tensor itself: the first
+    view of a fresh frame's tensor took about 20 us in a PS's Step."""
+    if len(shape) == 1 and t.dim() == 1 and t.shape[0] == shape[0]:
+        return t
     return t.view(*shape) if shape else t.view(())
 
 

@@ -94,6 +94,15 @@ def min_max(values):
 
 
 
+@njit
+def flags_only(mask):
+    """Whether every byte of the uint8 `mask` is 0 or 1 (a state mask's, pswire.frames)."""
+    for i in range(mask.size):
+        if mask[i] > 1:
+            return False
+    return True
+
+
 def warm_up() -> None:
     """Load (or, once after a change, compile) the loops above, so that a process's first
     requests do not pay for it: a worker calls this when it declares embedding tables."""
@@ -108,6 +117,7 @@ def warm_up() -> None:
     all_finite(values)
     all_finite(values.astype(np.float64))
     min_max(ids)
+    flags_only(np.zeros(2, dtype=np.uint8))
     unique_inverse(ids)
     rows = np.zeros((2, 2), dtype=np.float32)
     gather_rows(rows, ids, rows.copy())

@@ -2,11 +2,13 @@
 per Step without the network, the worker or the neighbours (issue 27's method).
 
     python -m benchmarks.train.replay capture --batch 256 --out steps-256.pkl [--model criteo]
+        [--correct-own-writes]
     python -m benchmarks.train.replay replay steps-256.pkl [--repeat 5] [--profile OUT.pstats]
 
 `capture` runs a master and 2 PS (as bench_train) and one bench worker in this process with
 `pswire.connection.Connection.send` wrapped: every request's frames and the PS index it went to
-are written to `--out`. `replay` feeds them, in the order sent, to
+are written to `--out` (`--correct-own-writes`: a worker that corrects its reads, with one push
+in flight, so its row pulls ask for the Adagrad state of marked rows). `replay` feeds them, in the order sent, to
 `DataPlane(build_chain(ParamStore(i, 2))).handle` of two fresh stores in one process (the same
 handler chain a PS runs, without sockets and threads) and prints the thread CPU per Step
 request (median of `--repeat` replays), split by PS; `--profile` writes a cProfile of one more
@@ -26,7 +28,8 @@ from pathlib import Path
 import zmq
 
 
-def capture(batch: int, out: Path, records: int, epochs: int, model: str = "ctr") -> None:
+def capture(batch: int, out: Path, records: int, epochs: int, model: str = "ctr",
+            correct: bool = False) -> None:
     from benchmarks.train.cli import make_data
     from cluster.launch import Launcher
     from pswire import connection
@@ -55,9 +58,11 @@ def capture(batch: int, out: Path, records: int, epochs: int, model: str = "ctr"
             for i in range(2):
                 launcher.ps(master.address, index=i, num_ps=2, checkpoint_dir=f"ps{i}")
             from benchmarks.train import worker
+            mode = ["--max-inflight", "1", "--correct-own-writes"] if correct else [
+                "--max-inflight", "2"]
             worker.main(["--master", master.address, "--data", str(tmp / "data"),
-                         "--batch", str(batch), "--epochs", str(epochs),
-                         "--max-inflight", "2", "--out", str(tmp / "w.json")])
+                         "--batch", str(batch), "--epochs", str(epochs), *mode,
+                         "--out", str(tmp / "w.json")])
     out.write_bytes(pickle.dumps(sent))
     print(f"captured {len(sent)} requests to {out}")
 
@@ -126,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--records", type=int, default=50_000)
     c.add_argument("--epochs", type=int, default=2)
     c.add_argument("--model", choices=("ctr", "criteo"), default="ctr")
+    c.add_argument("--correct-own-writes", action="store_true")
     c.add_argument("--out", required=True, type=Path)
     r = sub.add_parser("replay")
     r.add_argument("file", type=Path)
@@ -133,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--profile")
     a = p.parse_args(argv)
     if a.cmd == "capture":
-        capture(a.batch, a.out, a.records, a.epochs, a.model)
+        capture(a.batch, a.out, a.records, a.epochs, a.model, a.correct_own_writes)
     else:
         replay(a.file, a.repeat, a.profile)
     return 0

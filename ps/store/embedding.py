@@ -41,6 +41,13 @@ def initial_rows(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:
                                      float(spec.init_b)))
 
 
+def initial_args(spec: TableSpec) -> tuple[int, np.uint64, float, float]:
+    """What `kernels.create_rows` takes of `spec` to write `initial_rows`' values in place:
+    (0 zeros, 1 normal or 2 uniform; the table's key; a; b)."""
+    kind = {"zeros": 0, "uniform": 2}.get(spec.initializer, 1)
+    return kind, _table_key(spec.seed, spec.name), float(spec.init_a), float(spec.init_b)
+
+
 def initial_rows_reference(spec: TableSpec, ids: np.ndarray) -> torch.Tensor:
     """`initial_rows` in numpy (what the compiled loop is tested against)."""
     n = len(ids)

@@ -140,3 +140,25 @@ def test_a_retried_row_push_is_applied_once():
     assert not store.push_rows("c", 1, "e", torch.tensor([4]), torch.ones(1, 2))["duplicate"]
     assert store.push_rows("c", 1, "e", torch.tensor([4]), torch.ones(1, 2))["duplicate"]
     assert store.pull_rows("e", torch.tensor([4]))[0].tolist() == [[-1.0, -1.0]]
+
+
+@pytest.mark.parametrize("init", [("normal", 0.5, 0.1), ("uniform", -0.2, 0.2), ("zeros", 0, 0)])
+def test_rows_created_in_place_hold_the_initial_rows_in_fresh_and_reused_places(init):
+    """Rows are written where they live (ps/store/tables/kernels.py `create_rows`), into new
+    places and into the places of evicted rows: the values of `initial_rows`, to the bit, and
+    the accumulator's initial value."""
+    spec = TableSpec("e", 5, *init, seed=2, max_rows=8)
+    t = Table(spec, RowOptimizer("adagrad", 0.1, initial_accumulator_value=0.3), row_cap=8)
+    first = np.arange(8)
+    rows = t.pull(first)[0]
+    t.push(first, torch.ones(8, 5))
+    again = np.arange(100, 106)  # past the cap: evicts, and reuses those places
+    later = t.pull(again)[0]
+    assert t.evicted and sum(t.evicted.values()) >= 6
+    assert torch.equal(rows, initial_rows(spec, first))
+    assert torch.equal(later, initial_rows(spec, again))
+    held = t.rows()
+    for i in again.tolist():
+        weights, accum, count, step = held[i]
+        assert torch.equal(weights, initial_rows(spec, np.array([i]))[0])
+        assert torch.all(accum == torch.tensor(0.3, dtype=torch.float32)) and count == 1

@@ -176,11 +176,48 @@ def test_a_packed_pull_reads_the_flat_buffer_only_while_it_holds_the_values():
 
 def test_a_large_tensor_pushed_alone_keeps_its_own_memory():
     """Above what a pull copies (a send may pin it: ps/store/params.py), a tensor pushed alone is
-    updated in place by torch, not moved into a layout."""
+    updated in place (the compiled passes over its own memory), not moved into a layout."""
     shapes = {"big": (flat_dense.ALONE_BELOW // 4 + 1,)}
     store, local, reference = _store(dict(lr=0.1), shapes)
     before = store.dense["big"].value.data_ptr()
     for seq in (1, 2):
         _push(store, local, reference, seq, ["big"], packed=False, seed=seq)
     assert store.flat.layouts == 0 and store.dense["big"].value.data_ptr() == before
+    _assert_same(store, local, reference)
+
+
+@pytest.mark.parametrize("hyper", [dict(lr=0.1), dict(lr=0.01, eps=1e-8,
+                                                      initial_accumulator_value=0.1),
+                                   dict(lr=0.1, lr_decay=0.01)])
+def test_a_tensor_in_a_frame_of_its_own_beside_packed_ones_is_torch_optim_to_the_bit(
+        hyper, monkeypatch):
+    """A worker's push of a wide model: the small tensors packed, the first layer's weight in a
+    frame of its own. The packed ones are laid out; the large one is updated over its own
+    memory (or by torch's foreach with lr_decay), each to torch.optim's bits."""
+    by_torch = []
+    plain = flat_dense.step_dense_all
+    monkeypatch.setattr(flat_dense, "step_dense_all",
+                        lambda opts, params, grads: (by_torch.append(len(params)),
+                                                     plain(opts, params, grads)))
+    shapes = {"wide.weight": (flat_dense.ALONE_BELOW // 4 // 3 + 1, 3), **SHAPES}
+    store, local, reference = _store(hyper, shapes)
+    big = store.dense["wide.weight"].value.data_ptr()
+    small = [n for n in shapes if n != "wide.weight"]
+    for seq in range(1, 5):
+        g = torch.Generator().manual_seed(seq)
+        grads = {n: torch.randn(shapes[n], generator=g) for n in shapes}
+        flat = pack([grads[n] for n in small])
+        views = [part.view(grads[n].shape) for n, part in
+                 zip(small, flat.split_with_sizes([grads[n].numel() for n in small]))]
+        names = small + ["wide.weight"]
+        answer = store.push("c", seq, list(zip(small, views)) + [("wide.weight", grads["wide.weight"])],
+                            [store.dense[n].version for n in names], packed=flat,
+                            packed_count=len(small))
+        assert answer["code"] == "OK", answer
+        for n, p in local.items():
+            p.grad = grads[n].clone()
+        reference.step()
+    assert store.flat.layouts == (0 if hyper.get("lr_decay") else 1)
+    assert by_torch == ([5] * 4 if hyper.get("lr_decay") else [])
+    assert store.dense["wide.weight"].value.data_ptr() == big
     _assert_same(store, local, reference)

@@ -62,10 +62,13 @@ def _fma(a, b, c):
     return a * b + c  # contracted: one rounding, as torch's vectorized add_ with alpha
 
 
-@njit
+@njit(error_model="numpy")
 def adagrad(weights, accum, places, grads, clr, eps):
     """Row Adagrad on rows `places` (distinct) of float32 `weights`/`accum` [rows, dim]:
-    state += g*g; w += -clr * g / (sqrt(state) + eps)."""
+    state += g*g; w += -clr * g / (sqrt(state) + eps). The numpy error model: a division by
+    zero (eps 0 and a zero sum) gives torch's inf or NaN instead of raising, and with no check
+    per element the loop over a row vectorizes (the same IEEE operations, 4x faster: 47
+    against 11 us for 1,700 rows of 16)."""
     dim = weights.shape[1]
     neg = np.float32(-clr)
     e = np.float32(eps)
@@ -93,21 +96,54 @@ def initial_rows(ids, base, dim, normal, a, b):
     may differ in its last float64 bit, which float32 almost never keeps."""
     out = np.empty((ids.size, dim), np.float32)
     for i in range(ids.size):
-        row = splitmix(np.uint64(ids[i]) ^ base)
-        if normal:
-            for k in range((dim + 1) // 2):
-                u1 = _unit(splitmix(row + np.uint64(2 * k) * GOLDEN))
-                u2 = _unit(splitmix(row + np.uint64(2 * k + 1) * GOLDEN))
-                radius = np.sqrt(-2.0 * np.log(u1))
-                angle = (2.0 * np.pi) * u2
-                out[i, 2 * k] = a + b * (radius * np.cos(angle))
-                if 2 * k + 1 < dim:
-                    out[i, 2 * k + 1] = a + b * (radius * np.sin(angle))
-        else:
-            for k in range(dim):
-                u = _unit(splitmix(row + np.uint64(k) * GOLDEN))
-                out[i, k] = a + (b - a) * (u - 2.0**-53)
+        _fill_row(out, i, ids[i], base, normal, a, b)
     return out
+
+
+@njit
+def _fill_row(out, at, key, base, normal, a, b):
+    """Row `at` of `out` [rows, dim] := the initial values of id `key` (`initial_rows`)."""
+    dim = out.shape[1]
+    row = splitmix(np.uint64(key) ^ base)
+    if normal:
+        for k in range((dim + 1) // 2):
+            u1 = _unit(splitmix(row + np.uint64(2 * k) * GOLDEN))
+            u2 = _unit(splitmix(row + np.uint64(2 * k + 1) * GOLDEN))
+            radius = np.sqrt(-2.0 * np.log(u1))
+            angle = (2.0 * np.pi) * u2
+            out[at, 2 * k] = a + b * (radius * np.cos(angle))
+            if 2 * k + 1 < dim:
+                out[at, 2 * k + 1] = a + b * (radius * np.sin(angle))
+    else:
+        for k in range(dim):
+            u = _unit(splitmix(row + np.uint64(k) * GOLDEN))
+            out[at, k] = a + (b - a) * (u - 2.0**-53)
+
+
+@njit
+def create_rows(places, new, weights, accum, has_accum, accum_value, init, base, a, b, ids,
+                counts, steps, pushes, ticks, tick, touched, now, dirty):
+    """Rows of ids `new` (distinct, absent) at `places`: their initial weights (`init`: 0
+    zeros, 1 normal, 2 uniform: `initial_rows`' values, written in place), the
+    accumulator's initial value, and the metadata of a new row (id, count 0, the table's
+    push count, tick and time, dirty)."""
+    dim = weights.shape[1]
+    for i in range(places.size):
+        p = places[i]
+        if init == 0:
+            for k in range(dim):
+                weights[p, k] = 0.0
+        else:
+            _fill_row(weights, p, new[i], base, init == 1, a, b)
+        if has_accum:
+            for k in range(dim):
+                accum[p, k] = accum_value
+        ids[p] = new[i]
+        counts[p] = 0
+        steps[p] = pushes
+        ticks[p] = tick
+        touched[p] = now
+        dirty[p] = True
 
 
 @njit
@@ -135,6 +171,15 @@ def touch(places, keys, counts, steps, step, dirty):
             return False
     for i in range(places.size):
         counts[places[i]] += 1
+    return True
+
+
+@njit
+def increasing(keys):
+    """Whether `keys` are strictly increasing (sorted and distinct: what the SDK sends)."""
+    for i in range(1, keys.size):
+        if keys[i] <= keys[i - 1]:
+            return False
     return True
 
 
@@ -189,6 +234,30 @@ def pull_held(entries, keys, shift, mask, counts, steps, step, dirty, weights):
     return out
 
 
+@njit
+def marked_state(entries, keys, marked, shift, mask, accum, initial):
+    """The accumulator rows [marked ids, dim] of the `keys` where the bool mask `marked` is
+    set, in their order; a key that holds no row gets `initial` (its state when created)."""
+    count = 0
+    for i in range(marked.size):
+        count += marked[i]
+    dim = accum.shape[1]
+    out = np.empty((count, dim), accum.dtype)
+    k = 0
+    for i in range(keys.size):
+        if not marked[i]:
+            continue
+        place = _probe(entries, keys[i], shift, mask)
+        if place < 0:
+            for j in range(dim):
+                out[k, j] = initial
+        else:
+            for j in range(dim):
+                out[k, j] = accum[place, j]
+        k += 1
+    return out
+
+
 def warm_up() -> None:
     """Load (or, the first time after a change, compile) every loop of a request's path, so
     that the first requests do not pay for it."""
@@ -205,8 +274,13 @@ def warm_up() -> None:
     sgd(w, ids, w.copy(), 0.1)
     initial_rows(ids, np.uint64(1), 3, True, 0.0, 0.01)
     initial_rows(ids, np.uint64(1), 3, False, 0.0, 0.01)
+    create_rows(ids, ids, w, w.copy(), True, np.float32(0.1), 1, np.uint64(1), 0.0, 0.01,
+                ids.copy(), ids.copy(), ids.copy(), 1, ids.copy(), 1, np.zeros(2), 0.5,
+                np.zeros(2, dtype=bool))
     touch(ids, ids, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool))
     for is_sgd in (False, True):
         push_held(entries, ids, shift, mask, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool),
                   w, w.copy(), w.copy(), 0.1, 1e-10, is_sgd)
     pull_held(entries, ids, shift, mask, ids.copy(), ids.copy(), 1, np.zeros(2, dtype=bool), w)
+    marked_state(entries, ids, np.ones(2, dtype=bool), shift, mask, w, np.float32(0))
+    increasing(ids)

@@ -45,7 +45,7 @@ import torch
 
 from pswire.tables import TableSpec
 
-from ..embedding import initial_rows
+from ..embedding import initial_args
 from ..limits import too_large
 from ..optim import RowOptimizer
 from . import bounds, files, kernels, one_pass, pulls
@@ -140,11 +140,10 @@ class Table:
         keys = keys_of(ids)
         with self.lock:
             rows, created = pulls.pull(self, keys, max_new)
-            places = self.index.lookup(keys[marked])
-            held = places >= 0
-            state = self.accum.numpy().take(np.where(held, places, 0), axis=0)
-            if not held.all():
-                state[~held] = self.optimizer.initial_accumulator_value
+            index = self.index
+            state = kernels.marked_state(
+                index.entries, keys, marked, index._shift, index._mask,
+                one_pass.arrays(self)[1], np.float32(self.optimizer.initial_accumulator_value))
             return rows, created, torch.from_numpy(state)
 
     def push(self, ids, grads, max_new: int | None = None) -> int:
@@ -154,7 +153,7 @@ class Table:
         1) or created (admit_after 1; more than `max_new` to create are refused, TOO_LARGE,
         changing nothing)."""
         keys = keys_of(ids)
-        sorted_distinct = keys.size < 2 or bool((keys[1:] > keys[:-1]).all())
+        sorted_distinct = bool(kernels.increasing(keys))
         if sorted_distinct:
             summed = grads  # sorted and distinct already (what the SDK sends)
         else:
@@ -259,19 +258,14 @@ class Table:
         self._reserve(self.high + fresh)
         if reused.size:
             self._unshare()  # a view may read those places: they held evicted rows
-        # fresh places only (no eviction yet): one range, written as a slice
-        at = torch.from_numpy(places) if reused.size else slice(self.high, self.high + fresh)
-        where = places if reused.size else at
         self.high += fresh
-        self.weights[at] = initial_rows(self.spec, new)
-        if self.accum is not None:
-            self.accum[at] = self.optimizer.initial_accumulator_value
-        self.ids[where] = new
-        self.counts[where] = 0
-        self.steps[where] = self.pushes
-        self.ticks[where] = self.tick
-        self.touched[where] = now
-        self.dirty[where] = True
+        weights, accum = one_pass.arrays(self)
+        init, base, a, b = initial_args(self.spec)
+        kernels.create_rows(places, np.ascontiguousarray(new, np.int64), weights,
+                            weights if accum is None else accum, accum is not None,
+                            np.float32(self.optimizer.initial_accumulator_value), init, base,
+                            a, b, self.ids, self.counts, self.steps, self.pushes, self.ticks,
+                            self.tick, self.touched, float(now), self.dirty)
         if self.watch is not None:
             self._watched(places)
         self.index.insert(new, places)

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from ps.store.optim import RowOptimizer
 from ps.slots.ownership import Ownership, WrongOwner
 from ps.store.tables.index import RowIndex
-from ps.store.tables import one_pass
+from ps.store.tables import kernels, one_pass
 from ps.store.tables.table import Table
 from pswire.tables import TableSpec
 from pswire.slots import row_slot_reference
@@ -163,3 +163,37 @@ def _run(fast, general, calls, rng) -> None:
         else:
             (a, created_a), (b, created_b) = fast.pull(keys), general.pull(keys)
             assert torch.equal(a, b) and created_a == created_b
+
+
+@settings(max_examples=40, deadline=None)
+@given(held=st.sets(st.integers(0, 500), max_size=80), asked=st.lists(st.integers(0, 600),
+                                                                       max_size=60),
+       seed=st.integers(0, 2**16))
+def test_the_marked_state_is_the_accumulator_rows_or_the_initial_state(held, asked, seed):
+    rng = np.random.default_rng(seed)
+    index = RowIndex()
+    ids = np.array(sorted(held), dtype=np.int64)
+    places = rng.permutation(max(ids.size, 1))[: ids.size].astype(np.int64)
+    index.insert(ids, places)
+    accum = rng.random((max(ids.size, 1), 3), dtype=np.float32)
+    keys = np.array(asked, dtype=np.int64)
+    marked = rng.random(keys.size) < 0.6
+    got = kernels.marked_state(index.entries, keys, marked, index._shift, index._mask, accum,
+                               np.float32(0.25))
+    where = dict(zip(ids.tolist(), places.tolist()))
+    want = [accum[where[k]].tolist() if k in where else [0.25] * 3
+            for k, m in zip(keys.tolist(), marked.tolist()) if m]
+    assert got.shape == (len(want), 3) and got.tolist() == want
+
+
+def test_row_adagrad_with_eps_zero_on_a_zero_sum_answers_as_torch():
+    """0 / 0 under eps 0: torch's NaN, as the reference's, not an error."""
+    opt = RowOptimizer("adagrad", 0.1, eps=0.0)
+    weights, accum = torch.ones(4, 2), torch.zeros(4, 2)
+    w2, a2 = weights.clone(), accum.clone()
+    slots, grads = np.array([0, 2]), torch.tensor([[0.0, 1.0], [0.0, -2.0]])
+    opt.apply(weights, accum, slots, grads, 1)
+    opt.apply_reference(w2, a2, slots, grads, 1)
+    assert weights[0, 0].isnan() and weights[2, 0].isnan()
+    torch.testing.assert_close(weights, w2, equal_nan=True)
+    assert torch.equal(accum, a2)
