@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 
 import numpy as np
 import zmq
@@ -48,6 +49,37 @@ class BadMessage(ValueError):
     """The bytes on the socket are not a message of this format, or one over the bounds."""
 
 
+# Set in the threads of a server that writes its answers itself (ps/dataplane/samehost.py):
+# a payload handed out there is `Written`, not a ZeroMQ frame
+WRITER = threading.local()
+
+
+def writes_itself() -> bool:
+    """Whether this thread's answers are written by a same-host server (`WRITER`)."""
+    return WRITER.__dict__.get("active", False)
+
+
+class Written:
+    """A payload sent from its own memory by a server that writes it itself, and its tracker:
+    `done` once every byte is written or the answer dropped (`finish`). A tracked zero-copy
+    ZeroMQ frame would do the same at a cost: its making, and its freeing through pyzmq's
+    garbage-collector thread (a wake-up and the GIL, per frame)."""
+
+    __slots__ = ("view", "nbytes", "done")
+
+    def __init__(self, buffer) -> None:
+        self.view = memoryview(buffer)
+        self.nbytes = self.view.nbytes
+        self.done = False
+
+
+def finish(parts) -> None:
+    """An answer's bytes are written (or will never be): its `Written` payloads are done."""
+    for part in parts:
+        if type(part) is Written:
+            part.done = True
+
+
 def prefix(sizes: list[int]) -> bytes:
     return _COUNT.pack(len(sizes)) + struct.pack(f"<{len(sizes)}Q", *sizes)
 
@@ -56,7 +88,9 @@ def buffers(parts) -> list[memoryview]:
     """Byte views of a message's parts (bytes, buffers, numpy arrays, zmq.Frame), no copy."""
     out = []
     for part in parts:
-        view = part.buffer if isinstance(part, zmq.Frame) else memoryview(part)
+        kind = type(part)
+        view = part.view if kind is Written else part.buffer if kind is zmq.Frame \
+            else memoryview(part)
         out.append(view if view.format == "B" and view.ndim == 1 else view.cast("B"))
     return out
 

@@ -16,6 +16,7 @@ from protos import ps_pb2
 from pswire.frames import (DTYPES, FLOAT_DTYPES, Decoder, as_buffer, check_meta,
                            code_number, decode, dtype_name, frames_of, ids_of, marks_of,
                            rows_of)
+from pswire import samehost
 from pswire.optimizers import config_from_pb
 from pswire.tables import spec_from_pb
 from rpckit.errors import invalid
@@ -35,9 +36,14 @@ MAX_PULL_METAS = 256
 
 
 def export(t: torch.Tensor):
-    """Payload for a pulled tensor: its own memory, tracked, or a small copy."""
+    """Payload for a pulled tensor: its own memory, tracked, or a small copy. Tracked by the
+    same-host server itself when it is the one answering (pswire.samehost.Written), else by
+    ZeroMQ."""
     if t.numel() * t.element_size() < ZERO_COPY_MIN_BYTES:
         return bytes(as_buffer(t)), None
+    if samehost.writes_itself():
+        written = samehost.Written(as_buffer(t))
+        return written, written
     frame = zmq.Frame(as_buffer(t), copy=False, track=True)
     return frame, frame.tracker
 

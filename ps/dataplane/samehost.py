@@ -6,8 +6,11 @@ connections, reads requests without blocking (a client that sends half a message
 whole request to the data plane's `handle` (the same chain as the ZeroMQ socket's) and writes
 the answer itself: no I/O thread, no hand-over. An answer the socket does not take at once is
 kept (the buffers themselves, no copy) and written as the client reads; that connection's next
-request is read only after it. Zero-copy frames of pulled tensors (`zmq.Frame`, tracked) stay
-referenced until written, so their trackers pin the tensors as long as ZeroMQ would.
+request is read only after it. A pulled tensor answered here is sent from its own memory as a
+`pswire.samehost.Written`, its own tracker, done once this thread has written the answer (or
+dropped it with its connection): a push meanwhile copies the tensor first, as with a ZeroMQ
+frame still being sent, and making and freeing no ZeroMQ frame saves a PS about a tenth of its
+CPU per Step (docs/benchmarks.md).
 
 Bad input: a message of more frames than `max_frames` is answered TOO_LARGE and the
 connection closed; a frame larger than `max_frame_bytes`, or bytes that are not this format,
@@ -109,6 +112,7 @@ class SameHostServer:
             self.thread.join(timeout)
 
     def _run(self) -> None:
+        wire.WRITER.active = True  # what the handlers export here, this thread writes
         sel = selectors.DefaultSelector()
         try:
             sel.register(self.listener, selectors.EVENT_READ, None)
@@ -166,6 +170,7 @@ class SameHostServer:
         except (KeyError, ValueError):
             pass
         conn.sock.close()
+        wire.finish(conn.refs)  # never written: nothing reads those tensors any more
         conn.out = conn.refs = []
 
     def _read(self, sel, conn: _Conn) -> None:
@@ -208,6 +213,7 @@ class SameHostServer:
             conn.buf, conn.got = wire.buffer(conn.need), 0
 
     def _handle_in_pool(self, conn: _Conn, frames: list) -> None:
+        wire.WRITER.active = True  # its answer is written by the serving thread
         try:
             reply = self.handle(frames)
         except BaseException:  # noqa: BLE001 - DataPlane.handle answers errors; this is a bug
@@ -233,6 +239,7 @@ class SameHostServer:
         while self._answered:
             conn, reply = self._answered.popleft()
             if conn.sock.fileno() < 0:
+                wire.finish(reply or ())
                 continue  # closed meanwhile (the server stopping)
             try:
                 if reply is None:
@@ -244,14 +251,21 @@ class SameHostServer:
                 self._close(sel, conn)
 
     def _answer(self, sel, conn: _Conn, reply: list) -> None:
-        left = wire.send_all(conn.sock, wire.framed(reply))
+        try:
+            left = wire.send_all(conn.sock, wire.framed(reply))
+        except BaseException:
+            wire.finish(reply)  # the connection is closed: none of it will be written
+            raise
         if left:  # the client reads slower: write the rest as it does, read nothing meanwhile
             conn.out, conn.refs = left, reply
             sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
+        else:
+            wire.finish(reply)
 
     def _flush(self, sel, conn: _Conn) -> None:
         conn.out = wire.send_all(conn.sock, conn.out)
         if not conn.out:
+            wire.finish(conn.refs)
             conn.refs = []
             sel.modify(conn.sock, selectors.EVENT_READ, conn)
 

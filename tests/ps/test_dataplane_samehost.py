@@ -30,6 +30,7 @@ def plane(tmp_path):
     p.start()
     p.tcp = f"tcp://127.0.0.1:{port}"
     p.path = str(tmp_path / "d.sock")
+    p.store = store
     yield p
     p.stop()
 
@@ -146,6 +147,23 @@ def test_an_answer_not_read_holds_up_no_other_client_and_arrives_whole(plane):
         assert torch.equal(pulled, torch.arange(BIG, dtype=torch.float32))  # as it was pulled
     finally:
         slow.close()
+
+
+def test_answers_written_whole_leave_no_send_in_flight(plane):
+    """Over the socket a pulled tensor goes from its own memory, tracked by the server that
+    writes it (no ZeroMQ frame made and freed through pyzmq's garbage thread): once the
+    answer is written its send is done, so a push that follows neither copies nor waits."""
+    with DataClient([plane.tcp], timeout_s=5) as c:
+        c.init_parameters({"w": torch.zeros(BIG)}, "sgd", lr=1.0)
+        c.pull()
+        assert c.transports == [f"unix://{plane.path}"]
+        for _ in range(20):
+            c.pull(["w"])
+        dense = plane.store.dense["w"]
+        assert dense.pins and all(type(p) is samehost.Written and p.done for p in dense.pins)
+        c.push({"w": torch.ones(BIG)})
+        assert plane.store.stats.copies_on_write == 0 and plane.store.stats.waited_for_send == 0
+        assert torch.all(c.pull()["w"] == -1.0)
 
 
 def test_under_curve_there_is_no_same_host_socket(tmp_path):
