@@ -48,7 +48,7 @@ from benchmarks.train import elastic, local, models
 
 RUNS = ("local-sparse", "local-dense", "local-record", "elastic-1w", "elastic-2w",
         "elastic-1w-plain", "elastic-1w-backup", "elastic-1w-secure", "elastic-1w-inflight1",
-        "elastic-1w-fresh", "elastic-1w-correct", "elastic-2w-correct")
+        "elastic-1w-fresh", "elastic-1w-correct", "elastic-1w-stale", "elastic-2w-stale")
 DEFAULT_RUNS = RUNS[:5]
 LOCAL_TENSOR = ("local-sparse", "local-dense")  # a round's base: the faster of them
 ALIASES = {"local-tensor": "local-dense"}  # the name before issue 42 (dense gradients)
@@ -82,7 +82,8 @@ def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float,
                        backups=int(kind.endswith("backup") or secure), secure=secure,
                        max_inflight=max_inflight, prefetch_ahead=prefetch_ahead,
                        read_own_writes=kind.endswith("fresh"),
-                       correct_own_writes=kind.endswith("correct"),
+                       correct_own_writes=(True if kind.endswith("correct") else
+                                           False if kind.endswith("stale") else None),
                        trainer_cpus=TRAINER_CPUS if pin else None,
                        server_cpus=SERVER_CPUS if pin else None)
 
@@ -130,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
                    "elastic-1w-fresh: one worker with PSClient(read_own_writes=True), each "
                    "step computing on every push of its own; "
                    "elastic-1w-correct: one worker with PSClient(correct_own_writes=True) "
-                   "(max_inflight 1), each step adding its last push's update to what it read")
+                   "(max_inflight 1), each step adding its last push's update to what it read "
+                   "(the other runs take PSClient's default for it); "
+                   "elastic-1w-stale, elastic-2w-stale: correct_own_writes=False, each step "
+                   "missing its worker's last push (the default before issue 42)")
     p.add_argument("--pin", action="store_true",
                    help="the trainer (local loop, elastic workers) alone on CPU 0, the master "
                    "and PS on CPU 1")

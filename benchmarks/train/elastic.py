@@ -31,11 +31,12 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
         num_ps: int = 2, max_inflight: int = 1, shard_size: int = 8192,
         plain: bool = False, backups: int = 0, prefetch_ahead: int = 1, secure: bool = False,
         trainer_cpus: set[int] | None = None, server_cpus: set[int] | None = None,
-        read_own_writes: bool = False, correct_own_writes: bool = False) -> dict:
+        read_own_writes: bool = False, correct_own_writes: bool | None = None) -> dict:
     """`backups` per PS index (--ps-replicas): every push is answered only after they applied
     it too, so this measures what a backup costs training. `secure`: TLS and a token on every
     call (gRPC over TLS, the data plane under CURVE, so no plain same-host socket).
-    `read_own_writes`, `correct_own_writes`: the workers' PSClient options of those names."""
+    `read_own_writes`, `correct_own_writes`: the workers' PSClient options of those names
+    (correct_own_writes None: PSClient's default)."""
     workdir.mkdir(parents=True, exist_ok=True)
     go = workdir / "go"
     flags, client = _security(workdir) if secure else ((), {})
@@ -62,7 +63,7 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
             "--name", f"w{w}", "--start-when", str(go), "--out", str(out),
             *(["--plain"] if plain else []),
             *(["--read-own-writes"] if read_own_writes else []),
-            *(["--correct-own-writes"] if correct_own_writes else []),
+            "--correct-own-writes", {None: "auto", True: "on", False: "off"}[correct_own_writes],
             name=f"w{w}", cpus=trainer_cpus, env=env)
             for w, out in enumerate(outs)]
         deadline = time.monotonic() + 300

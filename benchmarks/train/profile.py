@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--master", master.address, "--data", str(tmp / "data"), "--batch",
                 str(a.batch), "--epochs", str(a.epochs), "--max-inflight",
                 str(1 if a.correct_own_writes else a.max_inflight),
-                *(["--correct-own-writes"] if a.correct_own_writes else []),
+                "--correct-own-writes", "on" if a.correct_own_writes else "off",
                 "--out", str(tmp / "w.json")])
             print((tmp / "w.json").read_text())
     if not a.out:

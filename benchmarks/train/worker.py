@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--read-own-writes", action="store_true",
                    help="PSClient(read_own_writes=True): each step computes on every push of "
                    "its own")
-    p.add_argument("--correct-own-writes", action="store_true",
-                   help="PSClient(correct_own_writes=True): each step adds its last push's "
-                   "update to what it read")
+    p.add_argument("--correct-own-writes", choices=("auto", "on", "off"), default="auto",
+                   help="PSClient(correct_own_writes=None / True / False): each step adds its "
+                   "last push's update to what it read (auto: PSClient's default)")
     p.add_argument("--name", default="bench-worker")
     p.add_argument("--start-when")
     p.add_argument("--out", required=True)
@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     model = elastic_model(train.meta)
     client = PSClient(master=a.master, max_inflight=a.max_inflight,
                       read_own_writes=a.read_own_writes,
-                      correct_own_writes=a.correct_own_writes)
+                      correct_own_writes={"auto": None, "on": True,
+                                          "off": False}[a.correct_own_writes])
     client.init_parameters(model, optimizer="adagrad", lr=a.lr)
     ds = ElasticDataset(train, master=a.master, name=a.dataset, shard_size=a.shard_size,
                         num_epochs=a.epochs, shuffle=True, seed=a.seed, worker_name=a.name)
