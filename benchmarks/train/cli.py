@@ -74,8 +74,6 @@ def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float,
     workers = int(kind.split("-")[1][0])
     if kind.endswith("inflight1"):
         max_inflight = prefetch_ahead = 1
-    if kind.endswith("correct"):  # PSClient(correct_own_writes=True) takes max_inflight 1
-        max_inflight = 1
     secure = kind.endswith("secure")  # as a careful user runs it: TLS, a token, backups
     return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers,
                        plain=kind.endswith("plain"),
@@ -130,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                    "elastic-1w-fresh: one worker with PSClient(read_own_writes=True), each "
                    "step computing on every push of its own; "
                    "elastic-1w-correct: one worker with PSClient(correct_own_writes=True) "
-                   "(max_inflight 1), each step adding its last push's update to what it read")
+                   "(--max-inflight), each step adding its last push's update to what it read")
     p.add_argument("--pin", action="store_true",
                    help="the trainer (local loop, elastic workers) alone on CPU 0, the master "
                    "and PS on CPU 1")

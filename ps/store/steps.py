@@ -69,19 +69,22 @@ class Steps:
                                         lambda: {"rows": [0] * len(parts.rows)})
             if answer["code"] != "OK":
                 return answer
-        if parts.pull is not None:
-            answer["pulled"] = (self.store.pull_packed(parts.pull, export)
-                                if parts.pull_packed else self.store.pull(parts.pull, export))
         # checked above; a table's pull takes its lock, so it sees each row push whole. After
         # the mutations nothing may refuse (their answer would be lost, and a primary would
         # not forward them): the new rows were counted before the push, and what the push's
-        # evictions add is bounded by the request's own ids
+        # evictions add is bounded by the request's own ids. The rows are read before the
+        # dense tensors, as a Step applies its dense push before its rows: a dense version
+        # that shows another Step's push not applied yet then shows its rows not applied
+        # either (worker_sdk/ps/served.py)
         limit = None if parts.mutates else self.store.limits.max_new_rows
         marks = parts.pull_marks or [None] * len(parts.pull_rows)
         answer["pulled_rows"] = [self.store.read_rows(self.store.tables[table], ids, limit, m)
                                  for (table, ids), m in zip(parts.pull_rows, marks)]
         if parts.pull_rows:
             self.store.stats.row_pulls += len(parts.pull_rows)
+        if parts.pull is not None:
+            answer["pulled"] = (self.store.pull_packed(parts.pull, export)
+                                if parts.pull_packed else self.store.pull(parts.pull, export))
         return answer
 
     def _check_step(self, parts: StepParts) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import replace
 
 import grpc
@@ -17,6 +18,7 @@ from protos import master_pb2, master_pb2_grpc
 from ps.store.params import ParamStore
 from worker_sdk import ArrayReader, ElasticDataset, ElasticEmbedding, PSClient, ack
 from worker_sdk.ps.data_client import DataClient
+from worker_sdk.ps.steps import PendingStep
 
 STEPS, LR = 8, 0.5
 SHARED = 5  # in every batch: read with the push just before (the late part)
@@ -42,12 +44,13 @@ def _register(master, ps) -> None:
             address="127.0.0.1:1000", data_address=ps.endpoint, index=0, num_ps=1), timeout=10)
 
 
-def _train(master, ahead: int = 1, optimizer: str = "sgd", before=None,
-           **options) -> list[tuple[float, float, float]]:
-    """(the shared row, the batch's own row, the dense value) each step computed on, one push
-    in flight; `options` go to PSClient; `before()` runs once the model is declared."""
+def _train(master, ahead: int = 1, optimizer: str = "sgd", before=None, max_inflight: int = 1,
+           client_seen=None, **options) -> list[tuple[float, float, float]]:
+    """(the shared row, the batch's own row, the dense value) each step computed on, with
+    `max_inflight` pushes in flight; `options` go to PSClient; `before()` runs once the model
+    is declared; `client_seen(client)` once the loop is over."""
     model = Model()
-    client = PSClient(master.address, timeout_s=10, max_inflight=1, **options)
+    client = PSClient(master.address, timeout_s=10, max_inflight=max_inflight, **options)
     records = torch.tensor([[SHARED, OWN + k % 2] for k in range(STEPS)]).reshape(-1)
     ds = ElasticDataset(ArrayReader(records), master=master.address, name="train",
                         shard_size=len(records), num_epochs=1, worker_name="fresh")
@@ -64,6 +67,8 @@ def _train(master, ahead: int = 1, optimizer: str = "sgd", before=None,
             client.push(model, wait=False)
         client.flush()
         assert client.pipeline.take_stale() == 0
+        if client_seen is not None:
+            client_seen(client)
     finally:
         ds.close()
         client.close()
@@ -205,3 +210,120 @@ def test_corrected_adagrad_rows_use_the_ps_accumulator(launcher, inproc_ps):
         mine = sum(1 for j in range(n) if j % 2 == k % 2)  # the pushes of this row's parity
         assert own == pytest.approx(adagrad(0.0, mine), rel=1e-5, abs=1e-6)
     assert ps.store.stats.row_pulls >= STEPS
+
+
+class HeldSteps:
+    """A PS whose `nth` Step that pushes and reads rows waits (bounded) before it is served
+    until a pushing Step that came after it was applied: two lanes in the other order. Needs
+    a second handler thread for that Step."""
+
+    def __init__(self, store: ParamStore, nth: int):
+        self.inner = store.steps.step
+        self.nth = nth
+        self.pushes = 0  # Steps whose mutations are applied
+        self.arrived = 0  # Steps that push and read rows, as they arrive
+        self.mutating = 0  # Steps that push, as they arrive
+        self.held = 0  # Steps that waited until a later push was applied
+        self.cond = threading.Condition()
+        store.steps.step = self.step
+
+    def step(self, client_id, seq, parts, export):
+        with self.cond:
+            self.mutating += parts.mutates
+            before = self.mutating  # the pushing Steps that came before it, and it
+            self.arrived += parts.mutates and bool(parts.pull_rows)
+            hold = parts.mutates and bool(parts.pull_rows) and self.arrived == self.nth
+            if hold:
+                came = self.cond.wait_for(lambda: self.pushes >= before, timeout=2.0)
+                self.held += came  # after the wait: it lets go of the lock meanwhile
+            answer = self.inner(client_id, seq, parts, export)
+            self.pushes += parts.mutates
+            self.cond.notify_all()
+            return answer
+
+
+def _train_in_order(master, step_starts=None, **options
+                    ) -> tuple[list[tuple[float, float, float]], int]:
+    """As `_train` (SGD, two pushes in flight), the loop prefetching each next batch first thing
+    in its step itself, as `ds.batches` does once it has read ahead: every run then sends the
+    same Steps in the same order (the first push with the third batch's read);
+    `step_starts(k)` runs first in step k. Returns what each step computed on, and the reads
+    shown served before the next push."""
+    model = Model()
+    client = PSClient(master.address, timeout_s=10, max_inflight=2, correct_own_writes=True,
+                      **options)
+    batches = [torch.tensor([SHARED, OWN + k % 2]) for k in range(STEPS)]
+    seen = []
+    try:
+        client.init_parameters(model, optimizer="sgd", lr=LR)
+        client.prefetch(batches[0])
+        for k, ids in enumerate(batches):
+            if step_starts is not None:
+                step_starts(k)
+            if k + 1 < STEPS:
+                client.prefetch(batches[k + 1])
+            client.pull(model)
+            rows, loss = model(ids)
+            seen.append((rows[0, 0].item(), rows[1, 0].item(), model.w.item()))
+            loss.backward()
+            client.push(model, wait=False)
+        client.flush()
+        return seen, client.pipeline.order.shown
+    finally:
+        client.close()
+        ack.use_push_acks(False)
+
+
+def test_corrected_with_two_in_flight_a_read_served_before_the_next_push(launcher, inproc_ps,
+                                                                        monkeypatch):
+    """Two pushes in flight, the answers taken only when the loop waits for them (as when
+    they arrive late): each read that came with a push is then taken after the next push
+    left, though the PS served it before. The versions in the answers show that no push came
+    between the push before it and the read, so the worker adds the next push itself, and
+    every step sees every push before it, once. (By the answer's timing alone each such step
+    would miss the push before it: every one fails this without the versions.)"""
+    monkeypatch.setattr(PendingStep, "arrived", lambda self: False)
+    master = launcher.master()
+    ps = inproc_ps(ParamStore(index=0, num_ps=1), threads=1)  # one Step at a time
+    _register(master, ps)
+
+    def in_order(k: int) -> None:
+        """The push k - 1 applied (and so its Step's read served) before the next push
+        leaves: a PS that picks two waiting Steps in either order could otherwise take the
+        next one first, and then the read holds a push the versions show (not added)."""
+        deadline = time.monotonic() + 5.0
+        while ps.store.stats.pushes < k - 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    seen, shown = _train_in_order(master, in_order)
+    applied = [round(-w / LR) for _, _, w in seen]
+    assert applied[1] in (0, 1)  # the second read carries no push: as with one in flight
+    assert seen == _expected([0, applied[1], *range(2, STEPS)])
+    assert shown == STEPS - 2  # every read that came with a push
+
+
+def test_corrected_with_two_in_flight_never_twice(launcher, inproc_ps):
+    """The third Step that pushes and reads (the 3rd push, the 5th batch's read) is served
+    after the Step given after it (the two lanes in the other order): its read holds the 4th
+    push already, and the versions show a push between its own and the one before, so the
+    worker adds nothing; the read of the 6th batch, served before the 3rd push was applied,
+    misses it, and the worker adds only the 5th. No step ever sees a push twice or one given
+    after it."""
+    # The held Step keeps one handler thread; the Step after it needs the other, which the
+    # data plane's round robin may not give it: then the hold times out, and the try is run
+    # again (bounded).
+    for _ in range(3):
+        master = launcher.master()
+        ps = inproc_ps(ParamStore(index=0, num_ps=1), threads=2)
+        late = HeldSteps(ps.store, nth=3)
+        _register(master, ps)
+        seen, _ = _train_in_order(master)
+        if late.held == 1:
+            break
+    else:
+        pytest.fail("in 3 tries the 3rd push was never applied after the 4th")
+    applied = [round(-w / LR) for _, _, w in seen]
+    assert [shared for shared, _, _ in seen] == [-n * LR for n in applied]
+    assert all(n <= k for k, n in enumerate(applied))
+    assert applied[4] == 4  # the reordered read: every push before it, none twice
+    assert applied[5] == 4  # the 1st, 2nd, 4th (read) and 5th (added): not the 3rd
