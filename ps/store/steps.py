@@ -17,6 +17,7 @@ What it promises, on top of ParamStore's rules:
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,10 @@ class Steps:
 
     def __init__(self, store) -> None:
         self.store = store
+        # a Step's mutations, and then its reads, each whole to every other Step's: its reads
+        # see another Step's push entirely or not at all, so a dense version that shows that
+        # push not applied shows its rows not applied either (worker_sdk/ps/served.py)
+        self._whole = threading.Lock()
 
     def step(self, client_id: str, seq: int, parts: StepParts, export) -> dict:
         """Apply the mutations once, then read. Returns the answer: {code, message, reason,
@@ -65,27 +70,30 @@ class Steps:
         self._check_step(parts)
         answer = {"code": "OK", "message": "", "duplicate": False}
         if parts.mutates:
-            answer = self.store._at_most_once(client_id, seq, lambda: self._apply_step(parts),
-                                        lambda: {"rows": [0] * len(parts.rows)})
+            with self._whole:
+                answer = self.store._at_most_once(client_id, seq,
+                                                  lambda: self._apply_step(parts),
+                                                  lambda: {"rows": [0] * len(parts.rows)})
             if answer["code"] != "OK":
                 return answer
+        with self._whole:
+            self._read(parts, export, answer)
+        return answer
+
+    def _read(self, parts: StepParts, export, answer: dict) -> None:
+        if parts.pull is not None:
+            answer["pulled"] = (self.store.pull_packed(parts.pull, export)
+                                if parts.pull_packed else self.store.pull(parts.pull, export))
         # checked above; a table's pull takes its lock, so it sees each row push whole. After
         # the mutations nothing may refuse (their answer would be lost, and a primary would
         # not forward them): the new rows were counted before the push, and what the push's
-        # evictions add is bounded by the request's own ids. The rows are read before the
-        # dense tensors, as a Step applies its dense push before its rows: a dense version
-        # that shows another Step's push not applied yet then shows its rows not applied
-        # either (worker_sdk/ps/served.py)
+        # evictions add is bounded by the request's own ids
         limit = None if parts.mutates else self.store.limits.max_new_rows
         marks = parts.pull_marks or [None] * len(parts.pull_rows)
         answer["pulled_rows"] = [self.store.read_rows(self.store.tables[table], ids, limit, m)
                                  for (table, ids), m in zip(parts.pull_rows, marks)]
         if parts.pull_rows:
             self.store.stats.row_pulls += len(parts.pull_rows)
-        if parts.pull is not None:
-            answer["pulled"] = (self.store.pull_packed(parts.pull, export)
-                                if parts.pull_packed else self.store.pull(parts.pull, export))
-        return answer
 
     def _check_step(self, parts: StepParts) -> None:
         self.store._require_init()

@@ -306,9 +306,8 @@ def test_corrected_with_two_in_flight_never_twice(launcher, inproc_ps):
     """The third Step that pushes and reads (the 3rd push, the 5th batch's read) is served
     after the Step given after it (the two lanes in the other order): its read holds the 4th
     push already, and the versions show a push between its own and the one before, so the
-    worker adds nothing; the read of the 6th batch, served before the 3rd push was applied,
-    misses it, and the worker adds only the 5th. No step ever sees a push twice or one given
-    after it."""
+    worker adds nothing. The reads after it may miss the 3rd push (served before it) and are
+    then not corrected for it. No step ever sees a push twice or one given after it."""
     # The held Step keeps one handler thread; the Step after it needs the other, which the
     # data plane's round robin may not give it: then the hold times out, and the try is run
     # again (bounded).
@@ -326,4 +325,3 @@ def test_corrected_with_two_in_flight_never_twice(launcher, inproc_ps):
     assert [shared for shared, _, _ in seen] == [-n * LR for n in applied]
     assert all(n <= k for k, n in enumerate(applied))
     assert applied[4] == 4  # the reordered read: every push before it, none twice
-    assert applied[5] == 4  # the 1st, 2nd, 4th (read) and 5th (added): not the 3rd

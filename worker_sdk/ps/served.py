@@ -16,10 +16,10 @@ that pushes m-2, m-1 and m all carry:
 - push m was sent once push m-2 was answered, so the PS applied it after m-2; not before the
   read (the two checks), so after it.
 
-A PS's Step applies its dense push before its row pushes, and reads its rows before its dense
-tensors (ps/store/steps.py), so push m's rows on that PS come after the read's rows too, with
-any number of workers and of handler threads. The read then misses push m on that PS when push
-m took n there: the PS that served the read's tensor n (the answer says which) is the one push
+A PS applies a Step's mutations, and serves its reads, each whole to every other Step's (one
+lock: ps/store/steps.py), so push m's rows on that PS come after the read's rows too, with any
+number of workers and of handler threads. The read then misses push m on that PS when push m
+took n there: the PS that served the read's tensor n (the answer says which) is the one push
 m was routed to for n. Every PS that served the read (rows or tensors) must be shown so by
 one of its tensors; a PS that holds no dense tensor, a push refused or retried, a tensor moved:
 not shown, and the read is left as the answered-before-sent rule decides. The first push has no
