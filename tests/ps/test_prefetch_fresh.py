@@ -38,10 +38,12 @@ class Model(nn.Module):
         return rows, rows.sum() + self.w.sum()
 
 
-def _register(master, ps) -> None:
+def _register(master, *planes) -> None:
     with grpc.insecure_channel(master.address) as ch:
-        master_pb2_grpc.MasterStub(ch).RegisterPS(master_pb2.RegisterPSRequest(
-            address="127.0.0.1:1000", data_address=ps.endpoint, index=0, num_ps=1), timeout=10)
+        for index, ps in enumerate(planes):
+            master_pb2_grpc.MasterStub(ch).RegisterPS(master_pb2.RegisterPSRequest(
+                address=f"127.0.0.1:{1000 + index}", data_address=ps.endpoint, index=index,
+                num_ps=len(planes)), timeout=10)
 
 
 def _train(master, ahead: int = 1, optimizer: str = "sgd", before=None, max_inflight: int = 1,
@@ -62,7 +64,8 @@ def _train(master, ahead: int = 1, optimizer: str = "sgd", before=None, max_infl
         for ids in ds.batches(2, prefetch=client.prefetch, prefetch_ahead=ahead):
             client.pull(model)
             rows, loss = model(ids)
-            seen.append((rows[0, 0].item(), rows[1, 0].item(), model.w.item()))
+            seen.append((rows[0, 0].item(), rows[1, 0].item(), model.w.item())
+                        + ((model.a.item(),) if isinstance(model, TwoPSModel) else ()))
             loss.backward()
             client.push(model, wait=False)
         client.flush()
@@ -242,20 +245,34 @@ class HeldSteps:
             return answer
 
 
-def _train_in_order(master, step_starts=None, **options
+class TwoPSModel(Model):
+    """Model with a second dense tensor: `w` on PS 1 and `a` on PS 0 of two (by their names'
+    slots), so each PS holds a tensor whose version shows where it served a read; the shared
+    row and OWN + 1 are on PS 1, OWN on PS 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(1))
+
+    def forward(self, ids):
+        rows, loss = super().forward(ids)
+        return rows, loss + self.a.sum()
+
+
+def _train_in_order(master, step_starts=None, model=None, optimizer: str = "sgd", **options
                     ) -> tuple[list[tuple[float, float, float]], int]:
     """As `_train` (SGD, two pushes in flight), the loop prefetching each next batch first thing
     in its step itself, as `ds.batches` does once it has read ahead: every run then sends the
     same Steps in the same order (the first push with the third batch's read);
     `step_starts(k)` runs first in step k. Returns what each step computed on, and the reads
     shown served before the next push."""
-    model = Model()
+    model = model or Model()
     client = PSClient(master.address, timeout_s=10, max_inflight=2, correct_own_writes=True,
                       **options)
     batches = [torch.tensor([SHARED, OWN + k % 2]) for k in range(STEPS)]
     seen = []
     try:
-        client.init_parameters(model, optimizer="sgd", lr=LR)
+        client.init_parameters(model, optimizer=optimizer, lr=LR)
         client.prefetch(batches[0])
         for k, ids in enumerate(batches):
             if step_starts is not None:
@@ -264,7 +281,8 @@ def _train_in_order(master, step_starts=None, **options
                 client.prefetch(batches[k + 1])
             client.pull(model)
             rows, loss = model(ids)
-            seen.append((rows[0, 0].item(), rows[1, 0].item(), model.w.item()))
+            seen.append((rows[0, 0].item(), rows[1, 0].item(), model.w.item())
+                        + ((model.a.item(),) if isinstance(model, TwoPSModel) else ()))
             loss.backward()
             client.push(model, wait=False)
         client.flush()
@@ -325,3 +343,35 @@ def test_corrected_with_two_in_flight_never_twice(launcher, inproc_ps):
     assert [shared for shared, _, _ in seen] == [-n * LR for n in applied]
     assert all(n <= k for k, n in enumerate(applied))
     assert applied[4] == 4  # the reordered read: every push before it, none twice
+
+
+def test_corrected_with_two_in_flight_two_ps_adagrad(launcher, inproc_ps, monkeypatch):
+    """As above, Adagrad over two PS, each holding a dense tensor and rows of every batch: the
+    answers taken late, each read is corrected for the next push from the PS's state of the
+    rows and the worker's of the dense tensors, and every step sees every push before it,
+    once, on both PS."""
+    monkeypatch.setattr(PendingStep, "arrived", lambda self: False)
+    master = launcher.master()
+    planes = [inproc_ps(ParamStore(index=i, num_ps=2), threads=1) for i in range(2)]
+    _register(master, *planes)
+
+    def in_order(k: int) -> None:  # as in the one-PS test, on both PS
+        deadline = time.monotonic() + 5.0
+        while min(p.store.stats.pushes for p in planes) < k - 1 \
+                and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    seen, shown = _train_in_order(master, in_order, model=TwoPSModel(), optimizer="adagrad")
+
+    def adagrad(count: int) -> float:
+        """A value after `count` gradients of 1 (each push moves every value of it by 1)."""
+        return -sum(LR / (math.sqrt(i) + 1e-10) for i in range(1, count + 1))
+
+    applied = [min(range(STEPS + 1), key=lambda n: abs(adagrad(n) - w)) for _, _, w, _ in seen]
+    assert applied[1] in (0, 1)  # the second read carries no push: as with one in flight
+    assert applied == [0, applied[1], *range(2, STEPS)]
+    for k, ((shared, own, w, a), n) in enumerate(zip(seen, applied)):
+        mine = sum(1 for j in range(n) if j % 2 == k % 2)  # the pushes of this row's parity
+        assert (shared, own, w, a) == pytest.approx((adagrad(n), adagrad(mine), adagrad(n),
+                                                     adagrad(n)), rel=1e-5, abs=1e-6)
+    assert shown == STEPS - 2
