@@ -2,7 +2,7 @@
 PS answered (`correct_own_writes` with more than one push in flight).
 
 A read that comes with push m-1 (one Step) misses push m for certain when its answer was taken
-before push m was sent (worker_sdk/ps/correct.py). With two pushes in flight most reads are
+before push m was sent (worker_sdk/ps/correct.py). With two pushes in flight many reads are
 answered after the next push left, and then the PS may have served them before or after
 applying it; left uncorrected, such a step computes on the same parameters as the step before
 it and the next one sees two pushes at once, which trains worse than missing one push every step
