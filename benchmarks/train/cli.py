@@ -74,8 +74,6 @@ def one(kind: str, data: str, tmp: Path, batch: int, epochs: int, lr: float,
     workers = int(kind.split("-")[1][0])
     if kind.endswith("inflight1"):
         max_inflight = prefetch_ahead = 1
-    if kind.endswith("correct"):  # PSClient(correct_own_writes=True) takes max_inflight 1
-        max_inflight = 1
     secure = kind.endswith("secure")  # as a careful user runs it: TLS, a token, backups
     return elastic.run(data, tmp / f"{kind}-{batch}", batch, epochs, lr, workers=workers,
                        plain=kind.endswith("plain"),
@@ -131,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                    "elastic-1w-fresh: one worker with PSClient(read_own_writes=True), each "
                    "step computing on every push of its own; "
                    "elastic-1w-correct: one worker with PSClient(correct_own_writes=True) "
-                   "(max_inflight 1), each step adding its last push's update to what it read "
+                   "(--max-inflight), each step adding its last push's update to what it read "
                    "(the other runs take PSClient's default for it); "
                    "elastic-1w-stale, elastic-2w-stale: correct_own_writes=False, each step "
                    "missing its worker's last push (the default before issue 42)")

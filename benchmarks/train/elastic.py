@@ -89,9 +89,10 @@ def run(data: str, workdir: Path, batch: int, epochs: int, lr: float, workers: i
     timeline = {k: sum(r[f"{k}_s"] for r in results) / wall for k in PHASES}
     return {"records_per_s": records / span, "wall_s": span, "auc": auc, "records": records,
             "timeline": timeline, "stale": sum(r["stale"] for r in results),
-            # correct_own_writes: pushes added to a step's read, pushes not added, and rows
-            # a push met in a read without their state (not corrected)
-            "own_writes": [sum(r["own_writes"][i] for r in results) for i in (0, 1, 2)],
+            # correct_own_writes: pushes added to a step's read, pushes not added, rows a push
+            # met in a read without their state (not corrected), and reads answered after the
+            # next push left that the versions showed served before it (added)
+            "own_writes": [sum(r["own_writes"][i] for r in results) for i in (0, 1, 2, 3)],
             "worker_cpu_s": sum(r["cpu_s"] for r in results), "master_cpu_s": server_cpu[0],
             "ps_cpu_s": server_cpu[1:]}
 

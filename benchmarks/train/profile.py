@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="time by the wall clock (default: the thread's CPU time)")
     p.add_argument("--max-inflight", type=int, default=2)
     p.add_argument("--correct-own-writes", action="store_true",
-                   help="the worker's PSClient(correct_own_writes=True) (max_inflight 1)")
+                   help="the worker's PSClient(correct_own_writes=True)")
     p.add_argument("--out", help="write the profile here (default: no profiler; print the "
                    "loop thread's CPU seconds only, the number to compare between changes)")
     a = p.parse_args(argv)
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             worker.main([
                 "--master", master.address, "--data", str(tmp / "data"), "--batch",
                 str(a.batch), "--epochs", str(a.epochs), "--max-inflight",
-                str(1 if a.correct_own_writes else a.max_inflight),
+                str(a.max_inflight),
                 "--correct-own-writes", "on" if a.correct_own_writes else "off",
                 "--out", str(tmp / "w.json")])
             print((tmp / "w.json").read_text())

@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         push_s=push_s, embedding_s=spent["embedding"], compute_s=compute,
         stale=client.stale_refusals,
         own_writes=[client.pipeline.own_added, client.pipeline.own_missed,
-                    client.pipeline.own_unmarked])))
+                    client.pipeline.own_unmarked, client.pipeline.order.shown])))
     return 0
 
 

@@ -12,7 +12,7 @@ messages into these calls. What it promises:
 - A dense tensor has a version (pushes applied to it). A push applies the gradient with the
   tensor's own `torch.optim` optimizer (Adagrad: the push's tensors in one foreach update, or
   the packed ones over flat buffers, the same arithmetic: ps/store/optim.py, ps/store/flat_dense.py) under
-  the tensor's lock and bumps the version. The push
+  the tensor's lock and bumps the version (answered as it is right after the push). The push
   carries the versions the worker pulled; staleness (current - pulled) is recorded, and with
   `max_staleness >= 0` a push staler than that is refused whole (FAILED_PRECONDITION).
 - A pull never sees a half-applied push. A pull takes the tensor's lock only to "export" it:
@@ -322,10 +322,11 @@ class ParamStore:
             self._step_all(held, [g for (_, g), _ in ordered],
                            [n for n, _ in grads[:packed_count]] if packed is not None else (),
                            packed)
+            after = {d.name: d.version for d in held}  # right after it (worker_sdk/ps/served.py)
         finally:
             for d in held:
                 d.lock.release()
-        return self._applied(worst, [d.name for d in held])
+        return self._applied(worst, after)
 
     def _stale(self, worst: int, names: list[str]) -> dict:
         with self._stats_lock:
@@ -335,14 +336,13 @@ class ParamStore:
                            f"{self.max_staleness}); pull again and recompute",
                 "versions": self.versions(names), "max_staleness": worst}
 
-    def _applied(self, worst: int, names: list[str]) -> dict:
+    def _applied(self, worst: int, versions: dict[str, int]) -> dict:
         s = self.stats
         with self._stats_lock:
             s.pushes += 1
             s.staleness[min(worst, STALENESS_BUCKET_CAP)] += 1
             s.max_staleness_seen = max(s.max_staleness_seen, worst)
-        return {"code": "OK", "message": "", "versions": self.versions(names),
-                "max_staleness": worst}
+        return {"code": "OK", "message": "", "versions": versions, "max_staleness": worst}
 
     def _staleness(self, d: Dense, pulled: int) -> int:
         if pulled > d.version:

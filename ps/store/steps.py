@@ -17,6 +17,7 @@ What it promises, on top of ParamStore's rules:
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,10 @@ class Steps:
 
     def __init__(self, store) -> None:
         self.store = store
+        # a Step's mutations, and then its reads, each whole to every other Step's: its reads
+        # see another Step's push entirely or not at all, so a dense version that shows that
+        # push not applied shows its rows not applied either (worker_sdk/ps/served.py)
+        self._whole = threading.Lock()
 
     def step(self, client_id: str, seq: int, parts: StepParts, export) -> dict:
         """Apply the mutations once, then read. Returns the answer: {code, message, reason,
@@ -65,10 +70,17 @@ class Steps:
         self._check_step(parts)
         answer = {"code": "OK", "message": "", "duplicate": False}
         if parts.mutates:
-            answer = self.store._at_most_once(client_id, seq, lambda: self._apply_step(parts),
-                                        lambda: {"rows": [0] * len(parts.rows)})
+            with self._whole:
+                answer = self.store._at_most_once(client_id, seq,
+                                                  lambda: self._apply_step(parts),
+                                                  lambda: {"rows": [0] * len(parts.rows)})
             if answer["code"] != "OK":
                 return answer
+        with self._whole:
+            self._read(parts, export, answer)
+        return answer
+
+    def _read(self, parts: StepParts, export, answer: dict) -> None:
         if parts.pull is not None:
             answer["pulled"] = (self.store.pull_packed(parts.pull, export)
                                 if parts.pull_packed else self.store.pull(parts.pull, export))
@@ -82,7 +94,6 @@ class Steps:
                                  for (table, ids), m in zip(parts.pull_rows, marks)]
         if parts.pull_rows:
             self.store.stats.row_pulls += len(parts.pull_rows)
-        return answer
 
     def _check_step(self, parts: StepParts) -> None:
         self.store._require_init()

@@ -151,14 +151,17 @@ class PSClient:
         correct_own_writes: instead, the worker adds its last push's update (SGD, Adagrad)
         to the prefetched rows and dense tensors it misses, before the forward pass
         (worker_sdk/ps/correct.py; an Adagrad row with the PS's state of it, asked in the
-        same Step): no message more, no wait; with max_inflight 1. None (the default): on
-        with max_inflight 1 and no read_own_writes, else off."""
+        same Step): no message more, no wait. With max_inflight 2 a read answered after the
+        next push left is corrected when the versions show it was served before that push
+        (worker_sdk/ps/served.py). None (the default): on with max_inflight 1 or 2 and no
+        read_own_writes (with more in flight fewer reads can be shown served in time)."""
         if max_inflight < 1:
             raise ValueError(f"max_inflight must be >= 1, got {max_inflight}")
         if correct_own_writes is None:
-            correct_own_writes = max_inflight == 1 and not read_own_writes
-        if correct_own_writes and (read_own_writes or max_inflight != 1):
-            raise ValueError("correct_own_writes takes max_inflight=1 and no read_own_writes")
+            correct_own_writes = max_inflight <= 2 and not read_own_writes
+        if correct_own_writes and read_own_writes:
+            raise ValueError("correct_own_writes and read_own_writes are two ways to one end: "
+                             "give one")
         self._correct_own_writes = correct_own_writes
         options = dict(master=master, timeout_s=timeout_s, max_attempts=max_attempts,
                        discovery_timeout_s=discovery_timeout_s, tls_ca=tls_ca,

@@ -11,8 +11,10 @@ Never twice: a push is added to a read only when the read's answer was taken bef
 was sent (worker_sdk/ps/pipeline.py: a prefetch keeps how many pushes were given when it was
 sent and how many were sent when it was answered; before sending a push the pipeline takes
 in the answers already there). A push sent while the read was in flight may or may not be in
-it, so it is not added: that step misses it, as without the option. With max_inflight 1 (the
-option takes no other) that happens only to the first reads, which carry no push.
+it: it is added only when the versions in the answers show the PS served the read before it
+(worker_sdk/ps/served.py), else that step misses it, as without the option. With max_inflight 1
+that happens only to the first reads, which carry no push; with 2, to a read the versions
+cannot place (another push between, a PS with no dense tensor).
 
 The update needs the optimizer's state after the push. SGD has none. Adagrad's accumulator of
 a row is the PS's: a read marks the ids of its batch that the batch before it, whose push is

@@ -37,7 +37,8 @@ class Prefetch:
     # with the next push (the dense tensors too); None: all in one Step
     late: dict[str, np.ndarray] | None = None
     # correct_own_writes: its read holds the first `after` pushes given and none after
-    # `sent` (the pushes sent before its answer was taken); those after both it misses
+    # `sent` (the pushes sent before its answer was taken, or `after` when the versions show
+    # it was served before the next one: worker_sdk/ps/served.py); those after both it misses
     after: int = 0
     sent: int = 0
     # correct_own_writes, Adagrad rows: table -> bool mask over `unique` of the ids whose

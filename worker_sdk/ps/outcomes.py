@@ -33,6 +33,8 @@ class StepOutcome:
     rows: dict[str, torch.Tensor] = field(default_factory=dict)  # table -> rows of the ids
     # table -> the optimizer state of the marked ids ([m, dim], in their order), when asked
     states: dict[str, torch.Tensor] = field(default_factory=dict)
+    pulled_from: dict[str, int] = field(default_factory=dict)  # tensor -> the PS that read it
+    served: set[int] = field(default_factory=set)  # the PS that read tensors or rows for it
 
 
 def dense_grad(g: torch.Tensor) -> torch.Tensor:

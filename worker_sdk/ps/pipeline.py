@@ -11,10 +11,10 @@ two cores, handing each step to a background thread cost more than the overlap w
 A push and the prefetch given right after it go out together: once the loop has shown that
 prefetches follow its pushes (`ds.batches` calls the hook first thing in the next step), a
 push is held until the next call (a prefetch takes it along; any other call sends it alone
-first, and pushes then go at once until the loop prefetches again).
-
-With `read_own_writes` a prefetch may be read in two parts, and a push then goes as two Steps
-per PS (worker_sdk/ps/fresh.py); otherwise a push and a prefetch go as one Step per PS.
+first, and pushes then go at once until the loop prefetches again). With `read_own_writes` a
+prefetch may be read in two parts, and a push then goes as two Steps per PS (fresh.py);
+otherwise one Step per PS. With `correct_own_writes` the step adds the pushes its prefetch
+misses (correct.py; which ones: served.py).
 
 Every Step in flight has its own `DataClient` (made on first need; a client has one call
 outstanding at most, and each has its own client_id, so each one's requests stay in order and
@@ -46,7 +46,7 @@ from typing import Callable
 
 import torch
 
-from . import correct, fresh
+from . import correct, fresh, served
 from .data_client import DataClient, PSUnavailable, StaleGradient
 from .jobs import Flight, Prefetch, PushJob, unreachable  # noqa: F401 - PushJob too
 from .ids import mark, unique_inverse
@@ -55,10 +55,7 @@ from ..data.ack import AckLedger
 
 log = logging.getLogger(__name__)
 
-
 MAX_PREFETCHED = 4  # prefetches kept for coming steps (a loop reads at most one or two ahead)
-
-
 _DROPPED = object()  # marker: a push never sent
 
 
@@ -80,6 +77,7 @@ class Pipeline:
         self._sent = 0  # pushes sent (given in order, so sent in order)
         self.own_added = self.own_missed = 0  # pushes added to a read / maybe in it: not added
         self.own_unmarked = 0  # rows a push met in a read without their state: not corrected
+        self.order = served.PushOrder()  # tells reads served before the next push (served.py)
         self._deltas: deque[tuple] = deque(maxlen=MAX_PREFETCHED)  # (index, dense, rows)
         self._make_client = make_client
         self._ledger = ledger
@@ -123,6 +121,7 @@ class Pipeline:
             job.index = self._given
             if self.own_writes is not None:
                 self._deltas.append((self._given, *self.own_writes.deltas(job.grads, job.rows)))
+                self.order.given(self._given, job.grads)
             if self._expect_prefetch:
                 self._held = job  # the loop's next call is its prefetch: both go as one Step
             else:
@@ -158,8 +157,7 @@ class Pipeline:
             dense, versions = job.dense, job.versions
             if dense is None or not all(n in dense for n in names):
                 return None
-            updates = correct.missed_dense(self._deltas, max(job.after, job.sent)) \
-                if self._deltas else {}
+            updates = correct.missed_dense(self._deltas, max(job.after, job.sent))
             self._count_own(job)
             if len(dense) == len(names):  # exactly the names asked (the usual step)
                 return dense, versions, updates
@@ -194,8 +192,7 @@ class Pipeline:
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send a held push and collect every Step in flight; raise a failure. `timeout_s`
-        bounds the wait for another thread's call to finish first (each answer is waited for
-        within the client's retry budget)."""
+        bounds the wait for another thread's call first (an answer's: the retry budget)."""
         started = time.perf_counter()
         if not self._lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
             self.wait_push_s += time.perf_counter() - started
@@ -330,6 +327,8 @@ class Pipeline:
         except BaseException as exc:  # noqa: BLE001 - a push's is kept and raised later
             self._not_sent(client, push, fetch, exc)
             return
+        if grads is not None and self.own_writes is not None:
+            self.order.sent(push.index, {n: client.tensor_owner(n) for n in grads})
         self._flights.append(Flight(client, pending, push, settles, fetch, part, then))
         while len(self._flights) > self._max_inflight + MAX_PREFETCHED:
             self._collect()  # prefetches never pulled: bounded like the ones kept
@@ -365,19 +364,23 @@ class Pipeline:
         finally:
             self._free.append(flight.client)  # its call is over, answered or not
         if flight.fetch is not None:
-            self._fill(flight.fetch, flight.part, outcome)
+            self._fill(flight.fetch, flight.part, outcome, flight.push)
         if flight.push is not None:
             if outcome.push is not None:
                 self.max_staleness = max(self.max_staleness, outcome.push.max_staleness)
             if flight.settles:
+                self.order.answered(flight.push.index, outcome)
                 self._settle(flight.push, outcome)
         if flight.then is not None:
             self._send_rest(*flight.then)
 
-    def _fill(self, fetch: Prefetch, part: str, outcome) -> None:
+    def _fill(self, fetch: Prefetch, part: str, outcome, push: PushJob | None) -> None:
         if fetch.done:
             return  # its other part failed: the caller pulls instead
         fetch.sent = self._sent
+        if self.own_writes is not None \
+                and self.order.missed_next(fetch.after, self._sent, push, outcome):
+            fetch.sent = fetch.after  # served before the push after it, which it then misses
         if outcome.dense is not None:  # the outcome's own dicts: nothing else holds them
             fetch.dense, fetch.versions = outcome.dense, outcome.versions
         if part == "all":

@@ -218,9 +218,12 @@ def _step_outcome(client, result, pushed, pulled, sizes, marks) -> StepOutcome:
                           f"({packed} packed) and "
                           f"{len(pull_rows)} row pulls ({len(asked)} asked, "
                           f"{sum(stated)} with state)")
+        if metas or asked:
+            out.served.add(a.index)
         if metas:
             pulled_now, _ = client.decoder.decode(a.index, metas, frames[:dense_frames], packed)
             out.dense.update(pulled_now)
+            out.pulled_from.update((name, a.index) for name, _ in pulled_now)
             versions = dict(zip([name for name, _ in pulled_now], pull.versions[:]))
             out.versions.update(versions)
             client.versions.update(versions)
