@@ -114,13 +114,6 @@ def _adagrad_dense(acc, grad, out, lr, eps):
         out[i] = grad[i] / (out[i] + eps) * -lr
 
 
-@jit.njit
-def _adagrad_dense_all(accs, grads, outs, lr, eps):
-    """`_adagrad_dense` of every tensor (tuples of flat float32 arrays, in one order)."""
-    for t in range(len(grads)):
-        _adagrad_dense(accs[t], grads[t], outs[t], lr, eps)
-
-
 class _Flat:
     """The dense tensors' Adagrad accumulators, and a ring of buffers for their updates,
     laid out once for a model's tensors (names, shapes, order). An update stays valid until
@@ -130,26 +123,20 @@ class _Flat:
     RING = 8
 
     def __init__(self, grads: dict[str, torch.Tensor], initial: float) -> None:
-        self.key = [(n, g.shape) for n, g in grads.items()]
+        self.names = tuple(grads)
+        self.shapes = [g.shape for g in grads.values()]
         sizes = [g.numel() for g in grads.values()]
-        self._acc = np.full(sum(sizes), initial, np.float32)
-        self.accs = self._cut(self._acc, sizes)
+        self.acc = np.full(sum(sizes), initial, np.float32)
         self._ring = []
         for _ in range(self.RING):
             buf = np.empty(sum(sizes), np.float32)
-            outs = self._cut(buf, sizes)
-            self._ring.append((outs, {n: torch.from_numpy(o).view(shape)
-                                      for (n, shape), o in zip(self.key, outs)}))
+            outs = np.split(buf, np.cumsum(sizes)[:-1])
+            self._ring.append((buf, {n: torch.from_numpy(o).view(shape)
+                                     for n, shape, o in zip(self.names, self.shapes, outs)}))
         self._next = 0
 
-    @staticmethod
-    def _cut(buf: np.ndarray, sizes: list[int]) -> tuple:
-        return tuple(np.split(buf, np.cumsum(sizes)[:-1]))
-
     def fits(self, grads: dict[str, torch.Tensor]) -> bool:
-        return len(grads) == len(self.key) and all(
-            n == name and g.shape == shape for (name, shape), (n, g) in zip(self.key,
-                                                                             grads.items()))
+        return tuple(grads) == self.names and [g.shape for g in grads.values()] == self.shapes
 
     def next_out(self) -> tuple:
         out = self._ring[self._next]
@@ -167,9 +154,8 @@ def warm_up() -> None:
                        np.float32(0.1), np.float32(1e-10))
     place_marked(mask, np.arange(2), grads, np.empty((1, 2), np.float32))
     marked_at(mask, np.arange(2))
-    flat = _Flat({"w": torch.ones(2)}, 0.0)
-    _adagrad_dense_all(flat.accs, (np.ones(2, np.float32),), flat.next_out()[0],
-                       np.float32(0.1), np.float32(1e-10))
+    _adagrad_dense(np.zeros(2, np.float32), np.ones(2, np.float32), np.empty(2, np.float32),
+                   np.float32(0.1), np.float32(1e-10))
 
 
 class OwnWrites:
@@ -185,8 +171,8 @@ class OwnWrites:
 
     def _dense_deltas(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Each tensor's update: SGD's in one torch._foreach call; Adagrad's in one compiled
-        call over every tensor (`_adagrad_dense_all`), which advances the accumulators and
-        writes the updates into one of a few flat buffers laid out once (`_Flat`): a small
+        call over every tensor's gradient laid end to end, which advances the flat accumulator
+        and writes the updates into one of a few flat buffers laid out once (`_Flat`): a small
         model's step is many small tensors, where a call per tensor costs more than its
         arithmetic."""
         cfg = self.dense_cfg
@@ -197,12 +183,14 @@ class OwnWrites:
         flat = self._flat
         if flat is None or not flat.fits(grads):
             flat = self._flat = _Flat(grads, float(cfg.get("initial_accumulator_value", 0.0)))
-        gs = tuple([g.detach().numpy().reshape(-1) if g.dtype == torch.float32
-                    and g.is_contiguous() else g.detach().to(torch.float32).contiguous()
-                    .numpy().reshape(-1) for g in grads.values()])
+        # one flat gradient, copied in one numpy call (torch.cat's dispatch costs twice that)
+        try:
+            g = np.concatenate([g.numpy().ravel() for g in grads.values()])
+        except RuntimeError:  # a gradient that requires grad (create_graph): not for numpy
+            g = torch.cat([g.reshape(-1) for g in grads.values()]).detach().numpy()
         out, views = flat.next_out()
-        _adagrad_dense_all(flat.accs, gs, out, np.float32(_lr(cfg)),
-                           np.float32(cfg.get("eps", 1e-10)))
+        _adagrad_dense(flat.acc, g.astype(np.float32, copy=False), out, np.float32(_lr(cfg)),
+                       np.float32(cfg.get("eps", 1e-10)))
         return views
 
     def warm_up(self, params: dict[str, torch.Tensor]) -> None:
