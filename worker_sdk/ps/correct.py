@@ -61,12 +61,20 @@ def adagrad_delta(grad: torch.Tensor, state_after: torch.Tensor, lr: float,
 
 
 @jit.njit
+def _seek(ids, j, x):
+    """The first place from j on where the sorted `ids` reach x (ids.size when none does):
+    the step of every merge walk here."""
+    while j < ids.size and ids[j] < x:
+        j += 1
+    return j
+
+
+@jit.njit
 def _add_where_met(unique, rows, ids, delta):
     """rows[i] += delta[j] where unique[i] == ids[j] (both sorted, distinct)."""
     j = 0
     for i in range(unique.size):
-        while j < ids.size and ids[j] < unique[i]:
-            j += 1
+        j = _seek(ids, j, unique[i])
         if j == ids.size:
             return
         if ids[j] == unique[i]:
@@ -84,8 +92,7 @@ def _adagrad_where_met(unique, rows, marked, state, ids, grads, lr, eps):
     s = 0
     unmarked = 0
     for i in range(unique.size):
-        while j < ids.size and ids[j] < unique[i]:
-            j += 1
+        j = _seek(ids, j, unique[i])
         if j < ids.size and ids[j] == unique[i]:
             if marked[i]:
                 for c in range(rows.shape[1]):
@@ -254,8 +261,7 @@ def _met(unique, ids):
     out = np.zeros(unique.size, np.bool_)
     j = 0
     for i in range(unique.size):
-        while j < ids.size and ids[j] < unique[i]:
-            j += 1
+        j = _seek(ids, j, unique[i])
         if j == ids.size:
             break
         out[i] = ids[j] == unique[i]
