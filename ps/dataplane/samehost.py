@@ -9,7 +9,7 @@ kept (the buffers themselves, no copy) and written as the client reads; that con
 request is read only after it. A pulled tensor answered here is sent from its own memory as a
 `pswire.samehost.Written`, its own tracker, done once this thread has written the answer (or
 dropped it with its connection): a push meanwhile copies the tensor first, as with a ZeroMQ
-frame still being sent, and making and freeing no ZeroMQ frame saves a PS about a tenth of its
+frame still being sent, and making and freeing no ZeroMQ frame saves a PS about a fifth of its
 CPU per Step (docs/benchmarks.md).
 
 Bad input: a message of more frames than `max_frames` is answered TOO_LARGE and the

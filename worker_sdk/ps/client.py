@@ -214,10 +214,9 @@ class PSClient:
         self.pipeline.set_layout(self.data.owner)
         if self._correct_own_writes:
             correct.warm_up()
-            own = self.pipeline.own_writes = correct.OwnWrites(
+            self.pipeline.own_writes = correct.OwnWrites(
                 {"name": optimizer, **hyperparameters},
                 {emb.table: emb.optimizer for emb in _embeddings(model) if emb.optimizer})
-            own.warm_up({n: p for n, p in model.named_parameters() if p.requires_grad})
         self.pull(model)
         return first
 

@@ -200,13 +200,6 @@ class OwnWrites:
                        np.float32(cfg.get("eps", 1e-10)))
         return views
 
-    def warm_up(self, params: dict[str, torch.Tensor]) -> None:
-        """Compile the dense update for these tensors now, not in the first step (numba
-        specializes it by their count): an update of zero gradients, which changes nothing."""
-        if self._dense_ok and params:
-            self._dense_deltas({n: torch.zeros_like(p, dtype=torch.float32)
-                                for n, p in params.items()})
-
     def deltas(self, grads: dict[str, torch.Tensor], rows) -> tuple[dict, dict]:
         """(name -> dense delta, table -> `Pushed`) of one push, the dense accumulators
         advanced by it. Called once per push, in push order. A row's Adagrad update needs
