@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import sys
 import tempfile
@@ -31,10 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-inflight", type=int, default=2)
     p.add_argument("--correct-own-writes", action="store_true",
                    help="the worker's PSClient(correct_own_writes=True)")
+    p.add_argument("--pin", action="store_true",
+                   help="the worker (this process) on CPU 0, the master and PS on CPU 1, as "
+                   "bench_train --pin runs them: a worker sharing its core with the servers "
+                   "finds its caches cold after each switch, and its code looks slower")
     p.add_argument("--out", help="write the profile here (default: no profiler; print the "
                    "loop thread's CPU seconds only, the number to compare between changes)")
     a = p.parse_args(argv)
     from benchmarks.train import worker
+    from benchmarks.train.cli import SERVER_CPUS, TRAINER_CPUS
     from benchmarks.train.models import make_data
     from cluster.launch import Launcher
 
@@ -42,9 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp)
         make_data(a.model, tmp / "data", a.records, 1000)
         with Launcher(tmp / "run") as launcher:
-            master = launcher.master()
+            cpus = SERVER_CPUS if a.pin else None
+            master = launcher.master(cpus=cpus)
             for i in range(2):
-                launcher.ps(master.address, index=i, num_ps=2, checkpoint_dir=f"ps{i}")
+                launcher.ps(master.address, index=i, num_ps=2, checkpoint_dir=f"ps{i}",
+                            cpus=cpus)
+            if a.pin:
+                os.sched_setaffinity(0, TRAINER_CPUS)
             # thread CPU time, not wall time: a busy machine's preemptions are not the code's
             prof = cProfile.Profile(time.thread_time) if a.cpu else cProfile.Profile()
             spent = []

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from protos import master_pb2 as pb
+from worker_sdk.data.ack import AckLedger
 from worker_sdk.data.lease_stream import END, LeaseStream, Piece, Wait
 from tests.worker_sdk.local_master import LocalMaster
 
@@ -247,4 +248,44 @@ def test_a_lease_asked_ahead_when_nothing_is_left_leaves_the_end_to_the_reader()
     seen = drain(stream, limit=4)
     assert sorted(seen) == list(range(20)) and stream.ended
     assert master.epochs("d")[0].records_done == 20
+    stream.close()
+
+
+class _Pusher:
+    """A PSClient's part in the ack rule: its flush answers the push in flight, which
+    acknowledges the records it carried."""
+
+    def __init__(self, ledger: AckLedger):
+        self.ledger, self.mark = ledger, None
+
+    def flush(self, timeout_s=None):
+        if self.mark is not None:
+            self.ledger.trained(self.mark)
+            self.mark = None
+
+
+def test_the_jobs_tail_ends_at_once_when_the_flush_acknowledges_what_the_master_waits_for(
+        monkeypatch):
+    """The master answers WAIT while the loop's last records are unacknowledged; the tail's
+    flush acknowledges them, and the next GetShard (carrying their reports) follows at once
+    instead of after the master's retry hint. A WAIT with nothing newly acknowledged sleeps."""
+    master = LocalMaster()
+    ledger = AckLedger()
+    pusher = _Pusher(ledger)
+    ledger.register_flusher(pusher)
+    stream = _stream(master, _spec(n=10, size=10), ledger=ledger)
+    piece = stream.next_piece(10)
+    stream.deliver([piece])
+    pusher.mark = ledger.mark()  # the last step's push, not answered yet
+    item = stream.next_piece(10)
+    assert isinstance(item, Wait) and item.seconds > 0
+    slept = []
+    monkeypatch.setattr(stream.cancel, "wait", slept.append)
+    assert not stream.at_tail()  # the flush acknowledged the records: the pass goes on
+    stream.wait(item)
+    assert slept == []
+    assert stream.next_piece(10) is END
+    assert master.epochs("d")[0].records_done == 10
+    stream.wait(item)  # nothing acknowledged since: the hint is slept
+    assert slept == [item.seconds]
     stream.close()

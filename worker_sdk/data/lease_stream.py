@@ -117,6 +117,8 @@ class LeaseStream:
         self.delivered = 0  # records delivered by this stream
         self.ended = False  # the master answered END: nothing more will ever come
         self.pass_over = False  # the last pass ran out of data (END, or the tail of the job)
+        # the loop's records were acknowledged after the master answered WAIT: ask again now
+        self._ask_now = False
         self.closed = False
         self._pass = 0
         self._close_lock = threading.Lock()
@@ -310,7 +312,13 @@ class LeaseStream:
             self.table.mark_trained()
 
     def wait(self, item: Wait) -> None:
-        self.cancel.wait(item.seconds)
+        """Sleep the master's retry hint before the next GetShard; not when `at_tail` has just
+        acknowledged records the WAIT was decided without (at the job's end they are what the
+        master waits for: their reports, carried by the next GetShard, end it)."""
+        if self._ask_now:
+            self._ask_now = False
+        else:
+            self.cancel.wait(item.seconds)
         preempt.checkpoint()
 
     def at_tail(self) -> bool:
@@ -322,6 +330,7 @@ class LeaseStream:
             return False
         self.ledger.flush(CLOSE_RETRY_S)  # pushes in flight: their answers may free the tail
         if not self.table.in_flight():
+            self._ask_now = True  # once: their reports now go with the next GetShard
             return False
         log.info("dataset %r: no shard left to hand out while %d records are in training; "
                  "ending this pass", self.name, self.table.in_flight())

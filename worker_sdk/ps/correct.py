@@ -48,18 +48,6 @@ def _lr(cfg: dict) -> float:
     return float(cfg.get("lr", 1e-3 if cfg["name"] == "sgd" else 1e-2))
 
 
-def sgd_delta(grad: torch.Tensor, lr: float) -> torch.Tensor:
-    """What torch.optim.SGD (no momentum, no decay) adds to a parameter for `grad`."""
-    return grad * -lr
-
-
-def adagrad_delta(grad: torch.Tensor, state_after: torch.Tensor, lr: float,
-                  eps: float) -> torch.Tensor:
-    """What torch.optim.Adagrad (no decays) adds for `grad`, its accumulator after adding
-    grad**2 being `state_after`: -lr * grad / (sqrt(state_after) + eps)."""
-    return grad / state_after.sqrt().add_(eps) * -lr
-
-
 @jit.njit
 def _seek(ids, j, x):
     """The first place from j on where the sorted `ids` reach x (ids.size when none does):
@@ -159,8 +147,7 @@ def warm_up() -> None:
     mask = _met(unique, ids)
     _adagrad_where_met(unique, rows, mask, np.ones((1, 2), np.float32), ids, grads,
                        np.float32(0.1), np.float32(1e-10))
-    place_marked(mask, np.arange(2), grads, np.empty((1, 2), np.float32))
-    marked_at(mask, np.arange(2))
+    place_marked(mask, np.arange(2), grads.ravel(), np.empty((1, 2), np.float32))
     _adagrad_dense(np.zeros(2, np.float32), np.ones(2, np.float32), np.empty(2, np.float32),
                    np.float32(0.1), np.float32(1e-10))
 
@@ -173,8 +160,8 @@ class OwnWrites:
         self.table_cfgs = table_cfgs
         self._flat: _Flat | None = None  # the dense tensors' accumulators and updates
         self._dense_ok = correctable(dense_cfg)
-        self._correctable: dict[str, bool] = {}  # table -> correctable(its optimizer)
-        self._adagrad: dict[str, bool] = {}  # table -> its rows need the PS's Adagrad state
+        self._dense_lr, self._dense_eps = _float32s(dense_cfg)
+        self._rules: dict[str, tuple | None] = {}  # table -> its `_rule`
 
     def _dense_deltas(self, grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Each tensor's update: SGD's in one torch._foreach call; Adagrad's in one compiled
@@ -196,8 +183,8 @@ class OwnWrites:
         except RuntimeError:  # a gradient that requires grad (create_graph): not for numpy
             g = torch.cat([g.reshape(-1) for g in grads.values()]).detach().numpy()
         out, views = flat.next_out()
-        _adagrad_dense(flat.acc, g.astype(np.float32, copy=False), out, np.float32(_lr(cfg)),
-                       np.float32(cfg.get("eps", 1e-10)))
+        _adagrad_dense(flat.acc, g.astype(np.float32, copy=False), out, self._dense_lr,
+                       self._dense_eps)
         return views
 
     def deltas(self, grads: dict[str, torch.Tensor], rows) -> tuple[dict, dict]:
@@ -207,29 +194,53 @@ class OwnWrites:
         dense = self._dense_deltas(grads) if self._dense_ok and grads else {}
         out = {}
         for table, ids, g in rows:
-            if not self._table_ok(table):
+            rule = self._rules[table] if table in self._rules else self._rule(table)
+            if rule is None:
                 continue
-            cfg = self.table_cfgs.get(table, self.dense_cfg)
-            ids = np.ascontiguousarray(torch.as_tensor(ids, dtype=torch.int64).reshape(-1))
-            g = g.detach().to(torch.float32).contiguous()
-            if cfg["name"] == "sgd":
-                out[table] = Pushed(ids, sgd_delta(g, _lr(cfg)).numpy())
+            ids = _ids_of(ids)
+            if g.dtype is not torch.float32 or g.requires_grad or not g.is_contiguous():
+                g = g.detach().to(torch.float32).contiguous()
+            lr, eps = rule
+            if eps is None:  # SGD
+                out[table] = Pushed(ids, g.numpy() * -lr)
             else:  # kept, not copied: a row gradient is the embedding's own per-step
                 # tensor (ElasticEmbedding._take_grads), never written after the backward
-                out[table] = Pushed(ids, g.numpy(), _lr(cfg), float(cfg.get("eps", 1e-10)))
+                out[table] = Pushed(ids, g.numpy(), lr, eps)
         return dense, out
 
     def adagrad_tables(self, tables) -> list[str]:
         """Those of `tables` whose row correction needs the PS's state (Adagrad's sum)."""
-        return [t for t in tables if self._adagrad.get(t) or self._adagrad.setdefault(
-            t, self._table_ok(t) and self.table_cfgs.get(t, self.dense_cfg)["name"] == "adagrad")]
+        rules = self._rules
+        return [t for t in tables
+                if (rules[t] if t in rules else self._rule(t)) is not None
+                and rules[t][1] is not None]
 
-    def _table_ok(self, table: str) -> bool:
-        ok = self._correctable.get(table)
-        if ok is None:
-            ok = self._correctable[table] = correctable(self.table_cfgs.get(table,
-                                                                            self.dense_cfg))
-        return ok
+    def _rule(self, table: str) -> tuple | None:
+        """A table's correction: None (its optimizer is not repeated here), else (lr, eps) as
+        float32, eps None for SGD; looked up once, a push names a few tables every step."""
+        cfg = self.table_cfgs.get(table, self.dense_cfg)
+        rule = None
+        if correctable(cfg):
+            lr, eps = _float32s(cfg)
+            rule = (lr, None if cfg["name"] == "sgd" else eps)
+        self._rules[table] = rule
+        return rule
+
+
+def _float32s(cfg: dict) -> tuple:
+    """(lr, eps) of an optimizer's config as float32, as the compiled loops take them."""
+    if cfg.get("name") not in ("sgd", "adagrad"):
+        return None, None
+    return np.float32(_lr(cfg)), np.float32(cfg.get("eps", 1e-10))
+
+
+def _ids_of(ids) -> np.ndarray:
+    """A push's ids of one table as a contiguous 1-D int64 array (the embedding's are one:
+    its distinct ids, a view then)."""
+    if isinstance(ids, torch.Tensor) and ids.dtype is torch.int64 and ids.dim() == 1 \
+            and ids.is_contiguous():
+        return ids.numpy()
+    return np.ascontiguousarray(torch.as_tensor(ids, dtype=torch.int64).reshape(-1))
 
 
 class Pushed(NamedTuple):
@@ -238,8 +249,8 @@ class Pushed(NamedTuple):
 
     ids: np.ndarray
     values: np.ndarray  # float32 [len(ids), dim]
-    lr: float | None = None
-    eps: float = 1e-10
+    lr: np.float32 | None = None
+    eps: np.float32 = np.float32(1e-10)
 
 
 def marks(unique: np.ndarray, pushed_next: np.ndarray) -> np.ndarray:
@@ -262,32 +273,28 @@ def _met(unique, ids):
 
 
 @jit.njit
-def marked_at(mask, positions):
-    """How many of `positions` (places among a call's ids) `mask` marks."""
-    count = 0
-    for i in range(positions.size):
-        count += mask[positions[i]]
-    return count
-
-
-@jit.njit
 def place_marked(mask, positions, got, out):
-    """out[rank] = got[k] for the k-th of `positions` (places among a call's ids, ascending)
-    that `mask` marks, rank being its place among every marked id: one PS's state rows put
-    where they sit among the call's marked ids. One walk of the mask up to the last place."""
+    """out[rank] = the k-th row of `got` (one PS's state rows laid end to end, flat) for the
+    k-th of `positions` (places among a call's ids, ascending) that `mask` marks, rank being
+    its place among every marked id: one walk of the mask up to the last place. Returns how
+    many floats it took from `got`; -1 when `got` holds fewer rows than marked there."""
+    dim = out.shape[1]
     rank = 0
     k = 0
     j = 0
     for i in range(mask.size):
         if j == positions.size:
-            return
+            break
         if positions[j] == i:
             if mask[i]:
-                for c in range(got.shape[1]):
-                    out[rank, c] = got[k, c]
+                if (k + 1) * dim > got.size:
+                    return -1
+                for c in range(dim):
+                    out[rank, c] = got[k * dim + c]
                 k += 1
             j += 1
         rank += mask[i]
+    return k * dim
 
 
 def correct_rows(unique: torch.Tensor, rows: torch.Tensor, pushed: Pushed,
@@ -302,9 +309,8 @@ def correct_rows(unique: torch.Tensor, rows: torch.Tensor, pushed: Pushed,
         return 0
     if state is None:
         return int(np.isin(unique, pushed.ids, assume_unique=True).sum())
-    return int(_adagrad_where_met(unique, rows.numpy(), state[0], state[1].numpy(), pushed.ids,
-                                  pushed.values, np.float32(pushed.lr),
-                                  np.float32(pushed.eps)))
+    return _adagrad_where_met(unique, rows.numpy(), state[0], state[1].numpy(), pushed.ids,
+                              pushed.values, pushed.lr, pushed.eps)
 
 
 def missed_dense(deltas, after: int) -> dict[str, torch.Tensor]:

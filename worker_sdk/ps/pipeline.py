@@ -328,7 +328,7 @@ class Pipeline:
             self._not_sent(client, push, fetch, exc)
             return
         if grads is not None and self.own_writes is not None:
-            self.order.sent(push.index, {n: client.tensor_owner(n) for n in grads})
+            self.order.sent(push.index, client.router.owners(grads))
         self._flights.append(Flight(client, pending, push, settles, fetch, part, then))
         while len(self._flights) > self._max_inflight + MAX_PREFETCHED:
             self._collect()  # prefetches never pulled: bounded like the ones kept

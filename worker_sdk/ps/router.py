@@ -43,6 +43,16 @@ class Router:
             index = self._placed[name] = layout.owner_of_tensor(name)
         return index
 
+    def owners(self, names: Mapping[str, object]) -> Mapping[str, int]:
+        """Tensor name -> PS index for every key of `names` (and perhaps more) under the
+        layout routed by now: the router's own map, kept as it is (a new layout gets a new
+        one), so read it, never change it."""
+        if self.exchange.layout is not self._placed_by \
+                or not self._placed.keys() >= names.keys():
+            for name in names:
+                self.tensor_owner(name)
+        return self._placed
+
     def known(self, names: Iterable[str], call: str) -> list[str]:
         """`names` as a list; KeyError naming the fix for one this client never declared."""
         names = list(names)

@@ -20,11 +20,11 @@ import torch
 
 from protos import ps_pb2
 from pswire import jit
-from pswire.frames import as_buffer, dtype_name, frames_of, from_frame, pack, packing
+from pswire.frames import as_buffer, buffer_of, dtype_name, frames_of, from_frame, pack, packing
 from rpckit.errors import Reason
 
 from . import reroute
-from .correct import marked_at, place_marked
+from .correct import place_marked
 from .ids import prepared
 from .outcomes import PushOutcome, StaleGradient, StepOutcome, dense_grad
 from .parts import Part, Rows
@@ -68,7 +68,9 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
     whole = Part(push=router.known(grads, "push") if grads else [], rows=cut,
                  pull=router.known(pull, "pull") if pull is not None else [])
     sizes = {}
-    marks = {t: m for t, m in (marks or {}).items() if m.any()}
+    counts = {t: n for t, n in ((t, int(np.count_nonzero(m))) for t, m in (marks or {}).items())
+              if n}  # the marked ids of a table: the rows of its whole state
+    marks = {t: marks[t] for t in counts}
     for table, ids in (pull_rows or {}).items():
         ids, memo = prepared(ids)
         sizes[table] = ids.size
@@ -85,7 +87,7 @@ def begin_step(client, grads: Mapping[str, torch.Tensor] | None = None,
         op.checked = True
     parts = router.split(whole)
     call = client.begin(parts, op) if parts else None
-    return PendingStep(client, call, bool(grads), pull is not None, sizes, marks)
+    return PendingStep(client, call, bool(grads), pull is not None, sizes, marks, counts)
 
 
 class _Step(reroute.Op):
@@ -174,7 +176,7 @@ def _header(key, grads):
     return header
 
 
-def _step_outcome(client, result, pushed, pulled, sizes, marks) -> StepOutcome:
+def _step_outcome(client, result, pushed, pulled, sizes, marks, counts) -> StepOutcome:
     if result is None:
         return StepOutcome(dense={} if pulled else None)
     push = PushOutcome() if pushed else None
@@ -232,7 +234,8 @@ def _step_outcome(client, result, pushed, pulled, sizes, marks) -> StepOutcome:
                                 (rows.ids.size, pull_rows[nth].dim), f"rows of {rows.key!r}")
             got.setdefault(rows.key, []).append((rows, values))
         if marks:
-            _states(out.states, marks, asked, pull_rows, frames[dense_frames + len(asked):])
+            _states(out.states, marks, counts, asked, pull_rows,
+                    frames[dense_frames + len(asked):])
     for table, parts in got.items():
         if len(parts) == 1 and parts[0][0].positions is None:
             out.rows[table] = parts[0][1].clone()
@@ -244,25 +247,27 @@ def _step_outcome(client, result, pushed, pulled, sizes, marks) -> StepOutcome:
     return out
 
 
-def _states(states: dict, marks: dict, asked, answers, frames) -> None:
+def _states(states: dict, marks: dict, counts: dict, asked, answers, frames) -> None:
     """Place one PS's state frames (one per marked row pull) into `states` (table -> [m, dim]
-    over every marked id of the call, in their order)."""
+    over every marked id of the call, in their order; `counts`: table -> m)."""
     frames = iter(frames)
     for rows, answer in zip(asked, answers):
         mask = marks.get(rows.key)
         if mask is None:
             continue
-        count = int(np.count_nonzero(mask))
         if rows.positions is None:  # the whole list from one PS
-            states[rows.key] = from_frame(next(frames), torch.float32, (count, answer.dim),
+            states[rows.key] = from_frame(next(frames), torch.float32,
+                                          (counts[rows.key], answer.dim),
                                           f"state of {rows.key!r}").clone()
             continue
-        got = from_frame(next(frames), torch.float32,
-                         (marked_at(mask, rows.positions), answer.dim), f"state of {rows.key!r}")
         whole = states.get(rows.key)
         if whole is None:
-            whole = states[rows.key] = torch.empty(count, answer.dim)
-        place_marked(mask, rows.positions, got.numpy(), whole.numpy())
+            whole = states[rows.key] = torch.empty(counts[rows.key], answer.dim)
+        buf = buffer_of(next(frames))
+        got = np.frombuffer(buf, np.float32, buf.nbytes // 4)  # a ragged tail is refused below
+        if buf.nbytes % 4 or place_marked(mask, rows.positions, got, whole.numpy()) != got.size:
+            raise PSError("INTERNAL", Reason.INTERNAL, f"state of {rows.key!r}: {got.size} "
+                          f"floats, not those of the rows marked there (dim {answer.dim})")
 
 
 class PendingStep:
