@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ps.store.optim import RowOptimizer
-from worker_sdk.ps.correct import OwnWrites, correct_rows, correctable, marks
+from worker_sdk.ps.correct import OwnWrites, correct_rows, correctable, marks, place_marked
 
 
 def _pushes(shape, count, seed=0):
@@ -93,3 +93,18 @@ def test_other_optimizers_and_decays_are_not_corrected():
     own = OwnWrites({"name": "adam"}, {})
     assert own.deltas({"w": torch.ones(2)}, [("e", torch.tensor([1]), torch.ones(1, 2))]) \
         == ({}, {})
+
+
+def test_state_rows_are_placed_by_rank_whatever_the_order_of_a_parts_positions():
+    """A PS answers the state rows of its marked ids in the order it was sent them; a part
+    re-routed after a slot moved joins two refused parts' ids (positions 6, 9, then 1, 4, 2):
+    each row still lands at its id's rank among every marked id of the call, and an answer
+    with too few or too many rows is told (the caller refuses it)."""
+    mask = np.array([0, 1, 0, 1, 1, 0, 1, 0, 0, 1], bool)  # marked 1, 3, 4, 6, 9: ranks 0-4
+    positions = np.array([6, 9, 1, 4, 2])  # 3 went to another PS; 2 is not marked
+    got = np.array([[60, 61], [90, 91], [10, 11], [40, 41]], np.float32)
+    out = np.zeros((5, 2), np.float32)
+    assert place_marked(mask, positions, got.ravel(), out) == got.size
+    assert out.tolist() == [[10, 11], [0, 0], [40, 41], [60, 61], [90, 91]]
+    assert place_marked(mask, positions, got.ravel()[:6], out) == -1
+    assert place_marked(mask, positions, np.ones(10, np.float32), out) == 8

@@ -307,3 +307,46 @@ def test_an_idle_client_reads_the_layout_before_its_next_call(monkeypatch, ctx):
         client.close()
         a.close()
         b.close()
+
+
+def serve_marked(req, frames):
+    """A Step's row pulls answered as a PS holding everything: rows valued by id, and for a
+    pull that marks some ids their state valued id + 0.5, in the order of its ids."""
+    resp, rows, states = ps_pb2.DataResponse(), [], []
+    step = req.step
+    resp.step.SetInParent()
+    marked = [entry.marked for entry in step.pull_rows]
+    tail = frames[len(frames) - len(marked) - sum(marked):]
+    masks = iter(tail[len(marked):])
+    for entry, ids in zip(step.pull_rows, tail):
+        resp.step.pull_rows.add(dim=DIM, state=entry.marked)
+        keys = np.frombuffer(ids, dtype=np.int64)
+        rows.append(np.repeat(keys.astype(np.float32), DIM).tobytes())
+        if entry.marked:
+            mask = np.frombuffer(next(masks), dtype=np.uint8).astype(bool)
+            states.append(np.repeat(keys[mask].astype(np.float32) + 0.5, DIM).tobytes())
+    return resp, rows + states
+
+
+def test_marked_state_of_parts_joined_at_the_new_owner_lands_by_rank(monkeypatch, ctx):
+    """Both PS refuse WRONG_OWNER; their parts, re-split to the third PS, go there as one
+    request whose ids are the two parts' one after the other (not in the call's order). The
+    state rows it answers in that order land at each marked id's place among the call's."""
+    refuse = [StandIn(ctx, lambda n, req, frames: (wrong_owner(2), [], 0)) for _ in range(2)]
+    third = StandIn(ctx, lambda n, req, frames: (*serve_marked(req, frames), 0))
+    moved = Layout(np.full(1024, 2, dtype=np.int32), version=2)
+    client, _ = _client(monkeypatch, ctx, [*refuse, third], [TWO, moved])
+    try:
+        ids = torch.arange(60, dtype=torch.int64)
+        mask = ids.numpy() % 3 == 0
+        out = client.step(pull_rows={"t": ids}, marks={"t": mask})
+        (joined,) = [frames for _, _, frames in third.got]
+        sent = np.frombuffer(joined[0], dtype=np.int64)
+        assert sorted(sent.tolist()) == ids.tolist() and np.any(np.diff(sent) < 0)
+        assert torch.equal(out.rows["t"], ids.float().repeat_interleave(DIM).view(-1, DIM))
+        marked = ids[torch.from_numpy(mask)].float() + 0.5
+        assert torch.equal(out.states["t"], marked.repeat_interleave(DIM).view(-1, DIM))
+    finally:
+        client.close()
+        for s in (*refuse, third):
+            s.close()

@@ -274,26 +274,26 @@ def _met(unique, ids):
 
 @jit.njit
 def place_marked(mask, positions, got, out):
-    """out[rank] = the k-th row of `got` (one PS's state rows laid end to end, flat) for the
-    k-th of `positions` (places among a call's ids, ascending) that `mask` marks, rank being
-    its place among every marked id: one walk of the mask up to the last place. Returns how
+    """out[rank] = the k-th row of `got` (one PS's state rows laid end to end, flat, in the
+    order of its ids) for the k-th of `positions` (places among a call's ids) that `mask`
+    marks, rank being the place among every marked id. Positions in any order: a part
+    re-routed after a slot moved joins two refused parts' ids one after the other. Returns how
     many floats it took from `got`; -1 when `got` holds fewer rows than marked there."""
     dim = out.shape[1]
-    rank = 0
-    k = 0
-    j = 0
+    rank = np.empty(mask.size, np.int64)  # marked ids before each place
+    r = 0
     for i in range(mask.size):
-        if j == positions.size:
-            break
-        if positions[j] == i:
-            if mask[i]:
-                if (k + 1) * dim > got.size:
-                    return -1
-                for c in range(dim):
-                    out[rank, c] = got[k * dim + c]
-                k += 1
-            j += 1
-        rank += mask[i]
+        rank[i] = r
+        r += mask[i]
+    k = 0
+    for j in range(positions.size):
+        p = positions[j]
+        if mask[p]:
+            if (k + 1) * dim > got.size:
+                return -1
+            for c in range(dim):
+                out[rank[p], c] = got[k * dim + c]
+            k += 1
     return k * dim
 
 
